@@ -1,0 +1,233 @@
+// Package dbtest hands each test a fresh, migrated database: a SQLite file in
+// the test's temp dir, or a fresh schema on a shared Postgres. Postgres comes
+// from KEELSON_TEST_DATABASE_URL when set, else from a container that
+// testcontainers-go starts once per test binary (image KEELSON_TEST_POSTGRES_IMAGE,
+// default postgres:16-alpine). Without either, Postgres tests skip saying why,
+// unless KEELSON_TEST_REQUIRE_POSTGRES=1 (CI), where they fail.
+//
+// Packages that use Postgres call dbtest.Main from TestMain so the container is
+// stopped when the binary ends.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/uptrace/bun"
+)
+
+// DefaultPostgresImage is the image used when KEELSON_TEST_POSTGRES_IMAGE is unset.
+const DefaultPostgresImage = "postgres:16-alpine"
+
+type shared struct {
+	once      sync.Once
+	baseURL   string
+	admin     *bun.DB
+	container *postgres.PostgresContainer
+	skip      string
+	err       error
+}
+
+// pg is the one shared Postgres of this test binary. A package-level variable is
+// the only way to share a container across the tests of one binary.
+var pg shared
+
+// Main runs the package's tests and then stops the shared Postgres container.
+func Main(m *testing.M) {
+	code := m.Run()
+	if pg.admin != nil {
+		pg.admin.Close()
+	}
+	if pg.container != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = testcontainers.TerminateContainer(pg.container, testcontainers.StopContext(ctx))
+		cancel()
+	}
+	os.Exit(code)
+}
+
+// SQLite returns a fresh SQLite database in t's temp dir with sets migrated.
+func SQLite(t testing.TB, sets ...db.MigrationSet) *bun.DB {
+	t.Helper()
+	ctx := context.Background()
+	bdb, err := db.Open(ctx, db.Options{URL: "sqlite://" + filepath.Join(t.TempDir(), "test.db")})
+	if err != nil {
+		t.Fatalf("dbtest: open sqlite: %v", err)
+	}
+	t.Cleanup(func() { bdb.Close() })
+	if err := db.Migrate(ctx, bdb, sets...); err != nil {
+		t.Fatalf("dbtest: migrate sqlite: %v", err)
+	}
+	return bdb
+}
+
+// Postgres returns a connection to a fresh schema on the shared Postgres with
+// sets migrated. The schema is dropped when t ends.
+func Postgres(t testing.TB, sets ...db.MigrationSet) *bun.DB {
+	t.Helper()
+	u := PostgresURL(t)
+	ctx := context.Background()
+	bdb, err := db.Open(ctx, db.Options{URL: u})
+	if err != nil {
+		t.Fatalf("dbtest: open postgres: %v", err)
+	}
+	t.Cleanup(func() { bdb.Close() })
+	if err := db.Migrate(ctx, bdb, sets...); err != nil {
+		t.Fatalf("dbtest: migrate postgres: %v", err)
+	}
+	return bdb
+}
+
+// PostgresURL returns a postgres:// URL whose search_path is a fresh, empty
+// schema, for tests that open the database themselves (e.g. a whole server).
+// The schema is dropped when t ends.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	pg.once.Do(startShared)
+	if pg.skip != "" {
+		if os.Getenv("KEELSON_TEST_REQUIRE_POSTGRES") == "1" {
+			t.Fatalf("dbtest: Postgres required (KEELSON_TEST_REQUIRE_POSTGRES=1) but unavailable: %s", pg.skip)
+		}
+		t.Skipf("dbtest: skipping Postgres test: %s", pg.skip)
+	}
+	if pg.err != nil {
+		t.Fatalf("dbtest: %v", pg.err)
+	}
+	schema := "t_" + randHex(8)
+	ctx := context.Background()
+	if _, err := pg.admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("dbtest: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = pg.admin.ExecContext(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	})
+	return withParam(pg.baseURL, "search_path", schema)
+}
+
+// Each runs fn as the subtests "sqlite" and "postgres", each on a fresh
+// database with sets migrated. Subtests run in parallel.
+func Each(t *testing.T, sets []db.MigrationSet, fn func(t *testing.T, bdb *bun.DB)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, SQLite(t, sets...))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		fn(t, Postgres(t, sets...))
+	})
+}
+
+func startShared() {
+	ctx := context.Background()
+	if u := os.Getenv("KEELSON_TEST_DATABASE_URL"); u != "" {
+		pg.baseURL = u
+		report("Postgres from KEELSON_TEST_DATABASE_URL")
+	} else {
+		img := os.Getenv("KEELSON_TEST_POSTGRES_IMAGE")
+		if img == "" {
+			img = DefaultPostgresImage
+		}
+		if reason := dockerUnavailable(ctx); reason != "" {
+			pg.skip = "no KEELSON_TEST_DATABASE_URL and " + reason
+			return
+		}
+		start := time.Now()
+		c, err := postgres.Run(ctx, img,
+			postgres.WithDatabase("keelson"),
+			postgres.WithUsername("keelson"),
+			postgres.WithPassword("keelson-test"),
+			postgres.BasicWaitStrategies(),
+			testcontainers.WithCmdArgs("-c", "max_connections=400"),
+		)
+		if err != nil {
+			if c != nil {
+				_ = testcontainers.TerminateContainer(c)
+			}
+			pg.err = fmt.Errorf("start Postgres container from image %s: %w", img, err)
+			return
+		}
+		pg.container = c
+		u, err := c.ConnectionString(ctx, "sslmode=disable")
+		if err != nil {
+			pg.err = err
+			return
+		}
+		pg.baseURL = u
+		report(fmt.Sprintf("Postgres container %.12s from image %s, started by testcontainers in %s",
+			c.GetContainerID(), img, time.Since(start).Round(time.Millisecond)))
+	}
+	admin, err := db.Open(ctx, db.Options{URL: pg.baseURL})
+	if err != nil {
+		pg.err = fmt.Errorf("connect to test Postgres: %w", err)
+		return
+	}
+	pg.admin = admin
+}
+
+// report appends a line to the file named by KEELSON_TEST_REPORT (CI prints it),
+// since go test hides the output of passing packages.
+func report(line string) {
+	f := os.Getenv("KEELSON_TEST_REPORT")
+	if f == "" {
+		return
+	}
+	wd, _ := os.Getwd()
+	fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	fmt.Fprintf(fh, "%s: %s\n", filepath.Base(wd), line)
+}
+
+func dockerUnavailable(ctx context.Context) (reason string) {
+	defer func() {
+		if r := recover(); r != nil {
+			reason = fmt.Sprintf("Docker is unavailable (%v)", r)
+		}
+	}()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return "Docker is unavailable: " + err.Error()
+	}
+	defer cli.Close()
+	if _, err := cli.Info(ctx, client.InfoOptions{}); err != nil {
+		return "Docker is unavailable: " + err.Error()
+	}
+	return ""
+}
+
+func withParam(raw, k, v string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		sep := "?"
+		if strings.Contains(raw, "?") {
+			sep = "&"
+		}
+		return raw + sep + k + "=" + v
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

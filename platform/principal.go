@@ -1,0 +1,134 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// Role is what a principal may do beyond its own resources.
+type Role string
+
+// Roles of DESIGN.md section 4.
+const (
+	RoleUser  Role = "USER"
+	RoleAdmin Role = "ADMIN"
+)
+
+// Principal is who is calling: the authenticated user and their role.
+type Principal struct {
+	UserID ID
+	Email  string
+	Role   Role
+}
+
+// IsAdmin reports whether p has the ADMIN role.
+func (p Principal) IsAdmin() bool { return p.Role == RoleAdmin }
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal RequireAuth put in ctx.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok && p.UserID != ""
+}
+
+// Authenticator turns a bearer access token into a principal. The auth module
+// implements it; every protected route of every module uses it through
+// RequireAuth. It returns an error wrapping ErrUnauthorized for a bad token.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Principal, error)
+}
+
+// SecurityScheme is the OpenAPI name of the bearer scheme AddBearerScheme adds.
+const SecurityScheme = "bearer"
+
+// Bearer is the Security requirement for operations protected by RequireAuth.
+func Bearer() []map[string][]string { return []map[string][]string{{SecurityScheme: {}}} }
+
+// AddBearerScheme declares the bearer JWT scheme in api's OpenAPI document.
+func AddBearerScheme(api huma.API) {
+	oa := api.OpenAPI()
+	if oa.Components == nil {
+		oa.Components = &huma.Components{}
+	}
+	if oa.Components.SecuritySchemes == nil {
+		oa.Components.SecuritySchemes = map[string]*huma.SecurityScheme{}
+	}
+	oa.Components.SecuritySchemes[SecurityScheme] = &huma.SecurityScheme{
+		Type: "http", Scheme: "bearer", BearerFormat: "JWT",
+		Description: "Access token from POST /auth/login or POST /auth/refresh.",
+	}
+}
+
+// BearerToken extracts the token of an "Authorization: Bearer <token>" header.
+func BearerToken(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// RequireAuth is Huma middleware that admits only callers with a valid bearer
+// token and puts their Principal in the request context. Failures answer 401.
+func RequireAuth(api huma.API, a Authenticator) func(huma.Context, func(huma.Context)) {
+	return func(ctx huma.Context, next func(huma.Context)) {
+		tok, ok := BearerToken(ctx.Header("Authorization"))
+		if !ok {
+			writeErr(api, ctx, Unauthorized("missing bearer token: send Authorization: Bearer <accessToken>"))
+			return
+		}
+		p, err := a.Authenticate(ctx.Context(), tok)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				pe = Unauthorized("invalid or expired access token")
+				if !errors.Is(err, ErrUnauthorized) {
+					Logger(ctx.Context()).ErrorContext(ctx.Context(), "authenticate", "err", err)
+					pe = &Error{Status: 500, Message: "internal server error"}
+				}
+			}
+			writeErr(api, ctx, pe)
+			return
+		}
+		next(huma.WithValue(ctx, principalKey{}, p))
+	}
+}
+
+// RequireRole is like RequireAuth and also demands role (403 otherwise).
+func RequireRole(api huma.API, a Authenticator, role Role) func(huma.Context, func(huma.Context)) {
+	authn := RequireAuth(api, a)
+	return func(ctx huma.Context, next func(huma.Context)) {
+		authn(ctx, func(ctx huma.Context) {
+			p, _ := PrincipalFrom(ctx.Context())
+			if p.Role != role {
+				writeErr(api, ctx, Forbidden("this action needs the "+string(role)+" role"))
+				return
+			}
+			next(ctx)
+		})
+	}
+}
+
+func writeErr(_ huma.API, ctx huma.Context, e *Error) {
+	ae := toAPIError(e)
+	for k, v := range ae.headers {
+		for _, s := range v {
+			ctx.AppendHeader(k, s)
+		}
+	}
+	ctx.SetHeader("Content-Type", "application/json")
+	ctx.SetStatus(ae.StatusCode)
+	if err := writeJSON(ctx.BodyWriter(), ae); err != nil {
+		Logger(ctx.Context()).Debug("write error body", "err", err)
+	}
+}
