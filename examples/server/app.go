@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/httpx"
+	"github.com/keelson-dev/keelson/platform/secret"
+	"github.com/uptrace/bun"
+)
+
+// Version is the API version shown in the OpenAPI document.
+const Version = "0.1.0"
+
+// App is the assembled reference server: every module built from one Config,
+// sharing one database and one Huma API. Module services are kept here so the
+// wiring of one module can hand them to another (wire_*.go).
+type App struct {
+	Cfg       Config
+	Log       *slog.Logger
+	DB        *bun.DB
+	API       huma.API
+	Handler   http.Handler // the API with request logging, ids, recovery
+	Ingress   http.Handler // the apps' ingress proxy; nil until deployments are wired
+	Authn     platform.Authenticator
+	Sealer    *secret.Sealer
+	JWTSecret []byte
+
+	// ShutdownCtx is cancelled when the server begins to shut down, so
+	// long-lived streams (SSE) can end and let in-flight requests drain.
+	ShutdownCtx    context.Context
+	cancelShutdown context.CancelFunc
+
+	mux        *http.ServeMux
+	migrations []db.MigrationSet
+	starters   []func(context.Context) error
+	closers    []func(context.Context) error
+
+	// Module services, set by the wire files for the modules wired after them.
+	// (Each wire_<module>.go adds its own typed field here.)
+}
+
+// NewApp opens the database, builds and registers every module, and runs the
+// migrations and start-up hooks. Close releases everything.
+func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
+	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux()}
+	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			a.Close(context.Background())
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, &ConfigError{"KEELSON_DATA_DIR", fmt.Sprintf("cannot create %s: %v", cfg.DataDir, err)}
+	}
+	jwtSecret, err := secretSetting(cfg.DataDir, "jwt-secret", cfg.JWTSecret)
+	if err != nil {
+		return nil, &ConfigError{"KEELSON_JWT_SECRET", err.Error()}
+	}
+	a.JWTSecret = []byte(jwtSecret)
+	sealKey, err := secretSetting(cfg.DataDir, "secret-key", cfg.SecretKey)
+	if err != nil {
+		return nil, &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
+	}
+	if a.Sealer, err = secret.New(sealKey); err != nil {
+		return nil, &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
+	}
+	a.DB, err = db.Open(ctx, db.Options{URL: cfg.DatabaseURL, DataDir: cfg.DataDir})
+	if err != nil {
+		return nil, &ConfigError{"KEELSON_DATABASE_URL", err.Error()}
+	}
+	a.closers = append(a.closers, func(context.Context) error { return a.DB.Close() })
+
+	a.API = humago.New(a.mux, platform.APIConfig("Keelson API", Version))
+	a.registerHealth()
+
+	// Order matters: auth provides the authenticator everything else uses;
+	// projects needs plans; deployments needs projects; codehost needs both.
+	for _, w := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"auth", a.wireAuth},
+		{"oauth", a.wireOAuth},
+		{"plans", a.wirePlans},
+		{"projects", a.wireProjects},
+		{"deployments", a.wireDeployments},
+		{"codehost", a.wireCodehost},
+		{"scaffold", a.wireScaffold},
+	} {
+		if err := w.fn(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", w.name, err)
+		}
+	}
+	if err := db.Migrate(ctx, a.DB, a.migrations...); err != nil {
+		return nil, err
+	}
+	for _, start := range a.starters {
+		if err := start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	a.Handler = httpx.Middleware(log, a.mux)
+	return a, nil
+}
+
+// migrate adds a module's migrations to the start-up run.
+func (a *App) migrate(set db.MigrationSet) { a.migrations = append(a.migrations, set) }
+
+// onStart runs fn after migrations, in wiring order.
+func (a *App) onStart(fn func(context.Context) error) { a.starters = append(a.starters, fn) }
+
+// onClose runs fn at shutdown, in reverse wiring order.
+func (a *App) onClose(fn func(context.Context) error) { a.closers = append(a.closers, fn) }
+
+// Close stops every module (reverse order) and closes the database.
+func (a *App) Close(ctx context.Context) error {
+	a.cancelShutdown()
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
+
+type healthOutput struct {
+	Body struct {
+		Status string `json:"status" example:"ok"`
+	}
+}
+
+func (a *App) registerHealth() {
+	huma.Register(a.API, huma.Operation{
+		OperationID: "healthz", Method: http.MethodGet, Path: "/healthz",
+		Summary: "Liveness: the process answers", Tags: []string{"Health"},
+	}, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+		out := &healthOutput{}
+		out.Body.Status = "ok"
+		return out, nil
+	})
+	huma.Register(a.API, huma.Operation{
+		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz",
+		Summary: "Readiness: the database is reachable", Tags: []string{"Health"},
+	}, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := a.DB.PingContext(ctx); err != nil {
+			return nil, platform.Unavailable("database unreachable")
+		}
+		out := &healthOutput{}
+		out.Body.Status = "ok"
+		return out, nil
+	})
+}
+
+// secretSetting returns value if set, else the secret kept in dataDir/name,
+// generating it (256 random bits, hex) on first start.
+func secretSetting(dataDir, name, value string) (string, error) {
+	if value != "" {
+		return value, nil
+	}
+	path := filepath.Join(dataDir, name)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if s := strings.TrimSpace(string(b)); len(s) >= 32 {
+			return s, nil
+		}
+		return "", fmt.Errorf("%s is too short; delete it to regenerate", path)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	s := hex.EncodeToString(raw)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) { // another replica won the race
+			return secretSetting(dataDir, name, "")
+		}
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// Serve serves the API on apiL and, when deployments are wired and ingressL is
+// not nil, the ingress on ingressL, until ctx is done; then it shuts down
+// gracefully: streams are told to end, in-flight requests finish (up to 20 s).
+func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
+	servers := []*http.Server{a.httpServer(a.Handler)}
+	listeners := []net.Listener{apiL}
+	if a.Ingress != nil && ingressL != nil {
+		servers = append(servers, a.httpServer(a.Ingress))
+		listeners = append(listeners, ingressL)
+	}
+	errc := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() {
+			if err := s.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	a.cancelShutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Shutdown(sctx) }()
+	}
+	wg.Wait()
+	return serveErr
+}
+
+func (a *App) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       5 * time.Minute, // webhooks up to 25 MB on slow links
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: it would cut SSE log streams; streams heartbeat instead.
+		ErrorLog: slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn),
+	}
+}

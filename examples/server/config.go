@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Config is the reference server's configuration, read from the environment
+// (DESIGN.md section 3). Zero values mean "use the default".
+type Config struct {
+	Addr        string // KEELSON_ADDR
+	DataDir     string // KEELSON_DATA_DIR
+	DatabaseURL string // KEELSON_DATABASE_URL; empty: SQLite in DataDir
+	PublicURL   string // KEELSON_PUBLIC_URL
+	FrontendURL string // KEELSON_FRONTEND_URL
+	JWTSecret   string // KEELSON_JWT_SECRET; empty: generated once into DataDir
+	SecretKey   string // KEELSON_SECRET_KEY; empty: generated once into DataDir
+	AdminEmails []string
+	SMTPURL     string // KEELSON_SMTP_URL
+	MailFrom    string // KEELSON_MAIL_FROM
+
+	CodehostClientID      string
+	CodehostClientSecret  string
+	CodehostAppID         string
+	CodehostAppSlug       string
+	CodehostAppPrivateKey string // PEM contents (an @file value is read at load time)
+	CodehostWebhookSecret string
+	CodehostAPIURL        string
+	CodehostWebURL        string
+
+	IDPIssuer       string
+	IDPClientID     string
+	IDPClientSecret string
+
+	IngressAddr     string // KEELSON_INGRESS_ADDR
+	AppsDomain      string // KEELSON_APPS_DOMAIN
+	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
+	Regions         []string
+	Engine          string // KEELSON_ENGINE: local | temporal
+	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS
+}
+
+// ConfigError names the variable that stopped start-up.
+type ConfigError struct {
+	Var, Problem string
+}
+
+func (e *ConfigError) Error() string { return e.Var + ": " + e.Problem }
+
+// LoadConfig reads the configuration through getenv and validates it. The first
+// bad setting is returned as a *ConfigError naming its variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	get := func(k, def string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return def
+	}
+	c := Config{
+		Addr:                  get("KEELSON_ADDR", ":8080"),
+		DataDir:               get("KEELSON_DATA_DIR", "./data"),
+		DatabaseURL:           get("KEELSON_DATABASE_URL", ""),
+		PublicURL:             strings.TrimRight(get("KEELSON_PUBLIC_URL", "http://localhost:8080"), "/"),
+		FrontendURL:           strings.TrimRight(get("KEELSON_FRONTEND_URL", "http://localhost:3000"), "/"),
+		JWTSecret:             getenv("KEELSON_JWT_SECRET"),
+		SecretKey:             getenv("KEELSON_SECRET_KEY"),
+		SMTPURL:               get("KEELSON_SMTP_URL", ""),
+		MailFrom:              get("KEELSON_MAIL_FROM", "Keelson <no-reply@localhost>"),
+		CodehostClientID:      get("KEELSON_CODEHOST_CLIENT_ID", ""),
+		CodehostClientSecret:  getenv("KEELSON_CODEHOST_CLIENT_SECRET"),
+		CodehostAppID:         get("KEELSON_CODEHOST_APP_ID", ""),
+		CodehostAppSlug:       get("KEELSON_CODEHOST_APP_SLUG", ""),
+		CodehostAppPrivateKey: getenv("KEELSON_CODEHOST_APP_PRIVATE_KEY"),
+		CodehostWebhookSecret: getenv("KEELSON_CODEHOST_WEBHOOK_SECRET"),
+		CodehostAPIURL:        strings.TrimRight(get("KEELSON_CODEHOST_API_URL", "https://api.github.com"), "/"),
+		CodehostWebURL:        strings.TrimRight(get("KEELSON_CODEHOST_WEB_URL", "https://github.com"), "/"),
+		IDPIssuer:             get("KEELSON_IDP_ISSUER", ""),
+		IDPClientID:           get("KEELSON_IDP_CLIENT_ID", ""),
+		IDPClientSecret:       getenv("KEELSON_IDP_CLIENT_SECRET"),
+		IngressAddr:           get("KEELSON_INGRESS_ADDR", ":8081"),
+		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
+		Engine:                get("KEELSON_ENGINE", "local"),
+		TemporalAddress:       get("KEELSON_TEMPORAL_ADDRESS", ""),
+	}
+	for _, e := range strings.Split(getenv("KEELSON_ADMIN_EMAILS"), ",") {
+		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
+			if !strings.Contains(e, "@") {
+				return c, &ConfigError{"KEELSON_ADMIN_EMAILS", fmt.Sprintf("%q is not an email address", e)}
+			}
+			c.AdminEmails = append(c.AdminEmails, e)
+		}
+	}
+	for _, r := range strings.Split(get("KEELSON_REGIONS", "local"), ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			c.Regions = append(c.Regions, r)
+		}
+	}
+	if len(c.Regions) == 0 {
+		return c, &ConfigError{"KEELSON_REGIONS", "must list at least one region"}
+	}
+	if v := getenv("KEELSON_ALLOW_LOCAL_REPOS"); v != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return c, &ConfigError{"KEELSON_ALLOW_LOCAL_REPOS", fmt.Sprintf("%q is not true or false", v)}
+		}
+		c.AllowLocalRepos = b
+	}
+	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
+		if _, port, err := net.SplitHostPort(a.val); err != nil {
+			return c, &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return c, &ConfigError{a.name, fmt.Sprintf("port %q is not 0-65535", port)}
+		}
+	}
+	for _, u := range []struct{ name, val string }{
+		{"KEELSON_PUBLIC_URL", c.PublicURL}, {"KEELSON_FRONTEND_URL", c.FrontendURL},
+		{"KEELSON_CODEHOST_API_URL", c.CodehostAPIURL}, {"KEELSON_CODEHOST_WEB_URL", c.CodehostWebURL},
+	} {
+		if err := checkHTTPURL(u.val); err != nil {
+			return c, &ConfigError{u.name, err.Error()}
+		}
+	}
+	if c.IDPIssuer != "" {
+		if err := checkHTTPURL(c.IDPIssuer); err != nil {
+			return c, &ConfigError{"KEELSON_IDP_ISSUER", err.Error()}
+		}
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") &&
+		!strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite:") {
+		return c, &ConfigError{"KEELSON_DATABASE_URL", "must start with postgres:// or sqlite://"}
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < 32 {
+		return c, &ConfigError{"KEELSON_JWT_SECRET", "must be at least 32 characters"}
+	}
+	if c.SecretKey != "" && len(c.SecretKey) < 32 {
+		return c, &ConfigError{"KEELSON_SECRET_KEY", "must be at least 32 characters"}
+	}
+	if c.SMTPURL != "" {
+		if u, err := url.Parse(c.SMTPURL); err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Host == "" {
+			return c, &ConfigError{"KEELSON_SMTP_URL", "must look like smtp://user:pass@host:port"}
+		}
+	}
+	if strings.HasPrefix(c.CodehostAppPrivateKey, "@") {
+		b, err := os.ReadFile(c.CodehostAppPrivateKey[1:])
+		if err != nil {
+			return c, &ConfigError{"KEELSON_CODEHOST_APP_PRIVATE_KEY", "cannot read key file " + c.CodehostAppPrivateKey[1:]}
+		}
+		c.CodehostAppPrivateKey = string(b)
+	}
+	switch c.Engine {
+	case "local":
+	case "temporal":
+		if c.TemporalAddress == "" {
+			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", "is required when KEELSON_ENGINE=temporal"}
+		}
+	default:
+		return c, &ConfigError{"KEELSON_ENGINE", fmt.Sprintf("%q is not local or temporal", c.Engine)}
+	}
+	if !validDomain(c.AppsDomain) {
+		return c, &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
+	}
+	return c, nil
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	return nil
+}
+
+func validDomain(d string) bool {
+	if d == "" || len(d) > 200 {
+		return false
+	}
+	for _, label := range strings.Split(d, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}

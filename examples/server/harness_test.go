@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// testServer is a whole reference server on real sockets: the API on an
+// httptest server and the ingress on its own loopback port.
+type testServer struct {
+	App     *App
+	URL     string // API base URL
+	Ingress string // ingress host:port ("" when deployments are not wired)
+	Client  *http.Client
+	Logs    *syncBuffer // everything the server logged (JSON lines)
+
+	api    *httptest.Server
+	stopFn func()
+	once   sync.Once
+}
+
+// startServer builds the server on dbURL ("" = SQLite in a temp data dir) with
+// test defaults (local repos allowed, fixed secrets, loopback ingress), lets
+// mutate adjust the config, and stops it when t ends.
+func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
+	t.Helper()
+	cfg, err := LoadConfig(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.DatabaseURL = dbURL
+	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
+	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
+	cfg.AllowLocalRepos = true
+	cfg.AdminEmails = []string{"admin@example.com"}
+	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.IngressAddr = ingressL.Addr().String()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return startServerWith(t, cfg, ingressL)
+}
+
+// startServerWith starts a server on an explicit config (e.g. to restart one
+// over the same data dir and database).
+func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServer {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx := context.Background()
+	app, err := NewApp(ctx, cfg, log)
+	if err != nil {
+		t.Fatalf("NewApp: %v", err)
+	}
+	ts := &testServer{App: app, Logs: logs, Client: &http.Client{Timeout: 60 * time.Second}}
+	ts.api = httptest.NewServer(app.Handler)
+	ts.URL = ts.api.URL
+	var ingressSrv *http.Server
+	if app.Ingress != nil {
+		if ingressL == nil {
+			if ingressL, err = net.Listen("tcp", cfg.IngressAddr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ingressSrv = &http.Server{Handler: app.Ingress}
+		go ingressSrv.Serve(ingressL) //nolint:errcheck
+		ts.Ingress = ingressL.Addr().String()
+	} else if ingressL != nil {
+		ingressL.Close()
+	}
+	t.Cleanup(func() { ts.stop() })
+	ts.stopFn = func() {
+		app.cancelShutdown()
+		ts.api.CloseClientConnections()
+		ts.api.Close()
+		if ingressSrv != nil {
+			ingressSrv.Close()
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := app.Close(cctx); err != nil {
+			t.Logf("close: %v", err)
+		}
+	}
+	return ts
+}
+
+// stop shuts the server down (idempotent).
+func (ts *testServer) stop() {
+	ts.once.Do(func() {
+		if ts.stopFn != nil {
+			ts.stopFn()
+		}
+	})
+}
+
+// eachDB runs fn against SQLite and against a fresh Postgres schema.
+func eachDB(t *testing.T, fn func(t *testing.T, dbURL string)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, "")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		fn(t, dbtest.PostgresURL(t))
+	})
+}
+
+// do sends a JSON request (body nil for none; a []byte or string is sent raw)
+// with an optional bearer token and returns status, body and headers.
+func (ts *testServer) do(t *testing.T, method, path, token string, body any) (int, []byte, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, ts.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := ts.Client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+// doJSON is do that also decodes the response into out and fails unless the
+// status is want.
+func (ts *testServer) doJSON(t *testing.T, want int, method, path, token string, body, out any) http.Header {
+	t.Helper()
+	status, raw, hdr := ts.do(t, method, path, token, body)
+	if status != want {
+		t.Fatalf("%s %s: status %d, want %d; body %s", method, path, status, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	return hdr
+}
+
+// signup registers email with a password and logs in, returning the access token.
+func (ts *testServer) signup(t *testing.T, email string) string {
+	t.Helper()
+	const pw = "correct horse battery"
+	ts.doJSON(t, http.StatusCreated, "POST", "/auth/register", "", map[string]any{
+		"email": email, "password": pw, "confirmPassword": pw,
+	}, nil)
+	var tok struct {
+		AccessToken string `json:"accessToken"`
+	}
+	ts.doJSON(t, http.StatusOK, "POST", "/auth/login", "", map[string]any{"email": email, "password": pw}, &tok)
+	if tok.AccessToken == "" {
+		t.Fatal("login returned no accessToken")
+	}
+	return tok.AccessToken
+}
+
+// eventually polls cond every 20 ms until it returns true or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer collects log output safely across goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,68 @@
+// Command server is Keelson's reference server: it reads the configuration of
+// DESIGN.md section 3 from the environment, opens the database (SQLite in
+// ./data by default), builds every module on one Huma API and serves it, with
+// the apps' ingress proxy beside it. Run it with `go run ./examples/server`.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(log); err != nil {
+		fmt.Fprintln(os.Stderr, "keelson:", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	cfg, err := LoadConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app, err := NewApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := app.Close(cctx); err != nil {
+			log.Error("shutdown", "err", err)
+		}
+	}()
+	apiL, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return &ConfigError{"KEELSON_ADDR", err.Error()}
+	}
+	var ingressL net.Listener
+	if app.Ingress != nil {
+		if ingressL, err = net.Listen("tcp", cfg.IngressAddr); err != nil {
+			apiL.Close()
+			return &ConfigError{"KEELSON_INGRESS_ADDR", err.Error()}
+		}
+		log.Info("ingress listening", "addr", ingressL.Addr().String(), "apps_domain", cfg.AppsDomain)
+	}
+	log.Info("keelson listening", "addr", apiL.Addr().String(), "database", dbKind(cfg), "data_dir", cfg.DataDir,
+		"docs", cfg.PublicURL+"/docs")
+	err = app.Serve(ctx, apiL, ingressL)
+	log.Info("keelson stopped")
+	return err
+}
+
+func dbKind(cfg Config) string {
+	if cfg.DatabaseURL == "" || cfg.DatabaseURL[0] == 's' {
+		return "sqlite"
+	}
+	return "postgres"
+}
