@@ -1,0 +1,324 @@
+// Package ingress is Keelson's built-in ingress proxy: an http.Handler that
+// routes a request by its Host (<slug>.<apps-domain>, any port, any case) to the
+// upstream (host:port) of the project's live deployment.
+//
+// The route table is replaced atomically on every change, so a reader sees the
+// old route or the new one, never none. A deployment swap therefore sets the new
+// route first and stops the old app afterwards; Drain lets the caller wait for
+// the requests still in flight to the old deployment before stopping it.
+//
+// It is not a general-purpose edge proxy: no TLS termination, no access log, no
+// rate limits. Put a real edge (or real DNS and ingress) in front of it at scale.
+// Inbound X-Forwarded-* headers are dropped and rebuilt from the connection, so
+// an app behind it can trust them as far as it trusts this proxy.
+package ingress
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Router.
+type Config struct {
+	// AppsDomain is the domain apps answer under: <slug>.<AppsDomain>.
+	// Default "localhost".
+	AppsDomain string
+	// PublicPort is the port clients reach the ingress on; URL omits it when it
+	// is 80 or 0. Default 0.
+	PublicPort int
+	// Logger receives proxy errors. Default: discard.
+	Logger *slog.Logger
+	// DialTimeout bounds connecting to an upstream. Default 5s.
+	DialTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.AppsDomain = strings.TrimSuffix(strings.ToLower(cmp.Or(c.AppsDomain, "localhost")), ".")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.DialTimeout = cmp.Or(c.DialTimeout, 5*time.Second)
+	return c
+}
+
+// Route is where one slug's traffic goes.
+type Route struct {
+	Slug         string
+	DeploymentID string
+	Upstream     string // host:port
+}
+
+// route is an immutable table entry; inflight is shared by every entry of the
+// same deployment so Drain sees requests sent under any of its upstreams.
+type route struct {
+	Route
+	target   *url.URL
+	inflight *atomic.Int64
+}
+
+// Router is the ingress handler. Safe for concurrent use; the zero value is not
+// usable, call New.
+type Router struct {
+	cfg   Config
+	proxy *httputil.ReverseProxy
+	tr    *http.Transport
+
+	mu       sync.Mutex                       // serializes writers of table and counts
+	table    atomic.Pointer[map[string]*route] // slug -> route; replaced, never mutated
+	counters map[string]*atomic.Int64          // deploymentID -> requests in flight
+}
+
+type ctxKey struct{}
+
+// New returns a Router with an empty table.
+func New(cfg Config) (*Router, error) {
+	cfg = cfg.withDefaults()
+	if cfg.PublicPort < 0 || cfg.PublicPort > 65535 {
+		return nil, fmt.Errorf("ingress: public port %d out of range", cfg.PublicPort)
+	}
+	if strings.ContainsAny(cfg.AppsDomain, "/:@ ") {
+		return nil, fmt.Errorf("ingress: apps domain %q is not a domain name", cfg.AppsDomain)
+	}
+	r := &Router{cfg: cfg, counters: map[string]*atomic.Int64{}}
+	empty := map[string]*route{}
+	r.table.Store(&empty)
+	r.tr = &http.Transport{
+		Proxy:                 nil, // never send app traffic through the server's HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	r.proxy = &httputil.ReverseProxy{
+		Transport: r.tr,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rt := pr.In.Context().Value(ctxKey{}).(*route)
+			pr.SetURL(rt.target)
+			pr.Out.Host = pr.In.Host // apps see the public host, as behind any ingress
+			pr.SetXForwarded()
+		},
+		// Streaming responses (unknown length, text/event-stream) are flushed
+		// on every write by ReverseProxy itself; others are buffered briefly.
+		FlushInterval: 50 * time.Millisecond,
+		ErrorHandler:  r.proxyError,
+		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return r, nil
+}
+
+// Set points slug at upstream for deploymentID, atomically replacing any
+// previous route of that slug.
+func (r *Router) Set(slug, deploymentID, upstream string) error {
+	slug = strings.ToLower(slug)
+	if slug == "" || strings.ContainsAny(slug, ".:/ ") {
+		return fmt.Errorf("ingress: invalid slug %q", slug)
+	}
+	if deploymentID == "" {
+		return errors.New("ingress: empty deployment id")
+	}
+	host, port, err := net.SplitHostPort(upstream)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("ingress: upstream %q is not host:port", upstream)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.counters[deploymentID]
+	if c == nil {
+		c = new(atomic.Int64)
+		r.counters[deploymentID] = c
+	}
+	rt := &route{
+		Route:    Route{Slug: slug, DeploymentID: deploymentID, Upstream: upstream},
+		target:   &url.URL{Scheme: "http", Host: upstream},
+		inflight: c,
+	}
+	r.swap(func(m map[string]*route) { m[slug] = rt })
+	return nil
+}
+
+// Update changes the upstream of slug only if it still points at
+// deploymentID (e.g. an app restarted on another port). It reports whether it did.
+func (r *Router) Update(slug, deploymentID, upstream string) (bool, error) {
+	slug = strings.ToLower(slug)
+	if _, _, err := net.SplitHostPort(upstream); err != nil {
+		return false, fmt.Errorf("ingress: upstream %q is not host:port", upstream)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := (*r.table.Load())[slug]
+	if cur == nil || cur.DeploymentID != deploymentID {
+		return false, nil
+	}
+	rt := &route{
+		Route:    Route{Slug: slug, DeploymentID: deploymentID, Upstream: upstream},
+		target:   &url.URL{Scheme: "http", Host: upstream},
+		inflight: cur.inflight,
+	}
+	r.swap(func(m map[string]*route) { m[slug] = rt })
+	return true, nil
+}
+
+// Remove deletes the route of slug if it still points at deploymentID and
+// reports whether it did.
+func (r *Router) Remove(slug, deploymentID string) bool {
+	slug = strings.ToLower(slug)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := (*r.table.Load())[slug]
+	if cur == nil || cur.DeploymentID != deploymentID {
+		return false
+	}
+	r.swap(func(m map[string]*route) { delete(m, slug) })
+	return true
+}
+
+// swap copies the table, applies fn and publishes the copy. Caller holds r.mu.
+func (r *Router) swap(fn func(map[string]*route)) {
+	old := *r.table.Load()
+	next := make(map[string]*route, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	fn(next)
+	r.table.Store(&next)
+	// Forget counters of deployments no longer routed and idle.
+	for id, c := range r.counters {
+		if c.Load() == 0 && !routed(next, id) {
+			delete(r.counters, id)
+		}
+	}
+}
+
+func routed(m map[string]*route, deploymentID string) bool {
+	for _, rt := range m {
+		if rt.DeploymentID == deploymentID {
+			return true
+		}
+	}
+	return false
+}
+
+// Lookup returns the route of slug.
+func (r *Router) Lookup(slug string) (Route, bool) {
+	rt := (*r.table.Load())[strings.ToLower(slug)]
+	if rt == nil {
+		return Route{}, false
+	}
+	return rt.Route, true
+}
+
+// Routes returns a snapshot of the table.
+func (r *Router) Routes() []Route {
+	m := *r.table.Load()
+	out := make([]Route, 0, len(m))
+	for _, rt := range m {
+		out = append(out, rt.Route)
+	}
+	return out
+}
+
+// URL is the public URL of slug: http://<slug>.<apps-domain>[:<port>].
+func (r *Router) URL(slug string) string {
+	host := strings.ToLower(slug) + "." + r.cfg.AppsDomain
+	if r.cfg.PublicPort != 0 && r.cfg.PublicPort != 80 {
+		host = net.JoinHostPort(host, strconv.Itoa(r.cfg.PublicPort))
+	}
+	return "http://" + host
+}
+
+// Drain waits until no request sent to deploymentID is in flight, or ctx is
+// done. Call it after the deployment's route was replaced or removed and
+// before stopping its app, so no request is cut off by the stop.
+func (r *Router) Drain(ctx context.Context, deploymentID string) error {
+	r.mu.Lock()
+	c := r.counters[deploymentID]
+	r.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for c.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Close closes idle connections to upstreams.
+func (r *Router) Close() { r.tr.CloseIdleConnections() }
+
+// slugOf returns the slug of host, or "" when host is not under the apps domain.
+func (r *Router) slugOf(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	slug, ok := strings.CutSuffix(host, "."+r.cfg.AppsDomain)
+	if !ok || slug == "" {
+		return ""
+	}
+	return slug
+}
+
+// ServeHTTP proxies req to the live deployment of its host's slug.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	slug := r.slugOf(req.Host)
+	var rt *route
+	for slug != "" {
+		rt = (*r.table.Load())[slug]
+		if rt == nil {
+			break
+		}
+		rt.inflight.Add(1)
+		// Re-check after counting: a Drain that started after a swap either sees
+		// this request counted or this request sees the new table.
+		if (*r.table.Load())[slug] == rt {
+			break
+		}
+		rt.inflight.Add(-1)
+	}
+	if rt == nil {
+		host := req.Host
+		if len(host) > 255 {
+			host = host[:255]
+		}
+		plain(w, http.StatusNotFound, fmt.Sprintf("no app is served at host %q\n", host))
+		return
+	}
+	defer rt.inflight.Add(-1)
+	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), ctxKey{}, rt)))
+}
+
+func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	rt := req.Context().Value(ctxKey{}).(*route)
+	r.cfg.Logger.Warn("ingress: upstream failed", "slug", rt.Slug, "deployment", rt.DeploymentID,
+		"upstream", rt.Upstream, "err", err)
+	plain(w, http.StatusBadGateway, fmt.Sprintf("the app %q is not answering\n", rt.Slug))
+}
+
+func plain(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(msg))
+}
