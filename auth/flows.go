@@ -1,0 +1,232 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/url"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Machine-readable codes of DESIGN.md section 4.
+const (
+	CodeTwoFactorRequired = "TWO_FACTOR_REQUIRED"
+	CodeTwoFactorInvalid  = "TWO_FACTOR_INVALID"
+)
+
+// allow spends one attempt of key's bucket or answers 429. An empty key (no
+// client address known, e.g. a direct call) is not limited.
+func (s *Service) allow(key, prefix string, lim Limit) error {
+	if key == "" {
+		return nil
+	}
+	if ok, wait := s.limiter.allow(prefix+key, lim); !ok {
+		return platform.RateLimited("too many attempts; try again later", wait)
+	}
+	return nil
+}
+
+// LoginParams are the inputs of a password login.
+type LoginParams struct {
+	Email, Password, TwoFactorCode string
+	// IP is the client address, for the per-address limit.
+	IP string
+}
+
+func errBadCredentials() *platform.Error { return platform.Unauthorized("invalid email or password") }
+
+// Login checks the password (and the second factor when 2FA is on) and starts
+// a session. Unknown email and wrong password answer the same error after the
+// same work (one argon2id hash).
+func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
+	email, emailErr := normalizeEmail(p.Email)
+	if emailErr != nil {
+		email = p.Email
+	}
+	// Limits first: a limited attempt costs no hash.
+	if err := s.allow(p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
+		return TokenPair{}, err
+	}
+	if err := s.allow(email, "login-acct:", s.d.Limits.LoginPerAccount); err != nil {
+		return TokenPair{}, err
+	}
+	var row *userRow
+	if emailErr == nil {
+		r, err := s.userRow(ctx, s.db, "email", email)
+		switch {
+		case err == nil:
+			row = r
+		case !errors.Is(err, platform.ErrNotFound):
+			return TokenPair{}, err
+		}
+	}
+	encoded := ""
+	if row != nil {
+		encoded = row.PasswordHash // empty for OAuth-only users: checked against the dummy, never matches
+	}
+	ok, err := s.hasher.verify(ctx, p.Password, encoded)
+	if err != nil {
+		return TokenPair{}, err
+	}
+	if !ok || row == nil {
+		return TokenPair{}, errBadCredentials()
+	}
+	s.limiter.refund("login-acct:" + email)
+
+	if row.TOTPEnabled {
+		if p.TwoFactorCode == "" {
+			return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
+		}
+		if err := s.allow(row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+			return TokenPair{}, err
+		}
+		var pair TokenPair
+		err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			ok, err := s.consumeSecondFactor(ctx, tx, row, p.TwoFactorCode)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
+			}
+			pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+			return err
+		})
+		if err != nil {
+			return TokenPair{}, err
+		}
+		s.limiter.refund("2fa-user:" + row.ID)
+		return pair, nil
+	}
+	return s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+}
+
+// ForgotPassword mails a reset link when email belongs to an account. It
+// answers nil either way, so callers cannot tell whether the account exists
+// (mail failures are logged, not returned).
+func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
+	n, err := normalizeEmail(email)
+	if err != nil {
+		return platform.Invalid("email: " + err.Error())
+	}
+	if err := s.allow(ip, "forgot-ip:", s.d.Limits.ForgotPerIP); err != nil {
+		return err
+	}
+	if err := s.allow(n, "forgot-acct:", s.d.Limits.ForgotPerAccount); err != nil {
+		return err
+	}
+	row, err := s.userRow(ctx, s.db, "email", n)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw, hash := newOpaqueToken()
+	now := s.now()
+	rr := &resetRow{ID: platform.NewID(), Hash: hash, UserID: row.ID, CreatedAt: now, ExpiresAt: now.Add(s.d.ResetTTL)}
+	if _, err := s.db.NewInsert().Model(rr).Exec(ctx); err != nil {
+		return db.Translate(err)
+	}
+	link := s.d.FrontendURL + "/reset-password?token=" + url.QueryEscape(raw)
+	m := Mail{
+		To:      row.Email,
+		Subject: "Reset your Keelson password",
+		Text: "Someone asked to reset the password of your Keelson account.\n\n" +
+			"To choose a new password, open this link within " + s.d.ResetTTL.String() + ":\n\n" + link + "\n\n" +
+			"If it was not you, ignore this mail: your password stays as it is.\n",
+	}
+	if err := s.d.Mailer.Send(ctx, m); err != nil {
+		// The error text comes from the mail server, never holds the token.
+		s.log.ErrorContext(ctx, "password reset mail not sent", "user_id", row.ID, "err", err)
+	}
+	return nil
+}
+
+var errBadReset = platform.Invalid("token: invalid or expired reset token")
+
+// ResetPassword sets a new password with a reset token. The token is used
+// up, every other reset token of the user is killed, every refresh token
+// revoked and every access token ended (session version). 2FA stays as it is.
+func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) error {
+	rr := new(resetRow)
+	if err := s.db.NewSelect().Model(rr).Where("hash = ?", hashToken(token)).Scan(ctx); err != nil {
+		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+			return errBadReset
+		}
+		return err
+	}
+	if rr.UsedAt != nil || !s.now().Before(rr.ExpiresAt) {
+		return errBadReset
+	}
+	hash, err := s.hasher.hash(ctx, newPassword)
+	if err != nil {
+		return err
+	}
+	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		res, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL AND expires_at > ?", rr.ID, now).Exec(ctx)
+		if err != nil {
+			return db.Translate(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errBadReset
+		}
+		if _, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
+			Where("user_id = ? AND used_at IS NULL", rr.UserID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		if _, err := tx.NewUpdate().Model((*userRow)(nil)).Set("password_hash = ?", hash).
+			Set("session_version = session_version + 1").Set("updated_at = ?", now).
+			Where("id = ?", rr.UserID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		return revokeAllSessions(ctx, tx, rr.UserID, now)
+	})
+}
+
+// ProfilePatch holds the profile fields PATCH /auth/me may change; nil leaves
+// a field alone, an empty string clears it (email cannot be cleared).
+type ProfilePatch struct {
+	Email, Name, Username, Bio, Company, Location, Website, CodehostUsername, Image *string
+}
+
+// UpdateProfile applies p to the user. A taken email answers 409.
+func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p ProfilePatch) (*User, error) {
+	q := s.db.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID).Set("updated_at = ?", s.now())
+	if p.Email != nil {
+		e, err := normalizeEmail(*p.Email)
+		if err != nil {
+			return nil, platform.Invalid("email: " + err.Error())
+		}
+		cur, err := s.userRow(ctx, s.db, "id", userID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.Email != e {
+			q = q.Set("email = ?", e).Set("email_verified = ?", false)
+		}
+	}
+	for col, v := range map[string]*string{
+		"name": p.Name, "username": p.Username, "bio": p.Bio, "company": p.Company, "location": p.Location,
+		"website": p.Website, "codehost_username": p.CodehostUsername, "image": p.Image,
+	} {
+		if v != nil {
+			q = q.Set("? = ?", bun.Ident(col), opt(*v))
+		}
+	}
+	res, err := q.Exec(ctx)
+	if err != nil {
+		if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
+			return nil, emailTaken(err)
+		}
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return nil, platform.NotFound("user not found")
+	}
+	return s.UserByID(ctx, userID)
+}

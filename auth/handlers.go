@@ -1,0 +1,325 @@
+package auth
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Request size cap for every auth route: the bodies are a few short strings.
+const maxBody = 16 << 10
+
+// Register adds the routes of SPEC 4.1 and 4.2 to api.
+func (s *Service) Register(api huma.API) error {
+	pub := huma.Middlewares{s.clientIP}
+	prot := huma.Middlewares{s.clientIP, platform.RequireAuth(api, s)}
+	tags := []string{"Auth"}
+	op := func(id, method, path, summary string, mw huma.Middlewares) huma.Operation {
+		o := huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Tags: tags,
+			Middlewares: mw, MaxBodyBytes: maxBody}
+		if len(mw) > 1 {
+			o.Security = platform.Bearer()
+		}
+		return o
+	}
+
+	reg := op("auth-register", http.MethodPost, "/auth/register", "Create an account", pub)
+	reg.DefaultStatus = http.StatusCreated
+	huma.Register(api, reg, s.handleRegister)
+	huma.Register(api, op("auth-login", http.MethodPost, "/auth/login", "Log in with email and password", pub), s.handleLogin)
+	huma.Register(api, op("auth-refresh", http.MethodPost, "/auth/refresh", "Trade a refresh token for a new token pair", pub), s.handleRefresh)
+	huma.Register(api, op("auth-forgot-password", http.MethodPost, "/auth/forgot-password", "Mail a password-reset link", pub), s.handleForgot)
+	huma.Register(api, op("auth-reset-password", http.MethodPost, "/auth/reset-password", "Set a new password with a reset token", pub), s.handleReset)
+
+	huma.Register(api, op("auth-2fa-setup", http.MethodPost, "/auth/2fa/setup", "Generate a TOTP secret", prot), s.handleSetup)
+	huma.Register(api, op("auth-2fa-verify", http.MethodPost, "/auth/2fa/verify", "Enable 2FA with a TOTP code", prot), s.handleVerify)
+	huma.Register(api, op("auth-2fa-disable", http.MethodPost, "/auth/2fa/disable", "Disable 2FA with a TOTP or recovery code", prot), s.handleDisable)
+	huma.Register(api, op("auth-me", http.MethodGet, "/auth/me", "The caller's profile", prot), s.handleMe)
+	huma.Register(api, op("auth-me-update", http.MethodPatch, "/auth/me", "Change the caller's profile", prot), s.handleUpdateMe)
+	huma.Register(api, op("auth-logout", http.MethodPost, "/auth/logout", "Log out", prot), s.handleLogout)
+	return nil
+}
+
+type ipKey struct{}
+
+// clientIP puts the client address in the context: the TCP peer, or with
+// TrustProxy the last X-Forwarded-For entry (the one our proxy appended).
+func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
+	ip := ""
+	if s.d.TrustProxy {
+		if xff := ctx.Header("X-Forwarded-For"); xff != "" {
+			parts := strings.Split(xff, ",")
+			ip = strings.TrimSpace(parts[len(parts)-1])
+		}
+	}
+	if ip == "" {
+		ip = ctx.RemoteAddr()
+		if h, _, err := net.SplitHostPort(ip); err == nil {
+			ip = h
+		}
+	}
+	if ip == "" {
+		ip = "unknown"
+	}
+	next(huma.WithValue(ctx, ipKey{}, ip))
+}
+
+func ipFrom(ctx context.Context) string {
+	ip, _ := ctx.Value(ipKey{}).(string)
+	return ip
+}
+
+func principal(ctx context.Context) platform.Principal {
+	p, _ := platform.PrincipalFrom(ctx)
+	return p
+}
+
+// emailField normalizes *e in place, or reports a validation error at path.
+func emailField(e *string, pb *huma.PathBuffer, name string) []error {
+	n, err := normalizeEmail(*e)
+	if err != nil {
+		return []error{&huma.ErrorDetail{Location: pb.With(name), Message: err.Error()}}
+	}
+	*e = n
+	return nil
+}
+
+func mismatch(pb *huma.PathBuffer) error {
+	return &huma.ErrorDetail{Location: pb.With("confirmPassword"), Message: "passwords do not match"}
+}
+
+// ---- register ----
+
+type profileFields struct {
+	Name             string `json:"name,omitempty" maxLength:"100"`
+	Username         string `json:"username,omitempty" maxLength:"64"`
+	Bio              string `json:"bio,omitempty" maxLength:"1000"`
+	Company          string `json:"company,omitempty" maxLength:"100"`
+	Location         string `json:"location,omitempty" maxLength:"100"`
+	Website          string `json:"website,omitempty" maxLength:"2048"`
+	CodehostUsername string `json:"codehostUsername,omitempty" maxLength:"100"`
+	Image            string `json:"image,omitempty" maxLength:"2048" doc:"Avatar URL"`
+}
+
+type registerBody struct {
+	Email           string `json:"email" format:"email" maxLength:"254" doc:"Login email; stored lower-case"`
+	Password        string `json:"password" minLength:"6" maxLength:"128"`
+	ConfirmPassword string `json:"confirmPassword" maxLength:"128" doc:"Must equal password"`
+	profileFields
+}
+
+func (b *registerBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
+	errs := emailField(&b.Email, pb, "email")
+	if b.ConfirmPassword != b.Password {
+		errs = append(errs, mismatch(pb))
+	}
+	return errs
+}
+
+type registerInput struct{ Body registerBody }
+type userOutput struct{ Body *User }
+
+func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userOutput, error) {
+	if err := s.allow(ipFrom(ctx), "register-ip:", s.d.Limits.RegisterPerIP); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	b := in.Body
+	u, err := s.CreateUser(ctx, CreateUserParams{
+		Email: b.Email, Password: b.Password, Name: b.Name, Username: b.Username, Bio: b.Bio, Company: b.Company,
+		Location: b.Location, Website: b.Website, CodehostUsername: b.CodehostUsername, Image: b.Image,
+	})
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &userOutput{Body: u}, nil
+}
+
+// ---- login, refresh ----
+
+type loginBody struct {
+	Email         string `json:"email" format:"email" maxLength:"254"`
+	Password      string `json:"password" minLength:"1" maxLength:"128"`
+	TwoFactorCode string `json:"twoFactorCode,omitempty" maxLength:"32" doc:"TOTP code or recovery code; required when 2FA is enabled"`
+}
+
+func (b *loginBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
+	return emailField(&b.Email, pb, "email")
+}
+
+type loginInput struct{ Body loginBody }
+type tokenOutput struct{ Body TokenPair }
+
+func (s *Service) handleLogin(ctx context.Context, in *loginInput) (*tokenOutput, error) {
+	pair, err := s.Login(ctx, LoginParams{Email: in.Body.Email, Password: in.Body.Password,
+		TwoFactorCode: in.Body.TwoFactorCode, IP: ipFrom(ctx)})
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &tokenOutput{Body: pair}, nil
+}
+
+type refreshInput struct {
+	Body struct {
+		RefreshToken string `json:"refreshToken" minLength:"1" maxLength:"256"`
+	}
+}
+
+func (s *Service) handleRefresh(ctx context.Context, in *refreshInput) (*tokenOutput, error) {
+	pair, err := s.Refresh(ctx, in.Body.RefreshToken)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &tokenOutput{Body: pair}, nil
+}
+
+// ---- password reset ----
+
+// Ack is a plain acknowledgment.
+type Ack struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message,omitempty"`
+}
+
+type ackOutput struct{ Body Ack }
+
+type forgotBody struct {
+	Email string `json:"email" format:"email" maxLength:"254"`
+}
+
+func (b *forgotBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
+	return emailField(&b.Email, pb, "email")
+}
+
+type forgotInput struct{ Body forgotBody }
+
+func (s *Service) handleForgot(ctx context.Context, in *forgotInput) (*ackOutput, error) {
+	if err := s.ForgotPassword(ctx, in.Body.Email, ipFrom(ctx)); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &ackOutput{Body: Ack{OK: true, Message: "If an account exists for this email, a password reset link has been sent."}}, nil
+}
+
+type resetBody struct {
+	Token           string `json:"token" minLength:"1" maxLength:"256" doc:"The token from the reset link"`
+	NewPassword     string `json:"newPassword" minLength:"6" maxLength:"128"`
+	ConfirmPassword string `json:"confirmPassword" maxLength:"128" doc:"Must equal newPassword"`
+}
+
+func (b *resetBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
+	if b.ConfirmPassword != b.NewPassword {
+		return []error{mismatch(pb)}
+	}
+	return nil
+}
+
+type resetInput struct{ Body resetBody }
+
+func (s *Service) handleReset(ctx context.Context, in *resetInput) (*ackOutput, error) {
+	if err := s.ResetPassword(ctx, in.Body.Token, in.Body.NewPassword); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &ackOutput{Body: Ack{OK: true, Message: "Password changed. Log in with the new password."}}, nil
+}
+
+// ---- 2FA ----
+
+type setupOutput struct{ Body TwoFactorSetup }
+
+func (s *Service) handleSetup(ctx context.Context, _ *struct{}) (*setupOutput, error) {
+	out, err := s.SetupTwoFactor(ctx, principal(ctx).UserID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &setupOutput{Body: out}, nil
+}
+
+type codeInput struct {
+	Body struct {
+		Code string `json:"code" minLength:"1" maxLength:"32" doc:"6-digit TOTP code (disable also takes a recovery code)"`
+	}
+}
+
+type verifyOutput struct{ Body TwoFactorEnabled }
+
+func (s *Service) handleVerify(ctx context.Context, in *codeInput) (*verifyOutput, error) {
+	out, err := s.VerifyTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx))
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &verifyOutput{Body: out}, nil
+}
+
+type disableOutput struct {
+	Body struct {
+		Enabled bool `json:"enabled"`
+	}
+}
+
+func (s *Service) handleDisable(ctx context.Context, in *codeInput) (*disableOutput, error) {
+	if err := s.DisableTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx)); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &disableOutput{}, nil
+}
+
+// ---- profile, logout ----
+
+func (s *Service) handleMe(ctx context.Context, _ *struct{}) (*userOutput, error) {
+	u, err := s.UserByID(ctx, principal(ctx).UserID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &userOutput{Body: u}, nil
+}
+
+type patchBody struct {
+	Email            *string `json:"email,omitempty" format:"email" maxLength:"254"`
+	Name             *string `json:"name,omitempty" maxLength:"100"`
+	Username         *string `json:"username,omitempty" maxLength:"64"`
+	Bio              *string `json:"bio,omitempty" maxLength:"1000"`
+	Company          *string `json:"company,omitempty" maxLength:"100"`
+	Location         *string `json:"location,omitempty" maxLength:"100"`
+	Website          *string `json:"website,omitempty" maxLength:"2048"`
+	CodehostUsername *string `json:"codehostUsername,omitempty" maxLength:"100"`
+	Image            *string `json:"image,omitempty" maxLength:"2048"`
+}
+
+func (b *patchBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
+	if b.Email == nil {
+		return nil
+	}
+	return emailField(b.Email, pb, "email")
+}
+
+type patchInput struct{ Body patchBody }
+
+func (s *Service) handleUpdateMe(ctx context.Context, in *patchInput) (*userOutput, error) {
+	b := in.Body
+	u, err := s.UpdateProfile(ctx, principal(ctx).UserID, ProfilePatch{
+		Email: b.Email, Name: b.Name, Username: b.Username, Bio: b.Bio, Company: b.Company, Location: b.Location,
+		Website: b.Website, CodehostUsername: b.CodehostUsername, Image: b.Image,
+	})
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &userOutput{Body: u}, nil
+}
+
+type logoutInput struct {
+	Body *struct {
+		RefreshToken string `json:"refreshToken,omitempty" maxLength:"256" doc:"Also revoke this refresh token's session"`
+	}
+}
+
+func (s *Service) handleLogout(ctx context.Context, in *logoutInput) (*ackOutput, error) {
+	if in.Body != nil && in.Body.RefreshToken != "" {
+		if err := s.RevokeSession(ctx, principal(ctx).UserID, in.Body.RefreshToken); err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+	}
+	return &ackOutput{Body: Ack{OK: true, Message: "Logged out."}}, nil
+}

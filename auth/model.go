@@ -1,0 +1,131 @@
+package auth
+
+import (
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// User is an account as the API shows it. It holds no secret: the password
+// hash, the TOTP secret and tokens live only in the store.
+type User struct {
+	ID               platform.ID   `json:"id" doc:"User id (UUID)"`
+	Email            string        `json:"email" doc:"Login email, lower-case"`
+	Name             *string       `json:"name" doc:"Display name"`
+	Username         *string       `json:"username"`
+	Bio              *string       `json:"bio"`
+	Company          *string       `json:"company"`
+	Location         *string       `json:"location"`
+	Website          *string       `json:"website"`
+	CodehostUsername *string       `json:"codehostUsername" doc:"Username at the code-hosting provider"`
+	Image            *string       `json:"image" doc:"Avatar URL"`
+	Role             platform.Role `json:"role" enum:"USER,ADMIN"`
+	TwoFactorEnabled bool          `json:"twoFactorEnabled"`
+	EmailVerified    bool          `json:"-"`
+	HasPassword      bool          `json:"-"`
+	CreatedAt        time.Time     `json:"createdAt"`
+	UpdatedAt        time.Time     `json:"updatedAt"`
+}
+
+// userRow is the stored account.
+type userRow struct {
+	bun.BaseModel `bun:"table:auth_users"`
+
+	ID               string    `bun:"id,pk,type:varchar(36)"`
+	Email            string    `bun:"email,notnull"`
+	EmailVerified    bool      `bun:"email_verified,notnull,default:false"`
+	PasswordHash     string    `bun:"password_hash,notnull,default:''"` // empty: no password login (OAuth-only user)
+	Name             *string   `bun:"name"`
+	Username         *string   `bun:"username"`
+	Bio              *string   `bun:"bio"`
+	Company          *string   `bun:"company"`
+	Location         *string   `bun:"location"`
+	Website          *string   `bun:"website"`
+	CodehostUsername *string   `bun:"codehost_username"`
+	Image            *string   `bun:"image"`
+	Role             string    `bun:"role,notnull,default:'USER'"`
+	SessionVersion   int64     `bun:"session_version,notnull,default:0"`
+	TOTPSecret       string    `bun:"totp_secret,notnull,default:''"` // sealed; empty: none
+	TOTPEnabled      bool      `bun:"totp_enabled,notnull,default:false"`
+	TOTPLastStep     int64     `bun:"totp_last_step,notnull,default:0"`
+	CreatedAt        time.Time `bun:"created_at,notnull"`
+	UpdatedAt        time.Time `bun:"updated_at,notnull"`
+}
+
+// refreshRow is one refresh token. Tokens of one login share FamilyID and ExpiresAt.
+type refreshRow struct {
+	bun.BaseModel `bun:"table:auth_refresh_tokens"`
+
+	ID        string     `bun:"id,pk,type:varchar(36)"`
+	Hash      string     `bun:"hash,notnull,type:varchar(64)"`
+	FamilyID  string     `bun:"family_id,notnull,type:varchar(36)"`
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+	RevokedAt *time.Time `bun:"revoked_at"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
+// resetRow is one password-reset token.
+type resetRow struct {
+	bun.BaseModel `bun:"table:auth_reset_tokens"`
+
+	ID        string     `bun:"id,pk,type:varchar(36)"`
+	Hash      string     `bun:"hash,notnull,type:varchar(64)"`
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
+// recoveryRow is one 2FA recovery code.
+type recoveryRow struct {
+	bun.BaseModel `bun:"table:auth_recovery_codes"`
+
+	ID        string     `bun:"id,pk,type:varchar(36)"`
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	Hash      string     `bun:"hash,notnull,type:varchar(64)"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
+// Migrations are the auth module's tables, for db.Migrate.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "auth", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*userRow)(nil), (*refreshRow)(nil), (*resetRow)(nil), (*recoveryRow)(nil)),
+			db.CreateIndex((*userRow)(nil), "auth_users_email_uq", true, "email"),
+			db.CreateIndex((*refreshRow)(nil), "auth_refresh_tokens_hash_uq", true, "hash"),
+			db.CreateIndex((*refreshRow)(nil), "auth_refresh_tokens_family_idx", false, "family_id"),
+			db.CreateIndex((*refreshRow)(nil), "auth_refresh_tokens_user_idx", false, "user_id"),
+			db.CreateIndex((*resetRow)(nil), "auth_reset_tokens_hash_uq", true, "hash"),
+			db.CreateIndex((*resetRow)(nil), "auth_reset_tokens_user_idx", false, "user_id"),
+			db.CreateIndex((*recoveryRow)(nil), "auth_recovery_codes_user_idx", false, "user_id"),
+		),
+	}}}
+}
+
+func (r *userRow) toUser(admins map[string]bool) *User {
+	role := platform.Role(r.Role)
+	if admins[r.Email] {
+		role = platform.RoleAdmin
+	}
+	if role != platform.RoleAdmin {
+		role = platform.RoleUser
+	}
+	return &User{
+		ID: r.ID, Email: r.Email, Name: r.Name, Username: r.Username, Bio: r.Bio, Company: r.Company,
+		Location: r.Location, Website: r.Website, CodehostUsername: r.CodehostUsername, Image: r.Image,
+		Role: role, TwoFactorEnabled: r.TOTPEnabled, EmailVerified: r.EmailVerified,
+		HasPassword: r.PasswordHash != "", CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+	}
+}

@@ -1,0 +1,326 @@
+package auth
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/mail"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Sealer seals secrets at rest (the TOTP secrets). *secret.Sealer implements it.
+type Sealer interface {
+	Seal(plaintext string) (string, error)
+	Open(sealed string) (string, error)
+}
+
+// Limits are the brute-force limits. Zero fields take the defaults shown;
+// a negative Max switches a limit off (benchmarks).
+type Limits struct {
+	// LoginPerAccount counts failed logins per email. Default 10 per 15m; a
+	// successful login gives its attempt back.
+	LoginPerAccount Limit
+	// LoginPerIP counts logins per client address. Default 100 per 15m.
+	LoginPerIP Limit
+	// TwoFactorPerUser counts failed 2FA codes (login, verify, disable) per user.
+	// Default 10 per 15m.
+	TwoFactorPerUser Limit
+	// TwoFactorPerIP counts 2FA verify and disable calls per client address. Default 100 per 15m.
+	TwoFactorPerIP Limit
+	// ForgotPerAccount counts reset mails per email. Default 5 per 1h.
+	ForgotPerAccount Limit
+	// ForgotPerIP counts forgot-password calls per client address. Default 30 per 1h.
+	ForgotPerIP Limit
+	// RegisterPerIP counts registrations per client address. Default 30 per 1h.
+	RegisterPerIP Limit
+	// MaxKeys bounds the limiter's memory (buckets kept). Default 100000.
+	MaxKeys int
+}
+
+// Deps are what the auth module needs. DB, Sealer and JWTSecret are required.
+type Deps struct {
+	// DB holds the auth tables (see Migrations).
+	DB bun.IDB
+	// Sealer seals TOTP secrets at rest.
+	Sealer Sealer
+	// Mailer sends password-reset mail. Default LogMailer on Logger.
+	Mailer Mailer
+	// Clock tells the time. Default platform.SystemClock.
+	Clock platform.Clock
+	// Logger receives the module's logs. Default: discard.
+	Logger *slog.Logger
+
+	// JWTSecret signs access tokens (HS256). At least 32 bytes.
+	JWTSecret []byte
+	// Issuer is the iss claim. Default "keelson".
+	Issuer string
+	// Audience is the aud claim. Default "keelson-api".
+	Audience string
+	// AccessTTL is the lifetime of an access token. Default 15m.
+	AccessTTL time.Duration
+	// RefreshTTL is the absolute lifetime of a login's refresh tokens, counted
+	// from the login however often they are rotated. Default 30 days.
+	RefreshTTL time.Duration
+	// ResetTTL is the lifetime of a password-reset token. Default 30m, at most 1h.
+	ResetTTL time.Duration
+	// TOTPIssuer names the service in authenticator apps. Default "Keelson".
+	TOTPIssuer string
+
+	// AdminEmails get the ADMIN role (KEELSON_ADMIN_EMAILS).
+	AdminEmails []string
+	// FrontendURL is where reset links point: <FrontendURL>/reset-password?token=...
+	// Default http://localhost:3000.
+	FrontendURL string
+	// TrustProxy takes the client address for rate limits from the last
+	// X-Forwarded-For entry (set it only behind a proxy that sets that header).
+	TrustProxy bool
+	// PasswordHashConcurrency is how many argon2id hashes may run at once
+	// (each holds 19 MiB). Default max(2, NumCPU).
+	PasswordHashConcurrency int
+	// Limits are the brute-force limits.
+	Limits Limits
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Mailer == nil {
+		d.Mailer = LogMailer{Log: d.Logger}
+	}
+	d.Issuer = cmp.Or(d.Issuer, "keelson")
+	d.Audience = cmp.Or(d.Audience, "keelson-api")
+	d.AccessTTL = cmp.Or(d.AccessTTL, 15*time.Minute)
+	d.RefreshTTL = cmp.Or(d.RefreshTTL, 30*24*time.Hour)
+	d.ResetTTL = cmp.Or(d.ResetTTL, 30*time.Minute)
+	d.TOTPIssuer = cmp.Or(d.TOTPIssuer, "Keelson")
+	d.FrontendURL = strings.TrimRight(cmp.Or(d.FrontendURL, "http://localhost:3000"), "/")
+	d.PasswordHashConcurrency = cmp.Or(d.PasswordHashConcurrency, max(2, runtime.NumCPU()))
+	l := &d.Limits
+	l.LoginPerAccount = l.LoginPerAccount.or(Limit{10, 15 * time.Minute})
+	l.LoginPerIP = l.LoginPerIP.or(Limit{100, 15 * time.Minute})
+	l.TwoFactorPerUser = l.TwoFactorPerUser.or(Limit{10, 15 * time.Minute})
+	l.TwoFactorPerIP = l.TwoFactorPerIP.or(Limit{100, 15 * time.Minute})
+	l.ForgotPerAccount = l.ForgotPerAccount.or(Limit{5, time.Hour})
+	l.ForgotPerIP = l.ForgotPerIP.or(Limit{30, time.Hour})
+	l.RegisterPerIP = l.RegisterPerIP.or(Limit{30, time.Hour})
+	l.MaxKeys = cmp.Or(l.MaxKeys, 100_000)
+	return d
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.DB == nil {
+		errs = append(errs, errors.New("DB is required"))
+	}
+	if d.Sealer == nil {
+		errs = append(errs, errors.New("Sealer is required"))
+	}
+	if len(d.JWTSecret) < 32 {
+		errs = append(errs, errors.New("JWTSecret must be at least 32 bytes"))
+	}
+	if d.AccessTTL < 0 || d.RefreshTTL < 0 || d.ResetTTL < 0 {
+		errs = append(errs, errors.New("token lifetimes must not be negative"))
+	}
+	if d.ResetTTL > time.Hour {
+		errs = append(errs, errors.New("ResetTTL must be at most 1h"))
+	}
+	if d.PasswordHashConcurrency < 0 {
+		errs = append(errs, errors.New("PasswordHashConcurrency must not be negative"))
+	}
+	if d.FrontendURL != "" {
+		if u, err := url.Parse(d.FrontendURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, errors.New("FrontendURL must be an absolute http(s) URL"))
+		}
+	}
+	for _, e := range d.AdminEmails {
+		if _, err := normalizeEmail(e); err != nil {
+			errs = append(errs, fmt.Errorf("AdminEmails: %q is not an email address", e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Service is the auth module: its handlers, the bearer Authenticator and the
+// account operations the OAuth flows build on.
+type Service struct {
+	d       Deps
+	db      bun.IDB
+	log     *slog.Logger
+	hasher  *hasher
+	limiter *limiter
+	admins  map[string]bool
+}
+
+var _ platform.Authenticator = (*Service)(nil)
+
+// New validates d and builds the service. It hashes one dummy password (to
+// time unknown-account logins), so it takes a few tens of milliseconds.
+func New(d Deps) (*Service, error) {
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	d = d.withDefaults()
+	h, err := newHasher(d.PasswordHashConcurrency)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	s := &Service{
+		d: d, db: d.DB, log: d.Logger, hasher: h,
+		limiter: newLimiter(d.Clock.Now, d.Limits.MaxKeys),
+		admins:  map[string]bool{},
+	}
+	for _, e := range d.AdminEmails {
+		n, _ := normalizeEmail(e)
+		s.admins[n] = true
+	}
+	return s, nil
+}
+
+// Register builds the service from d and adds its routes to api. It is
+// New followed by (*Service).Register; the host keeps the service to hand
+// other modules their Authenticator.
+func Register(api huma.API, d Deps) (*Service, error) {
+	s, err := New(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Register(api); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
+
+// normalizeEmail trims and lower-cases e and checks that it is a bare address
+// (no display name, no spaces).
+func normalizeEmail(e string) (string, error) {
+	e = strings.ToLower(strings.TrimSpace(e))
+	if len(e) > 254 || strings.ContainsAny(e, " \t\r\n") {
+		return "", errors.New("expected a plain email address")
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil || a.Address != e || !strings.Contains(e[strings.LastIndexByte(e, '@')+1:], ".") && !strings.HasSuffix(e, "@localhost") {
+		return "", errors.New("expected a plain email address")
+	}
+	return e, nil
+}
+
+// ---- account operations (also used by auth/oauth) ----
+
+// CreateUserParams describe a new account. Password is optional: a user
+// without one cannot log in with a password (OAuth-only).
+type CreateUserParams struct {
+	Email                           string
+	EmailVerified                   bool
+	Password                        string
+	Name                            string
+	Username                        string
+	Image                           string
+	CodehostUsername                string
+	Bio, Company, Location, Website string
+}
+
+// CreateUser stores a new account. A taken email is a *platform.Error 409
+// (errors.Is platform.ErrConflict); a malformed one a 400.
+func (s *Service) CreateUser(ctx context.Context, p CreateUserParams) (*User, error) {
+	email, err := normalizeEmail(p.Email)
+	if err != nil {
+		return nil, platform.Invalid("email: " + err.Error())
+	}
+	hash := ""
+	if p.Password != "" {
+		if hash, err = s.hasher.hash(ctx, p.Password); err != nil {
+			return nil, err
+		}
+	}
+	now := s.now()
+	row := &userRow{
+		ID: platform.NewID(), Email: email, EmailVerified: p.EmailVerified, PasswordHash: hash,
+		Name: opt(p.Name), Username: opt(p.Username), Image: opt(p.Image), CodehostUsername: opt(p.CodehostUsername),
+		Bio: opt(p.Bio), Company: opt(p.Company), Location: opt(p.Location), Website: opt(p.Website),
+		Role: string(platform.RoleUser), CreatedAt: now, UpdatedAt: now,
+	}
+	if s.admins[email] {
+		row.Role = string(platform.RoleAdmin)
+	}
+	if _, err := s.db.NewInsert().Model(row).Exec(ctx); err != nil {
+		if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
+			return nil, emailTaken(err)
+		}
+		return nil, err
+	}
+	return row.toUser(s.admins), nil
+}
+
+func emailTaken(cause error) *platform.Error {
+	e := platform.Conflict("email: an account with this email already exists")
+	e.Err = cause
+	return e
+}
+
+// UserByID returns the account with id, or an error wrapping platform.ErrNotFound.
+func (s *Service) UserByID(ctx context.Context, id platform.ID) (*User, error) {
+	row, err := s.userRow(ctx, s.db, "id", id)
+	if err != nil {
+		return nil, err
+	}
+	return row.toUser(s.admins), nil
+}
+
+// UserByEmail returns the account with email (matched case-insensitively), or
+// an error wrapping platform.ErrNotFound.
+func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) {
+	n, err := normalizeEmail(email)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", platform.ErrNotFound, err)
+	}
+	row, err := s.userRow(ctx, s.db, "email", n)
+	if err != nil {
+		return nil, err
+	}
+	return row.toUser(s.admins), nil
+}
+
+// SetCodehostUsername records the user's username at the code-hosting provider.
+func (s *Service) SetCodehostUsername(ctx context.Context, id platform.ID, username string) error {
+	res, err := s.db.NewUpdate().Model((*userRow)(nil)).
+		Set("codehost_username = ?", opt(username)).Set("updated_at = ?", s.now()).
+		Where("id = ?", id).Exec(ctx)
+	if err != nil {
+		return db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return platform.NotFound("user not found")
+	}
+	return nil
+}
+
+func (s *Service) userRow(ctx context.Context, idb bun.IDB, col, val string) (*userRow, error) {
+	row := new(userRow)
+	if err := idb.NewSelect().Model(row).Where("? = ?", bun.Ident(col), val).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return row, nil
+}
+
+func opt(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
