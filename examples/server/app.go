@@ -17,6 +17,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/httpx"
@@ -53,6 +54,7 @@ type App struct {
 
 	// Module services, set by the wire files for the modules wired after them.
 	// (Each wire_<module>.go adds its own typed field here.)
+	Auth *auth.Service // wire_auth.go; also a.Authn
 }
 
 // NewApp opens the database, builds and registers every module, and runs the

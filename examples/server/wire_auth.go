@@ -1,8 +1,38 @@
 package main
 
-import "context"
+import (
+	"context"
 
-// wireAuth builds the auth module and registers its routes. Owned by the auth module's engineer.
+	"github.com/keelson-dev/keelson/auth"
+)
+
+// wireAuth builds the auth module, registers its routes and makes it the
+// bearer authenticator (a.Authn) of every other module. With KEELSON_SMTP_URL
+// unset, reset mails are logged (development fallback, DESIGN.md section 2).
 func (a *App) wireAuth(ctx context.Context) error {
+	log := a.Log.With("module", "auth")
+	var mailer auth.Mailer = auth.LogMailer{Log: log}
+	if a.Cfg.SMTPURL != "" {
+		m, err := auth.NewSMTPMailer(a.Cfg.SMTPURL, a.Cfg.MailFrom)
+		if err != nil {
+			return &ConfigError{"KEELSON_SMTP_URL", err.Error()}
+		}
+		mailer = m
+	}
+	svc, err := auth.Register(a.API, auth.Deps{
+		DB:          a.DB,
+		Sealer:      a.Sealer,
+		Mailer:      mailer,
+		Logger:      log,
+		JWTSecret:   a.JWTSecret,
+		AdminEmails: a.Cfg.AdminEmails,
+		FrontendURL: a.Cfg.FrontendURL,
+	})
+	if err != nil {
+		return err
+	}
+	a.migrate(auth.Migrations())
+	a.Auth = svc
+	a.Authn = svc
 	return nil
 }
