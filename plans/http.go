@@ -1,0 +1,120 @@
+package plans
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+type planOutput struct {
+	Body *Plan
+}
+
+type listOutput struct {
+	Body []*Plan
+}
+
+type idInput struct {
+	ID string `path:"id" maxLength:"36" doc:"Plan id (UUID)"`
+}
+
+type createInput struct {
+	Body PlanInput
+}
+
+type patchInput struct {
+	ID   string `path:"id" maxLength:"36" doc:"Plan id (UUID)"`
+	Body PlanPatch
+}
+
+type assignInput struct {
+	ID     string `path:"id" maxLength:"36" doc:"Plan id (UUID)"`
+	UserID string `path:"userId" maxLength:"36" doc:"User id (UUID)"`
+}
+
+// Register adds the plan routes to api: GET /plans and GET /plans/{id} are
+// public; POST, PATCH, DELETE and the account assignment need the ADMIN role.
+func (s *Service) Register(api huma.API) error {
+	if s.d.Auth == nil {
+		return errors.New("plans: Deps.Auth is required to register routes")
+	}
+	admin := huma.Middlewares{platform.RequireRole(api, s.d.Auth, platform.RoleAdmin)}
+	tags := []string{"Plans"}
+
+	huma.Register(api, huma.Operation{
+		OperationID: "list-plans", Method: http.MethodGet, Path: "/plans", Tags: tags,
+		Summary: "List plans", Description: "Every plan, lowest tier first. Public.",
+	}, func(ctx context.Context, _ *struct{}) (*listOutput, error) {
+		ps, err := s.List(ctx)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &listOutput{Body: ps}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "get-plan", Method: http.MethodGet, Path: "/plans/{id}", Tags: tags,
+		Summary: "Get a plan", Description: "Public.",
+	}, func(ctx context.Context, in *idInput) (*planOutput, error) {
+		p, err := s.Get(ctx, in.ID)
+		if err != nil {
+			if errors.Is(err, platform.ErrNotFound) {
+				err = platform.NotFound("plan not found")
+			}
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &planOutput{Body: p}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "create-plan", Method: http.MethodPost, Path: "/plans", Tags: tags,
+		Summary: "Create a plan", Description: "ADMIN only. A taken name is 409.",
+		DefaultStatus: http.StatusCreated, Security: platform.Bearer(), Middlewares: admin,
+		MaxBodyBytes: 16 << 10,
+	}, func(ctx context.Context, in *createInput) (*planOutput, error) {
+		p, err := s.Create(ctx, in.Body)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &planOutput{Body: p}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "update-plan", Method: http.MethodPatch, Path: "/plans/{id}", Tags: tags,
+		Summary: "Update a plan",
+		Description: "ADMIN only. Any subset of the create fields. Renaming a plan projects use, " +
+			"or moving the last FREE-tier plan to another tier, is 409.",
+		Security: platform.Bearer(), Middlewares: admin, MaxBodyBytes: 16 << 10,
+	}, func(ctx context.Context, in *patchInput) (*planOutput, error) {
+		p, err := s.Update(ctx, in.ID, in.Body)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &planOutput{Body: p}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "delete-plan", Method: http.MethodDelete, Path: "/plans/{id}", Tags: tags,
+		Summary: "Delete a plan",
+		Description: "ADMIN only. A plan used by projects or as an account plan, or the last FREE-tier " +
+			"plan, cannot be deleted (409). Answers the deleted plan.",
+		Security: platform.Bearer(), Middlewares: admin,
+	}, func(ctx context.Context, in *idInput) (*planOutput, error) {
+		p, err := s.Delete(ctx, in.ID)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &planOutput{Body: p}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "assign-account-plan", Method: http.MethodPut, Path: "/plans/{id}/accounts/{userId}", Tags: tags,
+		Summary:       "Put a user on a plan",
+		Description:   "ADMIN only. Makes the plan the user's account plan (users without one are on the default FREE-tier plan).",
+		DefaultStatus: http.StatusNoContent, Security: platform.Bearer(), Middlewares: admin,
+	}, func(ctx context.Context, in *assignInput) (*struct{}, error) {
+		if err := s.AssignAccountPlan(ctx, in.UserID, in.ID); err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return nil, nil
+	})
+	return nil
+}

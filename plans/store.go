@@ -1,0 +1,131 @@
+package plans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+type planRow struct {
+	bun.BaseModel `bun:"table:plans"`
+
+	ID               string    `bun:"id,pk,type:varchar(36)"`
+	Name             string    `bun:"name,notnull,type:varchar(64)"`
+	Tier             string    `bun:"tier,notnull,type:varchar(16)"`
+	MaxProjects      int       `bun:"max_projects,notnull"`
+	MaxDeployments   int       `bun:"max_deployments,notnull"`
+	MaxMemoryMi      int       `bun:"max_memory_mi,notnull"`
+	MaxCpuM          int       `bun:"max_cpu_m,notnull"`
+	MaxStorageGi     int       `bun:"max_storage_gi,notnull"`
+	MaxBandwidthGb   int       `bun:"max_bandwidth_gb,notnull"`
+	BuildTimeoutMins int       `bun:"build_timeout_mins,notnull"`
+	CustomDomains    bool      `bun:"custom_domains,notnull"`
+	TeamMembers      bool      `bun:"team_members,notnull"`
+	PriorityBuilds   bool      `bun:"priority_builds,notnull"`
+	CreatedAt        time.Time `bun:"created_at,notnull"`
+	UpdatedAt        time.Time `bun:"updated_at,notnull"`
+}
+
+// assignmentRow is a user's account plan. Users without a row are on the
+// default (FREE-tier) plan. It refers to the plan by id so renames are safe.
+type assignmentRow struct {
+	bun.BaseModel `bun:"table:plan_assignments"`
+
+	UserID     string    `bun:"user_id,pk,type:varchar(36)"`
+	PlanID     string    `bun:"plan_id,notnull,type:varchar(36)"`
+	AssignedAt time.Time `bun:"assigned_at,notnull"`
+}
+
+// Migrations are the plans tables, for the host's db.Migrate.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "plans", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*planRow)(nil), (*assignmentRow)(nil)),
+			db.CreateIndex((*planRow)(nil), "plans_name_key", true, "name"),
+			db.CreateIndex((*planRow)(nil), "plans_tier_created_idx", false, "tier", "created_at", "id"),
+			db.CreateIndex((*assignmentRow)(nil), "plan_assignments_plan_idx", false, "plan_id"),
+		),
+	}}}
+}
+
+func (r *planRow) toPlan() *Plan {
+	return &Plan{
+		ID: r.ID, Name: r.Name, Tier: Tier(r.Tier),
+		MaxProjects: r.MaxProjects, MaxDeployments: r.MaxDeployments, MaxMemoryMi: r.MaxMemoryMi,
+		MaxCpuM: r.MaxCpuM, MaxStorageGi: r.MaxStorageGi, MaxBandwidthGb: r.MaxBandwidthGb,
+		BuildTimeoutMins: r.BuildTimeoutMins, CustomDomains: r.CustomDomains, TeamMembers: r.TeamMembers,
+		PriorityBuilds: r.PriorityBuilds, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+	}
+}
+
+func planGet(ctx context.Context, idb bun.IDB, id string) (*planRow, error) {
+	if !platform.ValidID(id) {
+		return nil, platform.ErrNotFound
+	}
+	r := new(planRow)
+	if err := idb.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, translate(err)
+	}
+	return r, nil
+}
+
+func planGetByName(ctx context.Context, idb bun.IDB, name string) (*planRow, error) {
+	r := new(planRow)
+	if err := idb.NewSelect().Model(r).Where("name = ?", name).Scan(ctx); err != nil {
+		return nil, translate(err)
+	}
+	return r, nil
+}
+
+// defaultPlan is the oldest FREE-tier plan.
+func defaultPlan(ctx context.Context, idb bun.IDB) (*planRow, error) {
+	r := new(planRow)
+	err := idb.NewSelect().Model(r).Where("tier = ?", string(TierFree)).
+		OrderExpr("created_at ASC, id ASC").Limit(1).Scan(ctx)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return r, nil
+}
+
+func countTier(ctx context.Context, idb bun.IDB, tier Tier) (int, error) {
+	n, err := idb.NewSelect().Model((*planRow)(nil)).Where("tier = ?", string(tier)).Count(ctx)
+	return int(n), translate(err)
+}
+
+func countAssignments(ctx context.Context, idb bun.IDB, planID string) (int, error) {
+	n, err := idb.NewSelect().Model((*assignmentRow)(nil)).Where("plan_id = ?", planID).Count(ctx)
+	return int(n), translate(err)
+}
+
+// lockPlans serialises plan writes that check an invariant across rows (the
+// last FREE plan, seeding). SQLite's single writer already serialises them.
+func lockPlans(ctx context.Context, tx bun.Tx) error {
+	if !db.IsPostgres(tx) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext('keelson:plans'))")
+	return err
+}
+
+func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
+
+// isNotFound reports a missing row.
+func isNotFound(err error) bool { return errors.Is(err, platform.ErrNotFound) }
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *platform.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("plans: %s: %w", op, err)
+}
