@@ -1,0 +1,481 @@
+// Package githubfake is a local stand-in for the GitHub REST API of a GitHub
+// App, for tests: a real HTTP server speaking GitHub's JSON (as documented at
+// docs.github.com/rest) that verifies the app's RS256 JWT with the app's public
+// key and accepts only the installation tokens it minted. It also builds
+// webhook payloads and delivers them signed, the way GitHub does.
+//
+// It serves only what Keelson calls: GET /app/installations/{id},
+// POST /app/installations/{id}/access_tokens and GET /installation/repositories
+// (with Link pagination). It is test code's dependency, never production's.
+package githubfake
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Options configure a fake.
+type Options struct {
+	// AppID is the app's id (iss of its JWTs). Default 1001.
+	AppID int64
+	// AppSlug is the app's URL name. Default "keelson-test".
+	AppSlug string
+	// Key is the app's private key. Default: a fresh 2048-bit key.
+	Key *rsa.PrivateKey
+	// Now tells the fake's time (JWT checks, token expiry). Default time.Now.
+	Now func() time.Time
+	// TokenTTL is the lifetime of minted tokens. Default 1 hour, as GitHub's.
+	TokenTTL time.Duration
+	// PageSize caps per_page, to exercise pagination. Default 100 (GitHub's max).
+	PageSize int
+}
+
+// Server is a running fake.
+type Server struct {
+	URL     string // API origin, e.g. http://127.0.0.1:PORT
+	AppID   int64
+	AppSlug string
+	Key     *rsa.PrivateKey
+	// WebURL is the base of repositories' html_url and clone_url. Default URL;
+	// point it at a local git server to make clone URLs cloneable.
+	WebURL string
+
+	srv  *httptest.Server
+	opts Options
+
+	mu            sync.Mutex
+	installations map[int64]*Installation
+	repos         map[int64][]*Repository // by installation
+	tokens        map[string]minted
+	mints         map[int64]int
+	calls         map[string]int
+}
+
+// Installation is a fake installation.
+type Installation struct {
+	ID           int64
+	Account      string
+	AccountID    int64
+	AccountType  string // "User" (default) or "Organization"
+	Suspended    bool
+	AllRepos     bool // repository_selection "all" (default "selected")
+	CreatedAt    time.Time
+	Repositories []*Repository
+}
+
+// Repository is a fake repository.
+type Repository struct {
+	ID            int64
+	Owner         string
+	Name          string
+	Private       bool
+	DefaultBranch string // default "main"
+	// HTMLURL and CloneURL default to <WebURL>/<owner>/<name>(.git).
+	HTMLURL  string
+	CloneURL string
+}
+
+// FullName is owner/name.
+func (r *Repository) FullName() string { return r.Owner + "/" + r.Name }
+
+type minted struct {
+	installation int64
+	expiresAt    time.Time
+}
+
+// New starts a fake; Close stops it.
+func New(o Options) *Server {
+	if o.AppID == 0 {
+		o.AppID = 1001
+	}
+	if o.AppSlug == "" {
+		o.AppSlug = "keelson-test"
+	}
+	if o.Key == nil {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			panic("githubfake: generate key: " + err.Error())
+		}
+		o.Key = k
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.TokenTTL == 0 {
+		o.TokenTTL = time.Hour
+	}
+	if o.PageSize <= 0 || o.PageSize > 100 {
+		o.PageSize = 100
+	}
+	s := &Server{
+		AppID: o.AppID, AppSlug: o.AppSlug, Key: o.Key, opts: o,
+		installations: map[int64]*Installation{}, repos: map[int64][]*Repository{},
+		tokens: map[string]minted{}, mints: map[int64]int{}, calls: map[string]int{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /app/installations/{id}", s.getInstallation)
+	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.createToken)
+	mux.HandleFunc("GET /installation/repositories", s.listRepos)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL
+	s.WebURL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// PrivateKeyPEM is the app's private key as GitHub hands it out (PKCS#1 PEM).
+func (s *Server) PrivateKeyPEM() string {
+	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(s.Key)}))
+}
+
+// AddInstallation registers in (and its repositories) and returns it.
+func (s *Server) AddInstallation(in Installation) *Installation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in.AccountType == "" {
+		in.AccountType = "User"
+	}
+	if in.AccountID == 0 {
+		in.AccountID = in.ID * 10
+	}
+	if in.CreatedAt.IsZero() {
+		in.CreatedAt = s.opts.Now().UTC()
+	}
+	for _, r := range in.Repositories {
+		s.fillRepo(r, in.Account)
+	}
+	p := &in
+	s.installations[in.ID] = p
+	s.repos[in.ID] = in.Repositories
+	return p
+}
+
+// AddRepository gives installation id access to r.
+func (s *Server) AddRepository(id int64, r *Repository) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.installations[id]
+	owner := ""
+	if in != nil {
+		owner = in.Account
+	}
+	s.fillRepo(r, owner)
+	s.repos[id] = append(s.repos[id], r)
+	if in != nil {
+		in.Repositories = s.repos[id]
+	}
+}
+
+func (s *Server) fillRepo(r *Repository, owner string) {
+	if r.Owner == "" {
+		r.Owner = owner
+	}
+	if r.DefaultBranch == "" {
+		r.DefaultBranch = "main"
+	}
+	if r.HTMLURL == "" {
+		r.HTMLURL = s.WebURL + "/" + r.FullName()
+	}
+	if r.CloneURL == "" {
+		r.CloneURL = r.HTMLURL + ".git"
+	}
+}
+
+// SetSuspended suspends or unsuspends installation id.
+func (s *Server) SetSuspended(id int64, suspended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.installations[id]; in != nil {
+		in.Suspended = suspended
+	}
+}
+
+// RemoveInstallation forgets installation id (as if uninstalled).
+func (s *Server) RemoveInstallation(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.installations, id)
+	delete(s.repos, id)
+	for tok, m := range s.tokens {
+		if m.installation == id {
+			delete(s.tokens, tok)
+		}
+	}
+}
+
+// TokenMints is how many access tokens were minted for installation id.
+func (s *Server) TokenMints(id int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mints[id]
+}
+
+// Calls is how many requests hit a route ("GET /installation/repositories", ...),
+// counting only those that passed authentication.
+func (s *Server) Calls(route string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[route]
+}
+
+// CheckToken reports which installation a token belongs to, if the fake minted
+// it and it has not expired. A local git server uses it to check clones.
+func (s *Server) CheckToken(token string) (installationID int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.tokens[token]
+	if !ok || !s.opts.Now().Before(m.expiresAt) {
+		return 0, false
+	}
+	return m.installation, true
+}
+
+// CanAccess reports whether token may read the repository at path "owner/name".
+func (s *Server) CanAccess(token, fullName string) bool {
+	id, ok := s.CheckToken(token)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.repos[id] {
+		if strings.EqualFold(r.FullName(), fullName) {
+			return true
+		}
+	}
+	return false
+}
+
+// --- HTTP handlers ---
+
+func (s *Server) count(route string) {
+	s.mu.Lock()
+	s.calls[route]++
+	s.mu.Unlock()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-GitHub-Media-Type", "github.v3; format=json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func notFound(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, map[string]string{
+		"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404",
+	})
+}
+
+func unauthorized(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusUnauthorized, map[string]string{
+		"message": msg, "documentation_url": "https://docs.github.com/rest", "status": "401",
+	})
+}
+
+// checkAppJWT verifies the request is authenticated as the app: an RS256 JWT
+// signed by the app's key, iss the app id, iat not in the future (60 s skew)
+// and exp at most 10 minutes after iat, not passed.
+func (s *Server) checkAppJWT(w http.ResponseWriter, r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		unauthorized(w, "A JSON web token could not be decoded")
+		return false
+	}
+	now := s.opts.Now()
+	var c jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return &s.Key.PublicKey, nil },
+		jwt.WithValidMethods([]string{"RS256"}), jwt.WithIssuedAt(), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return now }), jwt.WithLeeway(60*time.Second))
+	switch {
+	case err != nil:
+		unauthorized(w, "A JSON web token could not be decoded")
+		return false
+	case c.Issuer != strconv.FormatInt(s.AppID, 10):
+		unauthorized(w, "'Issuer' claim ('iss') must be an Integer")
+		return false
+	case c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > 10*time.Minute+time.Second:
+		unauthorized(w, "'Expiration time' claim ('exp') is too far in the future")
+		return false
+	}
+	return true
+}
+
+func (s *Server) installationJSON(in *Installation) map[string]any {
+	sel := "selected"
+	if in.AllRepos {
+		sel = "all"
+	}
+	var suspendedAt any
+	if in.Suspended {
+		suspendedAt = in.CreatedAt.Format(time.RFC3339)
+	}
+	return map[string]any{
+		"id":                   in.ID,
+		"account":              accountJSON(in.Account, in.AccountID, in.AccountType, s.WebURL),
+		"access_tokens_url":    fmt.Sprintf("%s/app/installations/%d/access_tokens", s.URL, in.ID),
+		"repositories_url":     s.URL + "/installation/repositories",
+		"html_url":             fmt.Sprintf("%s/settings/installations/%d", s.WebURL, in.ID),
+		"app_id":               s.AppID,
+		"app_slug":             s.AppSlug,
+		"target_id":            in.AccountID,
+		"target_type":          in.AccountType,
+		"permissions":          map[string]string{"contents": "read", "metadata": "read", "statuses": "write"},
+		"events":               []string{"push"},
+		"created_at":           in.CreatedAt.Format(time.RFC3339),
+		"updated_at":           in.CreatedAt.Format(time.RFC3339),
+		"single_file_name":     nil,
+		"repository_selection": sel,
+		"suspended_at":         suspendedAt,
+		"suspended_by":         nil,
+	}
+}
+
+func accountJSON(login string, id int64, typ, web string) map[string]any {
+	return map[string]any{
+		"login": login, "id": id, "node_id": "MDQ6VXNlcj" + strconv.FormatInt(id, 10),
+		"avatar_url": "https://avatars.githubusercontent.com/u/" + strconv.FormatInt(id, 10) + "?v=4",
+		"url":        "https://api.github.com/users/" + login, "html_url": web + "/" + login,
+		"type": typ, "site_admin": false,
+	}
+}
+
+func (s *Server) repoJSON(r *Repository) map[string]any {
+	return map[string]any{
+		"id": r.ID, "node_id": "R_kgDO" + strconv.FormatInt(r.ID, 10), "name": r.Name, "full_name": r.FullName(),
+		"private": r.Private, "owner": accountJSON(r.Owner, 0, "User", s.WebURL),
+		"html_url": r.HTMLURL, "description": nil, "fork": false, "url": s.URL + "/repos/" + r.FullName(),
+		"clone_url": r.CloneURL, "git_url": strings.Replace(r.CloneURL, "http", "git", 1),
+		"ssh_url": "git@github.com:" + r.FullName() + ".git", "default_branch": r.DefaultBranch,
+		"visibility": map[bool]string{true: "private", false: "public"}[r.Private],
+		"archived":   false, "disabled": false,
+	}
+}
+
+func (s *Server) getInstallation(w http.ResponseWriter, r *http.Request) {
+	if !s.checkAppJWT(w, r) {
+		return
+	}
+	s.count("GET /app/installations/{id}")
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	s.mu.Lock()
+	in := s.installations[id]
+	var body map[string]any
+	if in != nil {
+		body = s.installationJSON(in)
+	}
+	s.mu.Unlock()
+	if in == nil {
+		notFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	if !s.checkAppJWT(w, r) {
+		return
+	}
+	s.count("POST /app/installations/{id}/access_tokens")
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.installations[id]
+	if in == nil {
+		notFound(w)
+		return
+	}
+	if in.Suspended {
+		writeJSON(w, http.StatusForbidden, map[string]string{
+			"message": "This installation has been suspended", "documentation_url": "https://docs.github.com/rest", "status": "403",
+		})
+		return
+	}
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	tok := "ghs_" + hex.EncodeToString(b)
+	exp := s.opts.Now().Add(s.opts.TokenTTL).UTC().Truncate(time.Second)
+	s.tokens[tok] = minted{installation: id, expiresAt: exp}
+	s.mints[id]++
+	sel := "selected"
+	if in.AllRepos {
+		sel = "all"
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"token": tok, "expires_at": exp.Format(time.RFC3339),
+		"permissions":          map[string]string{"contents": "read", "metadata": "read"},
+		"repository_selection": sel,
+	})
+}
+
+func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
+	authz := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(authz, "Bearer ")
+	if !ok {
+		tok, ok = strings.CutPrefix(authz, "token ")
+	}
+	id, valid := s.CheckToken(tok)
+	if !ok || !valid {
+		unauthorized(w, "Bad credentials")
+		return
+	}
+	s.count("GET /installation/repositories")
+	perPage, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if perPage <= 0 {
+		perPage = 30
+	}
+	perPage = min(perPage, s.opts.PageSize)
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	if page <= 0 {
+		page = 1
+	}
+	s.mu.Lock()
+	all := append([]*Repository(nil), s.repos[id]...)
+	in := s.installations[id]
+	s.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	lastPage := max(1, (len(all)+perPage-1)/perPage)
+	start := min((page-1)*perPage, len(all))
+	end := min(start+perPage, len(all))
+	items := make([]map[string]any, 0, end-start)
+	for _, repo := range all[start:end] {
+		items = append(items, s.repoJSON(repo))
+	}
+	link := func(p int) string {
+		return fmt.Sprintf("<%s/installation/repositories?per_page=%d&page=%d>", s.URL, perPage, p)
+	}
+	var links []string
+	if page > 1 {
+		links = append(links, link(page-1)+`; rel="prev"`, link(1)+`; rel="first"`)
+	}
+	if page < lastPage {
+		links = append(links, link(page+1)+`; rel="next"`, link(lastPage)+`; rel="last"`)
+	}
+	if len(links) > 0 {
+		w.Header().Set("Link", strings.Join(links, ", "))
+	}
+	sel := "selected"
+	if in != nil && in.AllRepos {
+		sel = "all"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"total_count": len(all), "repositories": items, "repository_selection": sel,
+	})
+}

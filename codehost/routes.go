@@ -1,0 +1,334 @@
+package codehost
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/uptrace/bun"
+)
+
+// MaxWebhookBytes is the body limit of the webhook route alone: the provider
+// sends up to 25 MB.
+const MaxWebhookBytes = 25 << 20
+
+// Register adds the /codehost routes to api.
+func (s *Service) Register(api huma.API) error {
+	if api == nil {
+		return errors.New("codehost: api is required")
+	}
+	auth := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
+	tags := []string{"Code host"}
+	huma.Register(api, huma.Operation{
+		OperationID: "codehost-connect", Method: http.MethodGet, Path: "/codehost/connect",
+		Summary:     "Get the URL that installs the code-host app",
+		Description: "The URL carries a signed state bound to the caller, valid for 10 minutes and usable once.",
+		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
+	}, s.connect)
+	huma.Register(api, huma.Operation{
+		OperationID: "codehost-app-callback", Method: http.MethodGet, Path: "/codehost/app/callback",
+		Summary:     "Install callback of the code-host app",
+		Description: "Validates the state, confirms the installation with the provider, links it to the user who asked for the install URL, and redirects to the frontend's connected-accounts page with codehost=connected or codehost=error&reason=...",
+		Tags:        tags, DefaultStatus: http.StatusFound,
+	}, s.callback)
+	huma.Register(api, huma.Operation{
+		OperationID: "codehost-repositories", Method: http.MethodGet, Path: "/codehost/repositories",
+		Summary: "List the repositories of the caller's installations",
+		Tags:    tags, Security: platform.Bearer(), Middlewares: auth,
+	}, s.repositories)
+	huma.Register(api, huma.Operation{
+		OperationID: "codehost-webhook", Method: http.MethodPost, Path: "/codehost/webhook",
+		Summary:     "Receive a code-host webhook delivery",
+		Description: "Authenticated by x-hub-signature-256 (sha256=HMAC of the raw body with the app's webhook secret). A repeated delivery id is acknowledged and not processed again.",
+		Tags:        tags, MaxBodyBytes: MaxWebhookBytes,
+	}, s.webhook)
+	huma.Register(api, huma.Operation{
+		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
+		Summary:     "List webhook deliveries and the decision taken for each matched project",
+		Description: "Newest first. A user sees deliveries that matched their projects or came from installations they linked, with the decisions about their own projects. The next page's cursor is in X-Next-Cursor.",
+		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
+	}, s.deliveries)
+	return nil
+}
+
+type connectOutput struct {
+	CacheControl string `header:"Cache-Control"`
+	Body         struct {
+		InstallURL string    `json:"installUrl" doc:"Send the user's browser here to install the app"`
+		ExpiresAt  time.Time `json:"expiresAt" doc:"When the state in installUrl stops being accepted"`
+	}
+}
+
+func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, error) {
+	if err := s.configured(); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	p, _ := platform.PrincipalFrom(ctx)
+	now := s.now()
+	state, err := newState(s.d.StateKey, p.UserID, now, s.d.StateTTL)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	out := &connectOutput{CacheControl: "no-store"}
+	out.Body.InstallURL = s.d.Provider.InstallURL(state)
+	out.Body.ExpiresAt = now.Add(s.d.StateTTL).Truncate(time.Second)
+	return out, nil
+}
+
+type callbackInput struct {
+	InstallationID int64  `query:"installation_id" required:"true" minimum:"1" doc:"The provider's installation id"`
+	State          string `query:"state" required:"true" maxLength:"4096" doc:"The state from GET /codehost/connect"`
+	SetupAction    string `query:"setup_action" maxLength:"32" doc:"install or update (sent by the provider)"`
+}
+
+type redirectOutput struct {
+	Status       int
+	Location     string `header:"Location"`
+	CacheControl string `header:"Cache-Control"`
+}
+
+// Reasons the callback redirect names in ?reason=.
+const (
+	ReasonInvalidState        = "invalid_state"
+	ReasonExpiredState        = "expired_state"
+	ReasonStateUsed           = "state_already_used"
+	ReasonNotFound            = "installation_not_found"
+	ReasonSuspended           = "installation_suspended"
+	ReasonNotYours            = "installation_not_yours"
+	ReasonLinkedElsewhere     = "installation_linked_to_another_user"
+	ReasonProviderUnavailable = "codehost_unavailable"
+)
+
+func (s *Service) callback(ctx context.Context, in *callbackInput) (*redirectOutput, error) {
+	if err := s.configured(); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	reason := s.link(ctx, in.InstallationID, in.State)
+	target := s.d.FrontendURL + "/settings/connected-accounts?codehost=connected"
+	if reason != "" {
+		target = s.d.FrontendURL + "/settings/connected-accounts?codehost=error&reason=" + url.QueryEscape(reason)
+	}
+	return &redirectOutput{Status: http.StatusFound, Location: target, CacheControl: "no-store"}, nil
+}
+
+// link validates a callback and links the installation. It returns "" on
+// success or the reason it linked nothing.
+func (s *Service) link(ctx context.Context, installationID int64, state string) string {
+	log := platform.Logger(ctx)
+	now := s.now()
+	stateID, userID, exp, err := parseState(s.d.StateKey, state, now)
+	switch {
+	case errors.Is(err, errStateExpired):
+		return ReasonExpiredState
+	case err != nil:
+		return ReasonInvalidState
+	}
+	if err := s.store.useState(ctx, stateID, exp, now); err != nil {
+		if isConflict(err) {
+			return ReasonStateUsed
+		}
+		log.ErrorContext(ctx, "codehost: record used state", "err", err)
+		return ReasonProviderUnavailable
+	}
+	inst, err := s.d.Provider.Installation(ctx, installationID)
+	switch {
+	case errors.Is(err, platform.ErrNotFound):
+		return ReasonNotFound
+	case err != nil:
+		log.ErrorContext(ctx, "codehost: confirm installation", "installation_id", installationID, "err", err)
+		return ReasonProviderUnavailable
+	case inst.Suspended:
+		return ReasonSuspended
+	}
+	if inst.AccountType != "Organization" {
+		if s.d.Accounts != nil {
+			login, err := s.d.Accounts.CodehostLogin(ctx, userID)
+			if err != nil {
+				log.ErrorContext(ctx, "codehost: linked account", "err", err)
+				return ReasonProviderUnavailable
+			}
+			if login != "" && !strings.EqualFold(login, inst.AccountLogin) {
+				return ReasonNotYours
+			}
+		}
+		others, err := s.store.otherLinkedUsers(ctx, installationID, userID)
+		if err != nil {
+			log.ErrorContext(ctx, "codehost: installation links", "err", err)
+			return ReasonProviderUnavailable
+		}
+		if len(others) > 0 {
+			return ReasonLinkedElsewhere
+		}
+	}
+	err = s.d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		st := store{db: tx}
+		if err := st.upsertInstallation(ctx, inst, InstallationActive, now); err != nil {
+			return err
+		}
+		return st.link(ctx, userID, installationID, now)
+	})
+	if err != nil {
+		log.ErrorContext(ctx, "codehost: link installation", "err", err)
+		return ReasonProviderUnavailable
+	}
+	return ""
+}
+
+// RepositoryOut is one repository of GET /codehost/repositories.
+type RepositoryOut struct {
+	ID             int64  `json:"id" doc:"The provider's repository id (use its decimal string as a project's codehostRepositoryId)"`
+	Name           string `json:"name"`
+	FullName       string `json:"fullName" doc:"owner/name"`
+	Owner          string `json:"owner"`
+	Private        bool   `json:"private"`
+	HTMLURL        string `json:"htmlUrl"`
+	CloneURL       string `json:"cloneUrl" doc:"Use as a project's repoUrl"`
+	DefaultBranch  string `json:"defaultBranch"`
+	InstallationID int64  `json:"installationId"`
+}
+
+type repositoriesOutput struct {
+	Body []RepositoryOut
+}
+
+// errNoInstallation is the message of the 404 of GET /codehost/repositories
+// for a caller without an active installation.
+const errNoInstallation = "no code-host installation linked; connect one with GET /codehost/connect"
+
+func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesOutput, error) {
+	if err := s.configured(); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	p, _ := platform.PrincipalFrom(ctx)
+	insts, err := s.store.userInstallations(ctx, p.UserID, InstallationActive)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	out := &repositoriesOutput{Body: []RepositoryOut{}}
+	usable := 0
+	for _, in := range insts {
+		repos, err := s.d.Provider.Repositories(ctx, in.InstallationID)
+		if errors.Is(err, platform.ErrNotFound) {
+			// Uninstalled while we missed the webhook: stop using it.
+			if err := s.store.setInstallationStatus(ctx, in.InstallationID, InstallationDeleted, s.now()); err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			continue
+		}
+		if err != nil {
+			platform.Logger(ctx).ErrorContext(ctx, "codehost: list repositories", "installation_id", in.InstallationID, "err", err)
+			return nil, platform.HTTPError(ctx, &platform.Error{Status: http.StatusBadGateway,
+				Message: "the code host did not answer the repository listing; try again later", Err: err})
+		}
+		usable++
+		for _, r := range repos {
+			out.Body = append(out.Body, RepositoryOut{
+				ID: r.ID, Name: r.Name, FullName: r.FullName, Owner: r.Owner, Private: r.Private,
+				HTMLURL: r.HTMLURL, CloneURL: r.CloneURL, DefaultBranch: r.DefaultBranch, InstallationID: in.InstallationID,
+			})
+		}
+	}
+	if usable == 0 {
+		return nil, platform.HTTPError(ctx, platform.NotFound(errNoInstallation))
+	}
+	sort.SliceStable(out.Body, func(i, j int) bool {
+		if out.Body[i].FullName != out.Body[j].FullName {
+			return out.Body[i].FullName < out.Body[j].FullName
+		}
+		return out.Body[i].InstallationID < out.Body[j].InstallationID
+	})
+	return out, nil
+}
+
+type deliveriesInput struct {
+	platform.PageParams
+	ProjectID string `query:"projectId" maxLength:"36" doc:"Only deliveries that matched this project"`
+}
+
+// DeliveryOut is one webhook delivery of the delivery log.
+type DeliveryOut struct {
+	ID             string        `json:"id"`
+	DeliveryID     string        `json:"deliveryId" doc:"The provider's delivery id (X-GitHub-Delivery)"`
+	Event          string        `json:"event"`
+	Action         string        `json:"action,omitempty"`
+	Repository     string        `json:"repository,omitempty" doc:"owner/name, for push events"`
+	InstallationID int64         `json:"installationId,omitempty"`
+	ReceivedAt     time.Time     `json:"receivedAt"`
+	SignatureValid bool          `json:"signatureValid"`
+	Status         string        `json:"status" enum:"pending,processed,failed"`
+	Detail         string        `json:"detail,omitempty" doc:"What processing did, or why it failed"`
+	Decisions      []DecisionOut `json:"decisions"`
+}
+
+// DecisionOut is what a delivery did for one project.
+type DecisionOut struct {
+	ProjectID    string `json:"projectId"`
+	Decision     string `json:"decision" doc:"deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, failed"`
+	DeploymentID string `json:"deploymentId,omitempty"`
+	Detail       string `json:"detail,omitempty"`
+}
+
+type deliveriesOutput struct {
+	NextCursor string `header:"X-Next-Cursor"`
+	Body       []DeliveryOut
+}
+
+func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliveriesOutput, error) {
+	p, _ := platform.PrincipalFrom(ctx)
+	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("query.projectId: not a valid id"))
+	}
+	cur, err := platform.DecodeCursor(in.Cursor)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	f := deliveryFilter{UserID: p.UserID, All: p.IsAdmin(), ProjectID: in.ProjectID, Limit: in.Size() + 1}
+	if cur != nil {
+		f.AfterID = cur.ID
+	}
+	rows, err := s.store.listDeliveries(ctx, f)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows))}
+	if len(rows) > in.Size() {
+		rows = rows[:in.Size()]
+		last := rows[len(rows)-1]
+		out.NextCursor = platform.Cursor{Time: last.ReceivedAt, ID: last.ID}.Encode()
+	}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	decs, err := s.store.decisionsFor(ctx, ids, p.UserID, p.IsAdmin())
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	byDelivery := map[string][]DecisionOut{}
+	for _, d := range decs {
+		byDelivery[d.DeliveryRowID] = append(byDelivery[d.DeliveryRowID], DecisionOut{
+			ProjectID: d.ProjectID, Decision: d.Decision, DeploymentID: d.DeploymentID, Detail: d.Detail,
+		})
+	}
+	for _, r := range rows {
+		d := DeliveryOut{
+			ID: r.ID, DeliveryID: r.DeliveryID, Event: r.Event, Action: r.Action, Repository: r.Repository,
+			InstallationID: r.InstallationID, ReceivedAt: r.ReceivedAt.UTC(), SignatureValid: r.SignatureValid,
+			Status: r.Status, Detail: r.Detail, Decisions: byDelivery[r.ID],
+		}
+		if d.Decisions == nil {
+			d.Decisions = []DecisionOut{}
+		}
+		out.Body = append(out.Body, d)
+	}
+	return out, nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,194 @@
+package codehost
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/uptrace/bun"
+)
+
+// Deps are what the module needs from its host.
+type Deps struct {
+	// DB holds the module's tables (see Migrations).
+	DB *bun.DB
+	// Auth authenticates the bearer routes.
+	Auth platform.Authenticator
+	// Provider is the code host's app. Nil together with a non-empty Missing
+	// when the app is not configured.
+	Provider Provider
+	// WebhookSecret verifies webhook signatures.
+	WebhookSecret string
+	// Missing names the settings that are not configured (e.g.
+	// "KEELSON_CODEHOST_APP_ID"). When non-empty every route answers 503 naming
+	// them, and the webhook processes nothing.
+	Missing []string
+	// StateKey signs install states (at least 32 bytes; derive it from the
+	// server's secret key).
+	StateKey []byte
+	// FrontendURL is where the install callback redirects (KEELSON_FRONTEND_URL).
+	FrontendURL string
+	// Projects finds the projects a push concerns.
+	Projects ProjectLookup
+	// Deployer starts push deployments.
+	Deployer Deployer
+	// Accounts, optional, reports users' linked provider logins.
+	Accounts LinkedAccounts
+	// Log receives the worker's messages. Default: discard.
+	Log *slog.Logger
+	// Clock tells the time. Default: platform.SystemClock.
+	Clock platform.Clock
+	// StateTTL is the lifetime of an install state. Default 10 minutes.
+	StateTTL time.Duration
+	// PollInterval is how often the worker looks for pending deliveries
+	// besides being woken by new ones. Default 30 s.
+	PollInterval time.Duration
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.DB == nil {
+		errs = append(errs, errors.New("DB is required"))
+	}
+	if d.Auth == nil {
+		errs = append(errs, errors.New("Auth is required"))
+	}
+	if d.Projects == nil {
+		errs = append(errs, errors.New("Projects is required"))
+	}
+	if d.Deployer == nil {
+		errs = append(errs, errors.New("Deployer is required"))
+	}
+	if len(d.StateKey) < 32 {
+		errs = append(errs, errors.New("StateKey must be at least 32 bytes"))
+	}
+	if u, err := url.Parse(d.FrontendURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, errors.New("FrontendURL must be an http(s) URL"))
+	}
+	if len(d.Missing) == 0 {
+		if d.Provider == nil {
+			errs = append(errs, errors.New("Provider is required when nothing is Missing"))
+		}
+		if d.WebhookSecret == "" {
+			errs = append(errs, errors.New("WebhookSecret is required when nothing is Missing"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	d.StateTTL = cmp.Or(d.StateTTL, 10*time.Minute)
+	d.PollInterval = cmp.Or(d.PollInterval, 30*time.Second)
+	d.FrontendURL = strings.TrimRight(d.FrontendURL, "/")
+	return d
+}
+
+// Service is the code-host integration: its routes, its webhook worker, and
+// clone credentials for the deployments module.
+type Service struct {
+	d     Deps
+	store store
+
+	wake chan struct{}
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// New checks d and builds the service. Register its routes with Register and
+// start the webhook worker with Start.
+func New(d Deps) (*Service, error) {
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("codehost: %w", err)
+	}
+	d = d.withDefaults()
+	return &Service{d: d, store: store{db: d.DB}, wake: make(chan struct{}, 1)}, nil
+}
+
+func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
+
+// configured returns the 503 to answer when the app is not configured.
+func (s *Service) configured() error {
+	if len(s.d.Missing) == 0 {
+		return nil
+	}
+	return platform.Unavailable("the code-host app is not configured: set " + strings.Join(s.d.Missing, ", "))
+}
+
+// GitAuthFor returns a clone credential for repoURL when the project's owner
+// linked an active installation that can access that repository (matched by
+// the provider's own html or clone URL, so a token is never sent to another
+// host). It returns nil, nil when none applies (public repository, or not the
+// provider's). The token is short-lived and never stored.
+func (s *Service) GitAuthFor(ctx context.Context, projectID, repoURL string) (*GitAuth, error) {
+	if s.configured() != nil || repoURL == "" {
+		return nil, nil
+	}
+	want := normalizeRepoURL(repoURL)
+	if want == "" {
+		return nil, nil
+	}
+	projects, err := s.d.Projects.ProjectsForRepository(ctx, []string{repoURL}, "")
+	if err != nil {
+		return nil, wrap("git auth: projects", err)
+	}
+	var ownerID string
+	for _, p := range projects {
+		if p.ProjectID == projectID {
+			ownerID = p.OwnerID
+		}
+	}
+	if ownerID == "" {
+		return nil, nil
+	}
+	insts, err := s.store.userInstallations(ctx, ownerID, InstallationActive)
+	if err != nil {
+		return nil, wrap("git auth: installations", err)
+	}
+	for _, in := range insts {
+		repos, err := s.d.Provider.Repositories(ctx, in.InstallationID)
+		if err != nil {
+			s.d.Log.WarnContext(ctx, "codehost: list repositories for clone credentials",
+				"installation_id", in.InstallationID, "err", err)
+			continue
+		}
+		for _, r := range repos {
+			if normalizeRepoURL(r.CloneURL) == want || normalizeRepoURL(r.HTMLURL) == want {
+				tok, _, err := s.d.Provider.InstallationToken(ctx, in.InstallationID)
+				if err != nil {
+					return nil, wrap("git auth: installation token", err)
+				}
+				return &GitAuth{Username: "x-access-token", Password: tok}, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// normalizeRepoURL reduces an http(s) repository URL to scheme://host/path in
+// lower case, without credentials, a trailing slash or ".git". Anything else
+// is "".
+func normalizeRepoURL(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	p := strings.TrimSuffix(strings.TrimRight(u.Path, "/"), ".git")
+	if p == "" {
+		return ""
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host + p)
+}

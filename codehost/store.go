@@ -1,0 +1,312 @@
+package codehost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Installation states.
+const (
+	InstallationActive    = "active"
+	InstallationSuspended = "suspended"
+	InstallationDeleted   = "deleted"
+)
+
+// Delivery states.
+const (
+	DeliveryPending   = "pending"
+	DeliveryProcessed = "processed"
+	DeliveryFailed    = "failed"
+)
+
+// Decisions recorded for a project matched by a push.
+const (
+	DecisionDeployed       = "deployed"
+	DecisionBranchMismatch = "branch mismatch"
+	DecisionAutoDeployOff  = "auto-deploy off"
+	DecisionSkipMessage    = "skipped by commit message"
+	DecisionBranchDeleted  = "branch deleted"
+	DecisionNotLinked      = "installation not linked"
+	DecisionQuotaExceeded  = "quota exceeded"
+	DecisionFailed         = "failed"
+	decisionDeploying      = "deploying" // written before Trigger; replaced after
+)
+
+type installationRow struct {
+	bun.BaseModel       `bun:"table:codehost_installations"`
+	InstallationID      int64     `bun:"installation_id,pk"`
+	AccountLogin        string    `bun:"account_login,notnull"`
+	AccountID           int64     `bun:"account_id,notnull"`
+	AccountType         string    `bun:"account_type,notnull"`
+	RepositorySelection string    `bun:"repository_selection,notnull"`
+	Status              string    `bun:"status,notnull"`
+	CreatedAt           time.Time `bun:"created_at,notnull"`
+	UpdatedAt           time.Time `bun:"updated_at,notnull"`
+}
+
+type linkRow struct {
+	bun.BaseModel  `bun:"table:codehost_links"`
+	ID             string    `bun:"id,pk,type:varchar(36)"`
+	UserID         string    `bun:"user_id,notnull,type:varchar(36)"`
+	InstallationID int64     `bun:"installation_id,notnull"`
+	CreatedAt      time.Time `bun:"created_at,notnull"`
+}
+
+type usedStateRow struct {
+	bun.BaseModel `bun:"table:codehost_used_states"`
+	ID            string    `bun:"id,pk,type:varchar(36)"`
+	ExpiresAt     time.Time `bun:"expires_at,notnull"`
+	UsedAt        time.Time `bun:"used_at,notnull"`
+}
+
+type deliveryRow struct {
+	bun.BaseModel  `bun:"table:codehost_deliveries"`
+	ID             string     `bun:"id,pk,type:varchar(36)"`
+	DeliveryID     string     `bun:"delivery_id,notnull,type:varchar(100)"`
+	Event          string     `bun:"event,notnull,type:varchar(64)"`
+	Action         string     `bun:"action,notnull"`
+	InstallationID int64      `bun:"installation_id,notnull"`
+	Repository     string     `bun:"repository,notnull"`
+	SignatureValid bool       `bun:"signature_valid,notnull"`
+	Status         string     `bun:"status,notnull,type:varchar(16)"`
+	Detail         string     `bun:"detail,notnull"`
+	Payload        []byte     `bun:"payload"`
+	ReceivedAt     time.Time  `bun:"received_at,notnull"`
+	ProcessedAt    *time.Time `bun:"processed_at"`
+}
+
+type decisionRow struct {
+	bun.BaseModel `bun:"table:codehost_decisions"`
+	ID            string    `bun:"id,pk,type:varchar(36)"`
+	DeliveryRowID string    `bun:"delivery_row_id,notnull,type:varchar(36)"`
+	ProjectID     string    `bun:"project_id,notnull,type:varchar(36)"`
+	OwnerID       string    `bun:"owner_id,notnull,type:varchar(36)"`
+	Decision      string    `bun:"decision,notnull"`
+	DeploymentID  string    `bun:"deployment_id,notnull"`
+	Detail        string    `bun:"detail,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+}
+
+// Migrations are the tables of this module, for the host to run.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "codehost", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*installationRow)(nil), (*linkRow)(nil), (*usedStateRow)(nil),
+				(*deliveryRow)(nil), (*decisionRow)(nil)),
+			db.CreateIndex((*linkRow)(nil), "codehost_links_user_installation", true, "user_id", "installation_id"),
+			db.CreateIndex((*linkRow)(nil), "codehost_links_installation", false, "installation_id"),
+			db.CreateIndex((*usedStateRow)(nil), "codehost_used_states_expires", false, "expires_at"),
+			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_delivery_id", true, "delivery_id"),
+			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_status", false, "status", "id"),
+			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_installation", false, "installation_id", "id"),
+			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_delivery_project", true, "delivery_row_id", "project_id"),
+			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_owner", false, "owner_id", "delivery_row_id"),
+		),
+	}}}
+}
+
+// store is the module's storage edge: every database error is translated here.
+type store struct{ db bun.IDB }
+
+func (s store) useState(ctx context.Context, id string, exp, now time.Time) error {
+	// Forget states that can no longer verify anyway, so the table stays small.
+	if _, err := s.db.NewDelete().Model((*usedStateRow)(nil)).Where("expires_at < ?", now.Add(-time.Hour)).Exec(ctx); err != nil {
+		return db.Translate(err)
+	}
+	_, err := s.db.NewInsert().Model(&usedStateRow{ID: id, ExpiresAt: exp, UsedAt: now}).Exec(ctx)
+	return db.Translate(err)
+}
+
+func (s store) upsertInstallation(ctx context.Context, in *Installation, status string, now time.Time) error {
+	row := &installationRow{
+		InstallationID: in.ID, AccountLogin: clean(in.AccountLogin, 255), AccountID: in.AccountID,
+		AccountType: clean(in.AccountType, 32), RepositorySelection: clean(in.RepositorySelection, 32),
+		Status: status, CreatedAt: now, UpdatedAt: now,
+	}
+	q := s.db.NewInsert().Model(row).On("CONFLICT (installation_id) DO UPDATE").
+		Set("status = EXCLUDED.status").Set("updated_at = EXCLUDED.updated_at")
+	if in.AccountLogin != "" {
+		q = q.Set("account_login = EXCLUDED.account_login").Set("account_id = EXCLUDED.account_id").
+			Set("account_type = EXCLUDED.account_type")
+	}
+	if in.RepositorySelection != "" {
+		q = q.Set("repository_selection = EXCLUDED.repository_selection")
+	}
+	_, err := q.Exec(ctx)
+	return db.Translate(err)
+}
+
+func (s store) setInstallationStatus(ctx context.Context, id int64, status string, now time.Time) error {
+	_, err := s.db.NewUpdate().Model((*installationRow)(nil)).Set("status = ?", status).Set("updated_at = ?", now).
+		Where("installation_id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
+// linkedUsers returns the users other than userID linked to installation id.
+func (s store) otherLinkedUsers(ctx context.Context, id int64, userID string) ([]string, error) {
+	var users []string
+	err := s.db.NewSelect().Model((*linkRow)(nil)).Column("user_id").
+		Where("installation_id = ? AND user_id <> ?", id, userID).Scan(ctx, &users)
+	return users, db.Translate(err)
+}
+
+func (s store) link(ctx context.Context, userID string, installationID int64, now time.Time) error {
+	_, err := s.db.NewInsert().Model(&linkRow{ID: platform.NewID(), UserID: userID, InstallationID: installationID, CreatedAt: now}).
+		On("CONFLICT (user_id, installation_id) DO NOTHING").Exec(ctx)
+	return db.Translate(err)
+}
+
+// userInstallations returns the installations userID linked, in the given states.
+func (s store) userInstallations(ctx context.Context, userID string, states ...string) ([]installationRow, error) {
+	var rows []installationRow
+	q := s.db.NewSelect().Model(&rows).
+		Where("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", userID).
+		Order("installation_id")
+	if len(states) > 0 {
+		q = q.Where("status IN (?)", bun.List(states))
+	}
+	err := q.Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+func (s store) isLinked(ctx context.Context, userID string, installationID int64) (bool, error) {
+	n, err := s.db.NewSelect().Model((*linkRow)(nil)).
+		Where("user_id = ? AND installation_id = ?", userID, installationID).Count(ctx)
+	return n > 0, db.Translate(err)
+}
+
+func (s store) installationStatus(ctx context.Context, id int64) (string, error) {
+	var status string
+	err := s.db.NewSelect().Model((*installationRow)(nil)).Column("status").Where("installation_id = ?", id).Scan(ctx, &status)
+	return status, db.Translate(err)
+}
+
+// insertDelivery stores a new delivery; a repeated delivery id is ErrConflict.
+func (s store) insertDelivery(ctx context.Context, d *deliveryRow) error {
+	_, err := s.db.NewInsert().Model(d).Exec(ctx)
+	return db.Translate(err)
+}
+
+// pendingDeliveries returns up to limit pending deliveries with ids above
+// after, oldest first.
+func (s store) pendingDeliveries(ctx context.Context, after string, limit int) ([]deliveryRow, error) {
+	var rows []deliveryRow
+	err := s.db.NewSelect().Model(&rows).Where("status = ? AND id > ?", DeliveryPending, after).
+		Order("id ASC").Limit(int64(limit)).Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+func (s store) finishDelivery(ctx context.Context, id string, e *Event, status, detail string, now time.Time) error {
+	q := s.db.NewUpdate().Model((*deliveryRow)(nil)).
+		Set("status = ?", status).Set("detail = ?", clean(detail, 2000)).Set("processed_at = ?", now).
+		Set("payload = NULL").Where("id = ?", id)
+	if e != nil {
+		q = q.Set("action = ?", clean(e.Action, 64)).Set("installation_id = ?", e.InstallationID)
+		if e.Push != nil {
+			q = q.Set("repository = ?", clean(e.Push.Repository.FullName, 255))
+		}
+	}
+	_, err := q.Exec(ctx)
+	return db.Translate(err)
+}
+
+func (s store) decisionsOf(ctx context.Context, deliveryRowID string) ([]decisionRow, error) {
+	var rows []decisionRow
+	err := s.db.NewSelect().Model(&rows).Where("delivery_row_id = ?", deliveryRowID).Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+// insertDecision records that the delivery is about to act on the project. It
+// returns ErrConflict when a decision for the pair exists already.
+func (s store) insertDecision(ctx context.Context, d *decisionRow) error {
+	d.Detail = clean(d.Detail, 1000)
+	_, err := s.db.NewInsert().Model(d).Exec(ctx)
+	return db.Translate(err)
+}
+
+func (s store) updateDecision(ctx context.Context, id, decision, deploymentID, detail string) error {
+	_, err := s.db.NewUpdate().Model((*decisionRow)(nil)).Set("decision = ?", decision).
+		Set("deployment_id = ?", clean(deploymentID, 100)).Set("detail = ?", clean(detail, 1000)).
+		Where("id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
+type deliveryFilter struct {
+	UserID    string // "" with All: everything (admins)
+	All       bool
+	ProjectID string
+	AfterID   string // keyset: ids below this one
+	Limit     int
+}
+
+// listDeliveries returns deliveries visible to f.UserID, newest first: those
+// that matched their projects or came from an installation they linked.
+func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]deliveryRow, error) {
+	var rows []deliveryRow
+	q := s.db.NewSelect().Model(&rows).
+		ExcludeColumn("payload").
+		Order("id DESC").Limit(int64(f.Limit))
+	if f.ProjectID != "" {
+		sub := s.db.NewSelect().Model((*decisionRow)(nil)).Column("delivery_row_id").Where("project_id = ?", f.ProjectID)
+		if !f.All {
+			sub = sub.Where("owner_id = ?", f.UserID)
+		}
+		q = q.Where("id IN (?)", sub)
+	} else if !f.All {
+		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("id IN (SELECT delivery_row_id FROM codehost_decisions WHERE owner_id = ?)", f.UserID).
+				WhereOr("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", f.UserID)
+		})
+	}
+	if f.AfterID != "" {
+		q = q.Where("id < ?", f.AfterID)
+	}
+	err := q.Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+func (s store) decisionsFor(ctx context.Context, deliveryRowIDs []string, ownerID string, all bool) ([]decisionRow, error) {
+	if len(deliveryRowIDs) == 0 {
+		return nil, nil
+	}
+	var rows []decisionRow
+	q := s.db.NewSelect().Model(&rows).Where("delivery_row_id IN (?)", bun.List(deliveryRowIDs)).Order("created_at", "id")
+	if !all {
+		q = q.Where("owner_id = ?", ownerID)
+	}
+	err := q.Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+// clean makes s storable on both dialects and bounded: valid UTF-8, no NUL,
+// at most max bytes (cut on a rune boundary).
+func clean(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("codehost: %s: %w", op, err)
+}

@@ -1,0 +1,102 @@
+package codehost
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"mime"
+	"net/url"
+	"regexp"
+
+	"github.com/keelson-dev/keelson/platform"
+)
+
+type webhookInput struct {
+	// Headers are read without validation tags: a request must fail the
+	// signature check (401) before anything about it is judged.
+	Event       string `header:"x-codehost-event" doc:"Event name (SPEC); X-GitHub-Event is accepted too"`
+	GitHubEvent string `header:"X-GitHub-Event" doc:"Event name as GitHub sends it"`
+	Delivery    string `header:"X-GitHub-Delivery" doc:"Unique delivery id; a repeated id is acknowledged and not processed again"`
+	Signature   string `header:"X-Hub-Signature-256" doc:"sha256=<hex HMAC-SHA256 of the raw body with the webhook secret>"`
+	ContentType string `header:"Content-Type"`
+	RawBody     []byte `contentType:"application/json"`
+}
+
+type webhookOutput struct {
+	Body struct {
+		OK bool `json:"ok"`
+	}
+}
+
+var (
+	validEvent    = regexp.MustCompile(`^[a-z_]{1,64}$`)
+	validDelivery = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,100}$`)
+)
+
+func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
+	if err := s.configured(); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	// The signature first, on the raw bytes: nothing else is looked at for an
+	// unsigned request, and nothing is stored.
+	if !VerifySignature(s.d.WebhookSecret, in.RawBody, in.Signature) {
+		platform.Logger(ctx).WarnContext(ctx, "codehost: webhook with a missing or invalid signature",
+			"has_signature", in.Signature != "", "bytes", len(in.RawBody))
+		return nil, platform.HTTPError(ctx, platform.Unauthorized("x-hub-signature-256: missing or invalid signature"))
+	}
+	event := in.Event
+	if event == "" {
+		event = in.GitHubEvent
+	}
+	if !validEvent.MatchString(event) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("header x-codehost-event (or X-GitHub-Event): required, lower-case event name"))
+	}
+	payload, err := webhookPayload(in.ContentType, in.RawBody)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	deliveryID := in.Delivery
+	if deliveryID == "" {
+		// A sender without delivery ids (SPEC names none) still gets
+		// de-duplication: the same event and body are the same delivery.
+		sum := sha256.Sum256(append([]byte(event+"\n"), in.RawBody...))
+		deliveryID = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	if !validDelivery.MatchString(deliveryID) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("header X-GitHub-Delivery: at most 100 letters, digits, '.', '_', ':' or '-'"))
+	}
+	row := &deliveryRow{
+		ID: platform.NewID(), DeliveryID: deliveryID, Event: event, SignatureValid: true,
+		Status: DeliveryPending, Payload: bytes.Clone(payload), ReceivedAt: s.now(),
+	}
+	switch err := s.store.insertDelivery(ctx, row); {
+	case isConflict(err):
+		// A redelivery: acknowledged, not processed again.
+	case err != nil:
+		return nil, platform.HTTPError(ctx, err)
+	default:
+		s.notify()
+	}
+	out := &webhookOutput{}
+	out.Body.OK = true
+	return out, nil
+}
+
+// webhookPayload returns the JSON document of a delivery: the body itself, or
+// its payload field when the app was set to send form-encoded webhooks.
+func webhookPayload(contentType string, body []byte) ([]byte, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
+		form, err := url.ParseQuery(string(body))
+		if err != nil || form.Get("payload") == "" {
+			return nil, platform.Invalid("body: form-encoded delivery without a payload field")
+		}
+		body = []byte(form.Get("payload"))
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(body) {
+		return nil, platform.Invalid("body: not a JSON object")
+	}
+	return body, nil
+}

@@ -1,0 +1,353 @@
+package codehost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Start runs the webhook worker until ctx ends or Close is called. Deliveries
+// stored as pending (including those a restart interrupted) are processed
+// first. Calling Start twice is an error.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil {
+		return errors.New("codehost: worker already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.stop = cancel
+	s.done = make(chan struct{})
+	go s.run(ctx)
+	return nil
+}
+
+// Close stops the worker and waits for the delivery in hand (or ctx).
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	stop, done := s.stop, s.done
+	s.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Service) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) run(ctx context.Context) {
+	defer close(s.done)
+	tick := time.NewTicker(s.d.PollInterval)
+	defer tick.Stop()
+	for {
+		if _, err := s.ProcessPending(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.ErrorContext(ctx, "codehost: process deliveries", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// ProcessPending processes every pending delivery, oldest first, and returns
+// how many it finished. A delivery whose processing hit a storage or lookup
+// error stays pending for the next pass. The worker calls it; hosts without a
+// worker may call it themselves.
+func (s *Service) ProcessPending(ctx context.Context) (int, error) {
+	if s.configured() != nil {
+		return 0, nil
+	}
+	finished, after := 0, ""
+	var errs []error
+	for ctx.Err() == nil {
+		rows, err := s.store.pendingDeliveries(ctx, after, 20)
+		if err != nil {
+			return finished, err
+		}
+		if len(rows) == 0 {
+			break
+		}
+		for _, row := range rows {
+			after = row.ID
+			if err := s.process(ctx, &row); err != nil {
+				errs = append(errs, fmt.Errorf("delivery %s: %w", row.DeliveryID, err))
+				continue
+			}
+			finished++
+		}
+	}
+	return finished, errors.Join(errs...)
+}
+
+// process acts on one delivery and marks it processed or failed. It returns
+// an error (leaving it pending) only for failures worth retrying.
+func (s *Service) process(ctx context.Context, row *deliveryRow) error {
+	ev, err := s.d.Provider.ParseEvent(row.Event, row.Payload)
+	if err != nil {
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload: "+err.Error(), s.now())
+	}
+	var detail string
+	switch ev.Kind {
+	case EventPing:
+		detail = "pong"
+	case EventPush:
+		if ev.Push == nil {
+			return s.store.finishDelivery(ctx, row.ID, ev, DeliveryFailed, "push payload without push data", s.now())
+		}
+		detail, err = s.handlePush(ctx, row, ev)
+	case EventInstallation:
+		detail, err = s.handleInstallation(ctx, ev)
+	case EventInstallationRepositories:
+		detail = reposChange(ev)
+	default:
+		detail = "event " + ev.Kind + " is not acted on"
+	}
+	if err != nil {
+		return err
+	}
+	return s.store.finishDelivery(ctx, row.ID, ev, DeliveryProcessed, detail, s.now())
+}
+
+func (s *Service) handleInstallation(ctx context.Context, ev *Event) (string, error) {
+	if ev.Installation == nil || ev.Installation.ID <= 0 {
+		return "installation event without an installation", nil
+	}
+	in := ev.Installation
+	status := ""
+	switch ev.Action {
+	case "created", "unsuspend":
+		status = InstallationActive
+		if in.Suspended && ev.Action == "created" {
+			status = InstallationSuspended
+		}
+	case "deleted":
+		status = InstallationDeleted
+	case "suspend":
+		status = InstallationSuspended
+	default:
+		return fmt.Sprintf("installation %d: action %q recorded", in.ID, ev.Action), nil
+	}
+	if err := s.store.upsertInstallation(ctx, in, status, s.now()); err != nil {
+		return "", err
+	}
+	d := fmt.Sprintf("installation %d on %s %s: %s", in.ID, strings.ToLower(in.AccountType), in.AccountLogin, status)
+	if len(ev.ReposAdded) > 0 {
+		d += "; " + reposChange(ev)
+	}
+	return d, nil
+}
+
+func reposChange(ev *Event) string {
+	names := func(rs []Repository) string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = r.FullName
+		}
+		return strings.Join(out, ", ")
+	}
+	var parts []string
+	if len(ev.ReposAdded) > 0 {
+		parts = append(parts, "added: "+names(ev.ReposAdded))
+	}
+	if len(ev.ReposRemoved) > 0 {
+		parts = append(parts, "removed: "+names(ev.ReposRemoved))
+	}
+	if len(parts) == 0 {
+		return "no repositories changed"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// skipMarkers in a head commit message keep a push from deploying.
+var skipMarkers = []string{"[skip ci]", "[ci skip]", "[skip deploy]", "[no ci]", "[skip actions]"}
+
+func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (string, error) {
+	p := ev.Push
+	var urls []string
+	for _, u := range []string{p.Repository.HTMLURL, p.Repository.CloneURL} {
+		if u != "" {
+			urls = append(urls, u)
+		}
+	}
+	repoID := ""
+	if p.Repository.ID > 0 {
+		repoID = itoa(p.Repository.ID)
+	}
+	if len(urls) == 0 && repoID == "" {
+		return "push without a repository", nil
+	}
+	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
+	if err != nil {
+		return "", fmt.Errorf("projects for repository: %w", err)
+	}
+	if len(projects) == 0 {
+		return "no project uses this repository", nil
+	}
+	sort.Slice(projects, func(i, j int) bool { return projects[i].ProjectID < projects[j].ProjectID })
+	existing, err := s.store.decisionsOf(ctx, row.ID)
+	if err != nil {
+		return "", err
+	}
+	decided := map[string]decisionRow{}
+	for _, d := range existing {
+		decided[d.ProjectID] = d
+	}
+	counts := map[string]int{}
+	for _, proj := range projects {
+		if d, ok := decided[proj.ProjectID]; ok {
+			// Processed before a restart. A decision still "deploying" was
+			// cut off between writing it and hearing back from Trigger: we
+			// cannot know whether it deployed, so it is never retried.
+			if d.Decision == decisionDeploying {
+				if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
+					return "", err
+				}
+				d.Decision = DecisionFailed
+			}
+			counts[d.Decision]++
+			continue
+		}
+		decision, err := s.decideAndDeploy(ctx, row, ev, proj)
+		if err != nil {
+			return "", err
+		}
+		counts[decision]++
+	}
+	var parts []string
+	for _, k := range []string{DecisionDeployed, DecisionBranchMismatch, DecisionAutoDeployOff, DecisionSkipMessage,
+		DecisionBranchDeleted, DecisionNotLinked, DecisionQuotaExceeded, DecisionFailed} {
+		if counts[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, counts[k]))
+		}
+	}
+	return fmt.Sprintf("%d project(s) matched (%s)", len(projects), strings.Join(parts, ", ")), nil
+}
+
+// decideAndDeploy records the decision for one matched project, triggering a
+// deployment when every condition holds.
+func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Event, proj RepoProject) (string, error) {
+	p := ev.Push
+	dec := &decisionRow{
+		ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID, CreatedAt: s.now(),
+	}
+	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
+	want := proj.AutoDeployBranch
+	if want == "" {
+		want = p.Repository.DefaultBranch
+	}
+	linked, err := s.ownerUsesInstallation(ctx, proj.OwnerID, ev.InstallationID)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !proj.AutoDeploy:
+		dec.Decision, dec.Detail = DecisionAutoDeployOff, "autoDeploy is off for this project"
+	case p.Deleted:
+		dec.Decision, dec.Detail = DecisionBranchDeleted, "the push deleted "+p.Ref
+	case !isBranch:
+		dec.Decision, dec.Detail = DecisionBranchMismatch, p.Ref+" is not a branch"
+	case branch != want:
+		dec.Decision, dec.Detail = DecisionBranchMismatch, fmt.Sprintf("pushed to %s; the project deploys %s", branch, want)
+	case !linked:
+		dec.Decision, dec.Detail = DecisionNotLinked, "the project's owner has not connected the code-host installation this push came from"
+	default:
+		if m := skipMarker(p.HeadCommitMessage); m != "" {
+			dec.Decision, dec.Detail = DecisionSkipMessage, "the head commit message contains "+m
+		}
+	}
+	if dec.Decision != "" {
+		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+			return "", err
+		}
+		return dec.Decision, nil
+	}
+	// Claim the pair before triggering, so neither a restart nor a second
+	// worker can deploy this delivery twice.
+	dec.Decision = decisionDeploying
+	if err := s.store.insertDecision(ctx, dec); err != nil {
+		if isConflict(err) {
+			return DecisionFailed, nil // another worker has it
+		}
+		return "", err
+	}
+	reason := fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After))
+	depID, err := s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, p.After, reason)
+	decision, detail := DecisionDeployed, "deployment of "+shortSHA(p.After)+" started"
+	if err != nil {
+		decision, detail = classifyTriggerError(err)
+		if decision == DecisionFailed {
+			s.d.Log.ErrorContext(ctx, "codehost: trigger push deployment", "project_id", proj.ProjectID, "err", err)
+		}
+		depID = ""
+	}
+	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
+		return "", err
+	}
+	return decision, nil
+}
+
+func classifyTriggerError(err error) (decision, detail string) {
+	var pe *platform.Error
+	switch {
+	case errors.As(err, &pe) && (pe.Status == 403 || errors.Is(err, platform.ErrForbidden)):
+		return DecisionQuotaExceeded, pe.Message
+	case errors.Is(err, platform.ErrForbidden):
+		return DecisionQuotaExceeded, "the project's plan does not allow another deployment"
+	case errors.Is(err, platform.ErrNotFound):
+		return DecisionFailed, "the project no longer exists"
+	case errors.As(err, &pe) && pe.Status >= 400 && pe.Status < 500:
+		return DecisionFailed, pe.Message
+	}
+	return DecisionFailed, "the deployment could not be started"
+}
+
+func (s *Service) ownerUsesInstallation(ctx context.Context, ownerID string, installationID int64) (bool, error) {
+	if installationID <= 0 {
+		return false, nil
+	}
+	linked, err := s.store.isLinked(ctx, ownerID, installationID)
+	if err != nil || !linked {
+		return false, err
+	}
+	status, err := s.store.installationStatus(ctx, installationID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return false, nil
+	}
+	return status == InstallationActive, err
+}
+
+func skipMarker(msg string) string {
+	lower := strings.ToLower(msg)
+	for _, m := range skipMarkers {
+		if strings.Contains(lower, m) {
+			return m
+		}
+	}
+	return ""
+}
+
+func shortSHA(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
+}
