@@ -1,4 +1,34 @@
-// Package deployments holds deployment records, the Engine interface that runs
-// their workflows, the Runtime interface that does the work of each step, the
-// log store and the SSE log route. Engines and runtimes live in sub-packages.
+// Package deployments holds deployment records and their routes (SPEC 4.5),
+// the Engine interface that orchestrates their workflows, the Activities that
+// do each step through a Runtime, the log store and the SSE log route.
+// Engines and runtimes live in sub-packages: deployments/local (the embedded
+// engine), deployments/process (the process runtime), deployments/ingress
+// (the built-in proxy). It does not know projects: it reads them through
+// ProjectSource, which the host wires.
+//
+// Wiring, in order:
+//
+//	store := deployments.NewStore(bdb)
+//	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log})
+//	acts, _ := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: src})
+//	eng, _ := local.New(local.Config{Store: store, Activities: acts})
+//	svc, _ := deployments.NewService(deployments.Config{Store: store, Logs: logs, Activities: acts, Engine: eng, Projects: src})
+//	_ = deployments.Register(api, deployments.Deps{Service: svc, Auth: authn, LogTokenKey: key})
+//	_ = eng.Start(ctx) // ... eng.Close(); logs.Close() at shutdown
+//
+// Decisions:
+//   - Statuses are SPEC's (QUEUED, BUILDING, PROVISIONING, CONFIGURING_DNS,
+//     LIVE, FAILED, CANCELLED). Only a project's current deployment is LIVE; a
+//     deployment replaced by a newer LIVE one ends CANCELLED with
+//     supersededBy / replacedAt set.
+//   - Quota: a plan's maxDeployments caps deployments started per project per
+//     calendar month (UTC), counted in deployment_usage so deleting
+//     deployments does not give quota back; check and insert are atomic.
+//   - Logs: each line is masked (secret env values and git credentials become
+//     ***), numbered per deployment, stored, then fanned out. The log stream's
+//     contract is in sse.go; browsers use POST /deployments/{id}/logs/token
+//     and ?token= (see token.go).
+//   - Deleting a deployment cancels it if it runs, stops its app, removes its
+//     route (only if the route still points at it), its workspace, its logs
+//     and its record. TeardownProject does that for every deployment of a project.
 package deployments

@@ -1,0 +1,341 @@
+// Package local is the embedded deployments engine: it runs deployments'
+// workflows on goroutines of the server process, with all state in the
+// database, so it needs nothing but the database to run and survives a
+// restart. It orchestrates only; the steps are deployments.Activities, which
+// call the Runtime (deployments/process by default).
+//
+// Scheduling: a worker loop picks QUEUED deployments oldest first. A project
+// runs one deployment at a time, in creation order (its later deployments wait
+// QUEUED); different projects run concurrently up to Config.MaxConcurrent.
+// The loop wakes on every trigger and finished run, and also polls.
+//
+// Replaced deployments: when a deployment goes LIVE (routed), the project's
+// previous LIVE deployment is stopped and ends CANCELLED with supersededBy set
+// to the new deployment and replacedAt to the time; only the current
+// deployment of a project is LIVE. (SPEC's statuses are fixed, so there is no
+// SUPERSEDED status.)
+//
+// Restart rule (Start): a deployment a previous process left in BUILDING,
+// PROVISIONING or CONFIGURING_DNS is queued again from BUILD (attempt 2) if it
+// has run fewer than Config.MaxAttempts times (default 2: one resume), else
+// ends FAILED with errorMessage "server restarted during <STEP>"; one whose
+// cancellation was asked ends CANCELLED. Whatever it had started is stopped
+// and its workspace removed first. QUEUED deployments simply stay queued.
+// Then every project's LIVE deployment has its app started again and routed
+// (apps are processes of the server and die with it); if there are several
+// LIVE deployments of a project (the server died between routing a new one
+// and stopping the old), the newest wins and the others are superseded.
+//
+// One process per database: two servers running this engine on one database
+// would each restart the LIVE apps. Use the Temporal engine to scale out.
+package local
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+)
+
+// Config configures the engine.
+type Config struct {
+	Store      *deployments.Store
+	Activities *deployments.Activities
+	Logger     *slog.Logger // optional
+	// MaxConcurrent caps deployments (and app restarts) running at once. Default 4.
+	MaxConcurrent int
+	// PollInterval is how often the queue is read even without a wake-up. Default 2s.
+	PollInterval time.Duration
+	// MaxAttempts is how many runs a deployment gets when restarts interrupt it. Default 2.
+	MaxAttempts int
+}
+
+// Engine is the embedded deployments.Engine.
+type Engine struct {
+	store *deployments.Store
+	acts  *deployments.Activities
+	log   *slog.Logger
+	max   int
+	poll  time.Duration
+	tries int
+
+	ctx   context.Context // cancelled by Close
+	stop  context.CancelFunc
+	wake  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	state int                       // idle, started, closed
+	ready bool                      // recovery done: a non-terminal deployment not running here is orphaned
+	runs  map[string]*run           // by deployment ID
+	busy  map[string]bool           // projects with a run
+	lives []*deployments.Deployment // LIVE apps to start again
+}
+
+const (
+	idle = iota
+	started
+	closed
+)
+
+type run struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+var _ deployments.Engine = (*Engine)(nil)
+
+// New checks cfg and returns an engine; call Start to run it and Close to stop it.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store == nil || cfg.Activities == nil {
+		return nil, errors.New("local: Config.Store and Config.Activities are required")
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	e := &Engine{
+		store: cfg.Store, acts: cfg.Activities, log: cfg.Logger,
+		max: cmp.Or(cfg.MaxConcurrent, 4), poll: cmp.Or(cfg.PollInterval, 2*time.Second), tries: cmp.Or(cfg.MaxAttempts, 2),
+		ctx: ctx, stop: stop, wake: make(chan struct{}, 1),
+		runs: map[string]*run{}, busy: map[string]bool{},
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	return e, nil
+}
+
+// Start settles what a previous process left behind (see the package doc),
+// then starts the worker loop. It returns an error if the database cannot be
+// read; the engine is then not running.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	if e.state != idle {
+		e.mu.Unlock()
+		return errors.New("local: engine already started or closed")
+	}
+	e.state = started
+	e.mu.Unlock()
+
+	interrupted, err := e.store.DeploymentListByStatus(ctx, deployments.StatusBuilding,
+		deployments.StatusProvisioning, deployments.StatusConfiguringDNS)
+	if err != nil {
+		return err
+	}
+	for _, d := range interrupted {
+		if err := e.acts.Recover(ctx, d.ID, e.tries); err != nil {
+			return err
+		}
+	}
+	lives, err := e.store.DeploymentListByStatus(ctx, deployments.StatusLive)
+	if err != nil {
+		return err
+	}
+	newest := map[string]*deployments.Deployment{}
+	for _, d := range lives { // oldest first: the last one of a project wins
+		newest[d.ProjectID] = d
+	}
+	for _, d := range newest {
+		if err := e.acts.Supersede(ctx, d.ID); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	for _, d := range lives {
+		if newest[d.ProjectID] == d {
+			e.lives = append(e.lives, d)
+		}
+	}
+	e.ready = true
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go e.loop()
+	return nil
+}
+
+// Close stops the worker loop and the running deployments (their contexts are
+// cancelled; the runtime kills their processes) and waits for them. A
+// deployment interrupted this way is settled by the next Start.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.state = closed
+	e.mu.Unlock()
+	e.stop()
+	e.wg.Wait()
+	return nil
+}
+
+// StartWorkflow wakes the worker loop: d is already stored QUEUED, which is
+// all the local engine's workflow needs. Its workflow name is d.WorkflowName.
+func (e *Engine) StartWorkflow(_ context.Context, d *deployments.Deployment) (string, error) {
+	e.poke()
+	return d.WorkflowName, nil
+}
+
+// Sync returns the stored state, which the activities keep current. A
+// deployment found mid-workflow but running nowhere in this process (its run
+// ended without recording an outcome) is ended FAILED, so none stays
+// non-terminal forever.
+func (e *Engine) Sync(ctx context.Context, d *deployments.Deployment) (*deployments.State, error) {
+	cur, err := e.store.DeploymentGet(ctx, d.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !cur.Status.Terminal() && cur.Status != deployments.StatusQueued && e.orphaned(cur.ID) {
+		if err := e.acts.Finish(ctx, cur.ID, errors.New("the deployment's workflow stopped unexpectedly")); err != nil {
+			return nil, err
+		}
+		if cur, err = e.store.DeploymentGet(ctx, d.ID); err != nil {
+			return nil, err
+		}
+	}
+	return deployments.StateOf(cur), nil
+}
+
+func (e *Engine) orphaned(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, running := e.runs[id]
+	return e.ready && e.state == started && !running
+}
+
+// Cancel cancels a queued deployment at once, or a running one's step
+// context, and waits until it has ended (or ctx ends).
+func (e *Engine) Cancel(ctx context.Context, d *deployments.Deployment) error {
+	r := e.running(d.ID)
+	if r == nil {
+		ok, err := e.acts.CancelQueued(ctx, d.ID)
+		if err != nil || ok {
+			return err
+		}
+		// Not queued any more: it may have just been picked up.
+		if r = e.running(d.ID); r == nil {
+			return nil
+		}
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) running(id string) *run {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runs[id]
+}
+
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) loop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.poll)
+	defer t.Stop()
+	for {
+		e.schedule()
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// schedule launches what may run now: app restarts first, then the oldest
+// QUEUED deployment of each idle project, up to the global cap.
+func (e *Engine) schedule() {
+	queued, err := e.store.DeploymentListByStatus(e.ctx, deployments.StatusQueued)
+	if err != nil {
+		if e.ctx.Err() == nil {
+			e.log.Error("read queued deployments", "err", err)
+		}
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != started {
+		return
+	}
+	waiting := map[string]bool{} // projects whose turn is taken
+	rest := e.lives[:0]
+	for _, d := range e.lives {
+		waiting[d.ProjectID] = true
+		if e.busy[d.ProjectID] || len(e.runs) >= e.max {
+			rest = append(rest, d)
+			continue
+		}
+		e.launch(d, func(ctx context.Context, id string) {
+			if err := e.acts.RestartLive(ctx, id); err != nil && ctx.Err() == nil {
+				e.log.Error("restart live deployment", "deployment", id, "err", err)
+			}
+		})
+	}
+	e.lives = rest
+	for _, d := range queued {
+		if waiting[d.ProjectID] {
+			continue
+		}
+		waiting[d.ProjectID] = true
+		if e.busy[d.ProjectID] {
+			continue
+		}
+		if len(e.runs) >= e.max {
+			return
+		}
+		e.launch(d, e.deploy)
+	}
+}
+
+// launch runs fn for d on a goroutine holding d's project. Called with mu held.
+func (e *Engine) launch(d *deployments.Deployment, fn func(ctx context.Context, id string)) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &run{cancel: cancel, done: make(chan struct{})}
+	e.runs[d.ID], e.busy[d.ProjectID] = r, true
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer cancel()
+		fn(ctx, d.ID)
+		e.mu.Lock()
+		delete(e.runs, d.ID)
+		delete(e.busy, d.ProjectID)
+		e.mu.Unlock()
+		close(r.done)
+		e.poke()
+	}()
+}
+
+// deploy runs the workflow: BUILD, PROVISION, DNS; on an error, Finish records
+// FAILED or CANCELLED, unless the engine is closing (then the next Start settles it).
+func (e *Engine) deploy(ctx context.Context, id string) {
+	for i, step := range []func(context.Context, string) error{e.acts.Build, e.acts.Provision, e.acts.ConfigureDNS} {
+		err := ctx.Err()
+		if err == nil {
+			err = step(ctx, id)
+		}
+		if err == nil {
+			continue
+		}
+		if i == 0 && errors.Is(err, deployments.ErrNotQueued) {
+			return // cancelled while queued
+		}
+		if e.ctx.Err() != nil {
+			e.log.Info("deployment interrupted by shutdown; the next start settles it", "deployment", id)
+			return
+		}
+		if ferr := e.acts.Finish(context.WithoutCancel(ctx), id, err); ferr != nil {
+			e.log.Error("record deployment failure", "deployment", id, "err", ferr, "cause", err)
+		}
+		return
+	}
+}

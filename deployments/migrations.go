@@ -1,0 +1,21 @@
+package deployments
+
+import "github.com/keelson-dev/keelson/platform/db"
+
+// Migrations returns the deployments module's schema, for db.Migrate.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{
+		Module: "deployments",
+		Migrations: []db.Migration{{
+			ID: "0001_init",
+			Up: db.Steps(
+				db.CreateTables((*Deployment)(nil), (*LogLine)(nil), (*usage)(nil)),
+				db.CreateIndex((*Deployment)(nil), "deployments_owner_created_idx", false, "owner_id", "created_at", "id"),
+				db.CreateIndex((*Deployment)(nil), "deployments_project_created_idx", false, "project_id", "created_at", "id"),
+				db.CreateIndex((*Deployment)(nil), "deployments_status_idx", false, "status"),
+				db.CreateIndex((*LogLine)(nil), "deployment_logs_ts_idx", false, "deployment_id", "ts"),
+				db.CreateIndex((*usage)(nil), "deployment_usage_owner_idx", false, "owner_id", "month"),
+			),
+		}},
+	}
+}

@@ -1,0 +1,318 @@
+package deployments
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Deps are what Register needs.
+type Deps struct {
+	Service *Service
+	Auth    platform.Authenticator
+	// LogTokenKey signs the short-lived log-stream tokens (at least 32 bytes;
+	// derive it from the server's secret key).
+	LogTokenKey []byte
+	// LogTokenTTL is a log token's lifetime. Default 5 minutes.
+	LogTokenTTL time.Duration
+	// Heartbeat is the interval of SSE comment heartbeats. Default 15 seconds.
+	Heartbeat time.Duration
+	// Streams, when set, is asked before a log stream opens (a per-user cap on
+	// concurrent streams goes here).
+	Streams StreamGate
+	Clock   platform.Clock // default platform.SystemClock
+}
+
+// StreamGate admits or refuses a log stream. Acquire returns a release
+// function called when the stream ends, or an error (e.g. platform.RateLimited).
+type StreamGate interface {
+	Acquire(ctx context.Context, userID string) (release func(), err error)
+}
+
+func (d Deps) validate() error {
+	switch {
+	case d.Service == nil:
+		return errors.New("Deps.Service is required")
+	case d.Auth == nil:
+		return errors.New("Deps.Auth is required")
+	case len(d.LogTokenKey) < 32:
+		return errors.New("Deps.LogTokenKey must be at least 32 bytes")
+	}
+	return nil
+}
+
+type handlers struct {
+	svc       *Service
+	tokens    logTokens
+	tokenTTL  time.Duration
+	heartbeat time.Duration
+	streams   StreamGate
+	clock     platform.Clock
+}
+
+// LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
+const LogTokenScheme = "logToken"
+
+// Register adds the deployment routes of SPEC 4.5 (plus cancel, redeploy and
+// log tokens) to api. It returns an error for bad Deps; it never panics.
+func Register(api huma.API, d Deps) error {
+	if err := d.validate(); err != nil {
+		return errors.New("deployments: " + err.Error())
+	}
+	h := &handlers{svc: d.Service, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
+		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock}
+	if h.tokenTTL <= 0 {
+		h.tokenTTL = 5 * time.Minute
+	}
+	if h.heartbeat <= 0 {
+		h.heartbeat = 15 * time.Second
+	}
+	if h.clock == nil {
+		h.clock = platform.SystemClock{}
+	}
+	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
+	tags := []string{"Deployments"}
+	op := func(id, method, path, summary string, status int) huma.Operation {
+		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Tags: tags,
+			DefaultStatus: status, Security: platform.Bearer(), Middlewares: auth, MaxBodyBytes: 64 << 10}
+	}
+	huma.Register(api, op("create-deployment", http.MethodPost, "/deployments", "Trigger a deployment of a project", http.StatusCreated), h.create)
+	huma.Register(api, op("list-deployments", http.MethodGet, "/deployments", "List your deployments, newest first", http.StatusOK), h.list)
+	huma.Register(api, op("get-deployment", http.MethodGet, "/deployments/{id}", "Get a deployment", http.StatusOK), h.get)
+	huma.Register(api, op("get-deployment-status", http.MethodGet, "/deployments/{id}/status", "Sync a deployment's state from the workflow engine and return it", http.StatusOK), h.status)
+	huma.Register(api, op("delete-deployment", http.MethodDelete, "/deployments/{id}", "Delete a deployment: stop its app, remove its route, workspace and logs", http.StatusOK), h.delete)
+	huma.Register(api, op("cancel-deployment", http.MethodPost, "/deployments/{id}/cancel", "Cancel a queued or running deployment", http.StatusOK), h.cancel)
+	huma.Register(api, op("redeploy-deployment", http.MethodPost, "/deployments/{id}/redeploy", "Deploy the same project and commit again", http.StatusCreated), h.redeploy)
+	huma.Register(api, op("create-deployment-log-token", http.MethodPost, "/deployments/{id}/logs/token", "Issue a short-lived token to open this deployment's log stream without an Authorization header (EventSource)", http.StatusCreated), h.logToken)
+	h.registerLogs(api, d.Auth)
+	return nil
+}
+
+type idPath struct {
+	ID string `path:"id" doc:"Deployment ID (UUID)"`
+}
+
+type createInput struct {
+	Body struct {
+		ProjectID string `json:"projectId" minLength:"1" maxLength:"64" doc:"The project to deploy"`
+	}
+}
+
+// TriggerResponse is the answer of POST /deployments and /redeploy.
+type TriggerResponse struct {
+	DeploymentID string `json:"deploymentId"`
+	WorkflowName string `json:"workflowName"`
+	Status       Status `json:"status" enum:"QUEUED,BUILDING,PROVISIONING,CONFIGURING_DNS,LIVE,FAILED,CANCELLED"`
+}
+
+type triggerOutput struct {
+	Body TriggerResponse
+}
+
+func caller(ctx context.Context) string {
+	p, _ := platform.PrincipalFrom(ctx)
+	return p.UserID
+}
+
+func (h *handlers) create(ctx context.Context, in *createInput) (*triggerOutput, error) {
+	if !platform.ValidID(in.Body.ProjectID) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("body.projectId: must be a project ID (UUID)"))
+	}
+	d, err := h.svc.Trigger(ctx, TriggerParams{ProjectID: in.Body.ProjectID, OwnerID: caller(ctx), Reason: "manual"})
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
+}
+
+// View is a deployment as the API answers it.
+type View struct {
+	ID            string     `json:"id"`
+	ProjectID     string     `json:"projectId"`
+	Status        Status     `json:"status" enum:"QUEUED,BUILDING,PROVISIONING,CONFIGURING_DNS,LIVE,FAILED,CANCELLED"`
+	Steps         []Step     `json:"steps"`
+	CommitSHA     *string    `json:"commitSha" doc:"The commit asked for, or once built, the commit built"`
+	Reason        string     `json:"reason" doc:"Why the deployment was started"`
+	DeployedURL   *string    `json:"deployedUrl"`
+	ErrorMessage  *string    `json:"errorMessage"`
+	BuildDuration *float64   `json:"buildDuration" doc:"Seconds the BUILD step ran"`
+	Region        string     `json:"region"`
+	WorkflowName  string     `json:"workflowName"`
+	SupersededBy  *string    `json:"supersededBy" doc:"When a newer deployment of the project went LIVE and replaced this one (status CANCELLED): its ID"`
+	ReplacedAt    *time.Time `json:"replacedAt"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	FinishedAt    *time.Time `json:"finishedAt" doc:"When it became LIVE, FAILED or CANCELLED"`
+}
+
+// StatusView is the answer of GET /deployments/{id}/status (DESIGN.md section 4).
+type StatusView struct {
+	ID            string   `json:"id"`
+	Status        Status   `json:"status" enum:"QUEUED,BUILDING,PROVISIONING,CONFIGURING_DNS,LIVE,FAILED,CANCELLED"`
+	Steps         []Step   `json:"steps"`
+	DeployedURL   *string  `json:"deployedUrl"`
+	ErrorMessage  *string  `json:"errorMessage"`
+	BuildDuration *float64 `json:"buildDuration" doc:"Seconds the BUILD step ran"`
+	Region        string   `json:"region"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func buildSeconds(d *Deployment) *float64 {
+	if d.Steps.Get(StepBuild) == nil || d.Steps.Get(StepBuild).Status != StepSucceeded {
+		return nil
+	}
+	s := float64(d.BuildDurationMs) / 1000
+	return &s
+}
+
+func utcSteps(steps Steps) []Step {
+	out := make([]Step, len(steps))
+	for i, s := range steps {
+		out[i] = Step{Name: s.Name, Status: s.Status, StartedAt: utcPtr(s.StartedAt), FinishedAt: utcPtr(s.FinishedAt)}
+	}
+	return out
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// ViewOf renders d for the API.
+func ViewOf(d *Deployment) View {
+	return View{
+		ID: d.ID, ProjectID: d.ProjectID, Status: d.Status, Steps: utcSteps(d.Steps),
+		CommitSHA: strOrNil(d.CommitSHA), Reason: d.Reason, DeployedURL: strOrNil(d.DeployedURL),
+		ErrorMessage: strOrNil(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
+		WorkflowName: d.WorkflowName, SupersededBy: strOrNil(d.SupersededBy), ReplacedAt: timeOrNil(d.ReplacedAt),
+		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), FinishedAt: timeOrNil(d.FinishedAt),
+	}
+}
+
+// StatusViewOf renders d's status for the API.
+func StatusViewOf(d *Deployment) StatusView {
+	return StatusView{
+		ID: d.ID, Status: d.Status, Steps: utcSteps(d.Steps), DeployedURL: strOrNil(d.DeployedURL),
+		ErrorMessage: strOrNil(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
+	}
+}
+
+type listInput struct {
+	platform.PageParams
+	ProjectID string `query:"projectId" doc:"Only deployments of this project"`
+}
+
+type listOutput struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Cursor of the next page; empty on the last page"`
+	Body       []View
+}
+
+func (h *handlers) list(ctx context.Context, in *listInput) (*listOutput, error) {
+	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("query.projectId: must be a project ID (UUID)"))
+	}
+	ds, next, err := h.svc.List(ctx, ListParams{OwnerID: caller(ctx), ProjectID: in.ProjectID, Page: in.PageParams})
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	out := &listOutput{NextCursor: next, Body: make([]View, len(ds))}
+	for i, d := range ds {
+		out.Body[i] = ViewOf(d)
+	}
+	return out, nil
+}
+
+type viewOutput struct{ Body View }
+
+func (h *handlers) get(ctx context.Context, in *idPath) (*viewOutput, error) {
+	d, err := h.svc.Get(ctx, caller(ctx), in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &viewOutput{Body: ViewOf(d)}, nil
+}
+
+type statusOutput struct{ Body StatusView }
+
+func (h *handlers) status(ctx context.Context, in *idPath) (*statusOutput, error) {
+	d, err := h.svc.Status(ctx, caller(ctx), in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &statusOutput{Body: StatusViewOf(d)}, nil
+}
+
+type deleteOutput struct {
+	Body struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+	}
+}
+
+func (h *handlers) delete(ctx context.Context, in *idPath) (*deleteOutput, error) {
+	if err := h.svc.Delete(ctx, caller(ctx), in.ID); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	out := &deleteOutput{}
+	out.Body.ID, out.Body.Deleted = in.ID, true
+	return out, nil
+}
+
+func (h *handlers) cancel(ctx context.Context, in *idPath) (*statusOutput, error) {
+	d, err := h.svc.Cancel(ctx, caller(ctx), in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &statusOutput{Body: StatusViewOf(d)}, nil
+}
+
+func (h *handlers) redeploy(ctx context.Context, in *idPath) (*triggerOutput, error) {
+	d, err := h.svc.Redeploy(ctx, caller(ctx), in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
+}
+
+type logTokenOutput struct {
+	Body struct {
+		Token     string    `json:"token" doc:"Pass as ?token= to GET /deployments/{id}/logs"`
+		ExpiresAt time.Time `json:"expiresAt"`
+	}
+}
+
+func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, error) {
+	user := caller(ctx)
+	d, err := h.svc.Get(ctx, user, in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	exp := h.clock.Now().UTC().Add(h.tokenTTL).Truncate(time.Second)
+	out := &logTokenOutput{}
+	out.Body.Token, out.Body.ExpiresAt = h.tokens.issue(d.ID, user, exp), exp
+	return out, nil
+}
+
+func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }

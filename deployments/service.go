@@ -1,0 +1,331 @@
+package deployments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Config are the dependencies of a Service.
+type Config struct {
+	Store      *Store
+	Logs       *Logs
+	Activities *Activities
+	Engine     Engine
+	Projects   ProjectSource
+	Clock      platform.Clock // default platform.SystemClock
+	Logger     *slog.Logger   // optional
+	// CancelTimeout bounds waiting for a running deployment to stop (cancel,
+	// delete, project teardown). Default 2 minutes.
+	CancelTimeout time.Duration
+}
+
+// Service is the deployments module's behaviour, used by its routes and, through
+// Trigger, TeardownProject and DeploymentsThisMonth, by other modules.
+type Service struct {
+	store    *Store
+	logs     *Logs
+	acts     *Activities
+	engine   Engine
+	projects ProjectSource
+	clock    platform.Clock
+	log      *slog.Logger
+	cancelTO time.Duration
+}
+
+// NewService checks cfg and returns the service.
+func NewService(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("deployments: Config.Store is required")
+	case cfg.Logs == nil:
+		return nil, errors.New("deployments: Config.Logs is required")
+	case cfg.Activities == nil:
+		return nil, errors.New("deployments: Config.Activities is required")
+	case cfg.Engine == nil:
+		return nil, errors.New("deployments: Config.Engine is required")
+	case cfg.Projects == nil:
+		return nil, errors.New("deployments: Config.Projects is required")
+	}
+	s := &Service{store: cfg.Store, logs: cfg.Logs, acts: cfg.Activities, engine: cfg.Engine,
+		projects: cfg.Projects, clock: cfg.Clock, log: cfg.Logger, cancelTO: cfg.CancelTimeout}
+	if s.clock == nil {
+		s.clock = platform.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.cancelTO <= 0 {
+		s.cancelTO = 2 * time.Minute
+	}
+	return s, nil
+}
+
+// TriggerParams ask for a deployment of a project.
+type TriggerParams struct {
+	ProjectID string
+	// OwnerID is the caller; the project must be theirs (else ErrNotFound).
+	// Internal callers that already resolved the project (a verified webhook)
+	// may leave it empty to act as the project's owner.
+	OwnerID string
+	// CommitSHA pins the commit to build; empty builds the branch's head.
+	CommitSHA string
+	// Reason says why, e.g. "manual", "push to main", "redeploy of <id>". Default "manual".
+	Reason string
+}
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+
+// Trigger queues a deployment of the project and starts its workflow. Errors:
+// 404 unknown project (or not the owner's), 400 bad commit, 403 when the
+// plan's monthly maxDeployments is reached, 503 when the engine is down.
+func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, error) {
+	if !platform.ValidID(p.ProjectID) {
+		return nil, platform.NotFound("project not found")
+	}
+	if p.CommitSHA != "" && !commitRE.MatchString(p.CommitSHA) {
+		return nil, platform.Invalid("commitSha: must be a lowercase hex commit id of 7 to 64 characters")
+	}
+	spec, err := s.projects.ProjectForDeploy(ctx, p.ProjectID)
+	if errors.Is(err, platform.ErrNotFound) || (err == nil && p.OwnerID != "" && spec.OwnerID != p.OwnerID) {
+		return nil, platform.NotFound("project not found")
+	}
+	if err != nil {
+		return nil, err
+	}
+	reason := p.Reason
+	if reason == "" {
+		reason = "manual"
+	}
+	if len(reason) > 200 {
+		reason = reason[:200]
+	}
+	at := s.clock.Now().UTC().Truncate(time.Microsecond)
+	id := platform.NewID()
+	d := &Deployment{
+		ID: id, ProjectID: p.ProjectID, OwnerID: spec.OwnerID, ProjectSlug: spec.Slug,
+		Status: StatusQueued, Steps: NewSteps(), CommitSHA: p.CommitSHA, Reason: reason,
+		Region: spec.Region, WorkflowName: "deploy-" + id, Attempt: 1, CreatedAt: at, UpdatedAt: at,
+	}
+	used, err := s.store.DeploymentInsert(ctx, d, spec.MaxDeploymentsPerMonth)
+	if errors.Is(err, errQuota) {
+		msg := fmt.Sprintf("maxDeployments quota reached: %d of %d deployments this month", used, spec.MaxDeploymentsPerMonth)
+		if spec.PlanName != "" {
+			msg += " on plan " + spec.PlanName
+		}
+		return nil, platform.Forbidden(msg).WithCode("QUOTA_EXCEEDED")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sink, err := s.logs.Sink(ctx, id); err == nil {
+		sink.Systemf("deployment queued (%s)", reason)
+	}
+	name, err := s.engine.StartWorkflow(ctx, d)
+	if err != nil {
+		s.log.Error("start deployment workflow", "deployment", id, "err", err)
+		_ = s.acts.Finish(context.WithoutCancel(ctx), id, errors.New("the deployment engine could not start the workflow"))
+		return nil, platform.Unavailable("the deployment engine is unavailable; try again later")
+	}
+	if name != "" && name != d.WorkflowName {
+		d.WorkflowName = name
+		if _, err := s.store.DeploymentUpdate(ctx, d, nil, "workflow_name"); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Get returns the owner's deployment id (ErrNotFound if absent or not theirs).
+func (s *Service) Get(ctx context.Context, ownerID, id string) (*Deployment, error) {
+	if !platform.ValidID(id) {
+		return nil, platform.NotFound("deployment not found")
+	}
+	d, err := s.store.DeploymentGetOwned(ctx, id, ownerID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil, platform.NotFound("deployment not found")
+	}
+	return d, err
+}
+
+// ListParams select a page of the owner's deployments, newest first.
+type ListParams struct {
+	OwnerID   string
+	ProjectID string // optional filter
+	Page      platform.PageParams
+}
+
+// List returns a page of deployments and the cursor of the next page ("" at the end).
+func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string, error) {
+	cur, err := platform.DecodeCursor(p.Page.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	size := p.Page.Size()
+	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerID: p.OwnerID, ProjectID: p.ProjectID, After: cur, Limit: size + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ds) > size {
+		ds = ds[:size]
+		last := ds[size-1]
+		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
+	}
+	return ds, next, nil
+}
+
+// Status syncs the deployment's stored state from the engine (SPEC 3.1) and returns it.
+func (s *Service) Status(ctx context.Context, ownerID, id string) (*Deployment, error) {
+	d, err := s.Get(ctx, ownerID, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.sync(ctx, d)
+}
+
+func (s *Service) sync(ctx context.Context, d *Deployment) (*Deployment, error) {
+	st, err := s.engine.Sync(ctx, d)
+	if err != nil {
+		// The stored state is still the best answer; the next call syncs again.
+		s.log.Warn("sync deployment from engine", "deployment", d.ID, "err", err)
+		return d, nil
+	}
+	cur := StateOf(d)
+	if st.Status == "" || sameState(cur, st) {
+		return d, nil
+	}
+	from := d.Status
+	d.Status, d.Steps, d.DeployedURL, d.ErrorMessage = st.Status, st.Steps, st.DeployedURL, st.ErrorMessage
+	d.BuildDurationMs, d.FinishedAt = st.BuildDuration.Milliseconds(), st.FinishedAt
+	if st.CommitSHA != "" {
+		d.CommitSHA = st.CommitSHA
+	}
+	if _, err := s.store.DeploymentUpdate(ctx, d, []Status{from}, "status", "steps", "deployed_url",
+		"error_message", "build_duration_ms", "finished_at", "commit_sha"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func sameState(a, b *State) bool {
+	if a.Status != b.Status || a.DeployedURL != b.DeployedURL || a.ErrorMessage != b.ErrorMessage ||
+		a.BuildDuration != b.BuildDuration || (b.CommitSHA != "" && a.CommitSHA != b.CommitSHA) ||
+		!a.FinishedAt.Equal(b.FinishedAt) || len(a.Steps) != len(b.Steps) {
+		return false
+	}
+	for i := range a.Steps {
+		x, y := a.Steps[i], b.Steps[i]
+		if x.Name != y.Name || x.Status != y.Status || !eqTime(x.StartedAt, y.StartedAt) || !eqTime(x.FinishedAt, y.FinishedAt) {
+			return false
+		}
+	}
+	return true
+}
+
+func eqTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+// Cancel stops the owner's non-terminal deployment and returns it as it ended
+// (409 if it already ended).
+func (s *Service) Cancel(ctx context.Context, ownerID, id string) (*Deployment, error) {
+	d, err := s.Get(ctx, ownerID, id)
+	if err != nil {
+		return nil, err
+	}
+	if d.Status.Terminal() {
+		return nil, platform.Conflict(fmt.Sprintf("deployment is already %s", d.Status))
+	}
+	if err := s.cancel(ctx, d); err != nil {
+		return nil, err
+	}
+	return s.store.DeploymentGet(ctx, id)
+}
+
+func (s *Service) cancel(ctx context.Context, d *Deployment) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cancelTO)
+	defer cancel()
+	if err := s.store.DeploymentRequestCancel(ctx, d.ID); err != nil {
+		return err
+	}
+	return s.engine.Cancel(ctx, d)
+}
+
+// Redeploy queues a new deployment of the same project and commit as id.
+func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment, error) {
+	d, err := s.Get(ctx, ownerID, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA, Reason: "redeploy of " + id})
+}
+
+// Delete removes the owner's deployment: cancels it if it runs, stops its app,
+// removes its route if the route still points at it, its workspace, its logs
+// and its record.
+func (s *Service) Delete(ctx context.Context, ownerID, id string) error {
+	d, err := s.Get(ctx, ownerID, id)
+	if err != nil {
+		return err
+	}
+	return s.remove(ctx, d)
+}
+
+func (s *Service) remove(ctx context.Context, d *Deployment) error {
+	if !d.Status.Terminal() {
+		if err := s.cancel(ctx, d); err != nil {
+			return err
+		}
+	}
+	if err := s.acts.Release(ctx, d); err != nil {
+		return err
+	}
+	if err := s.logs.Flush(ctx); err != nil {
+		return err
+	}
+	if err := s.store.DeploymentDelete(ctx, d.ID); err != nil {
+		return err
+	}
+	s.logs.Forget(d.ID)
+	return nil
+}
+
+// TeardownProject removes every deployment of a project being deleted: cancels
+// the running ones, stops apps, removes routes, workspaces, logs, records and
+// monthly counts. Idempotent: a second call finds nothing left to do.
+func (s *Service) TeardownProject(ctx context.Context, projectID string) error {
+	ds, err := s.store.DeploymentListByProject(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	// Newest first: queued deployments are cancelled before the running one
+	// ends and could let the next of them start.
+	for i := len(ds) - 1; i >= 0; i-- {
+		if err := s.remove(ctx, ds[i]); err != nil {
+			errs = append(errs, fmt.Errorf("deployment %s: %w", ds[i].ID, err))
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, s.store.UsageDeleteProject(ctx, projectID))
+	}
+	return errors.Join(errs...)
+}
+
+// DeploymentsThisMonth returns, per project of ownerID, how many deployments it
+// started this calendar month (UTC). Deleting deployments does not lower it.
+func (s *Service) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error) {
+	return s.store.UsageByOwner(ctx, ownerID, monthOf(s.clock.Now()))
+}
+
+// Logs returns the service's log hub (for engines and tests).
+func (s *Service) Logs() *Logs { return s.logs }

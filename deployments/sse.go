@@ -1,0 +1,378 @@
+package deployments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// The log stream (SPEC 6.1, DESIGN.md section 4).
+//
+// Every event is unnamed: a "data:" line with a JSON object whose "type" is
+// ready, log, error or done; a log event also has an "id:" line holding its
+// cursor (the per-deployment sequence number, also "cursor" in the JSON).
+// Order: ready, the backlog, live lines, then done once the deployment is
+// terminal and every line stored up to then was sent. ": ping" comments keep
+// idle streams open.
+//
+// Where the backlog starts: the Last-Event-ID header (a reconnecting
+// EventSource) wins, then since (an RFC 3339 time: lines at or after it), then
+// after (a cursor); none means from the first line.
+//
+// LIVE is terminal for the stream: a stream of a LIVE deployment sends what
+// the app logged so far, then done. Open it again (with after=<last cursor>)
+// to read the app's newer lines.
+//
+// Authentication: a bearer token, or ?token= from POST /deployments/{id}/logs/token
+// (browsers' EventSource cannot send headers).
+
+type logsInput struct {
+	ID          string `path:"id" doc:"Deployment ID (UUID)"`
+	After       string `query:"after" doc:"Resume after this log cursor (used only when since is not given)"`
+	Since       string `query:"since" doc:"Replay lines logged at or after this RFC 3339 time"`
+	LastEventID string `header:"Last-Event-ID" doc:"Cursor of the last event received; sent by a reconnecting EventSource, takes precedence over after and since"`
+	Token       string `query:"token" doc:"Log token from POST /deployments/{id}/logs/token, instead of the Authorization header"`
+}
+
+// logEvent is the JSON of one SSE event.
+type logEvent struct {
+	Type      string     `json:"type" enum:"ready,log,error,done"`
+	Cursor    int64      `json:"cursor,omitempty" doc:"log only: the line's cursor (also its SSE id)"`
+	Timestamp *time.Time `json:"timestamp,omitempty" doc:"log only"`
+	Message   string     `json:"message,omitempty" doc:"log and error"`
+	Stream    string     `json:"stream,omitempty" enum:"system,build,app" doc:"log only"`
+}
+
+func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
+	oa := api.OpenAPI()
+	if oa.Components == nil {
+		oa.Components = &huma.Components{}
+	}
+	if oa.Components.SecuritySchemes == nil {
+		oa.Components.SecuritySchemes = map[string]*huma.SecurityScheme{}
+	}
+	oa.Components.SecuritySchemes[LogTokenScheme] = &huma.SecurityScheme{
+		Type: "apiKey", In: "query", Name: "token",
+		Description: "Short-lived token from POST /deployments/{id}/logs/token, valid for that deployment's log stream only.",
+	}
+	schema := oa.Components.Schemas.Schema(reflectType[logEvent](), true, "DeploymentLogEvent")
+	huma.Register(api, huma.Operation{
+		OperationID: "stream-deployment-logs", Method: http.MethodGet, Path: "/deployments/{id}/logs",
+		Summary:     "Stream a deployment's logs (Server-Sent Events)",
+		Description: "Unnamed events whose data is JSON with a type: ready, then the backlog (after, since or Last-Event-ID), then live lines, then done when the deployment is LIVE, FAILED or CANCELLED and every line was sent. Each log event carries id: <cursor>. Comment heartbeats (: ping) keep the stream open.",
+		Tags:        []string{"Deployments"},
+		Security:    []map[string][]string{{platform.SecurityScheme: {}}, {LogTokenScheme: {}}},
+		Middlewares: huma.Middlewares{h.logsAuth(api, auth)},
+		Responses: map[string]*huma.Response{
+			"200": {
+				Description: "text/event-stream of DeploymentLogEvent objects in data: lines",
+				Content:     map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{Type: huma.TypeArray, Items: schema}}},
+			},
+		},
+	}, h.logs)
+}
+
+// logsAuth admits a valid ?token= for the deployment in the path, else
+// requires a bearer token.
+func (h *handlers) logsAuth(api huma.API, auth platform.Authenticator) func(huma.Context, func(huma.Context)) {
+	bearer := platform.RequireAuth(api, auth)
+	return func(ctx huma.Context, next func(huma.Context)) {
+		tok := ctx.Query("token")
+		if tok == "" {
+			bearer(ctx, next)
+			return
+		}
+		user, ok := h.tokens.verify(tok, ctx.Param("id"), h.clock.Now())
+		if !ok {
+			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "query.token: invalid or expired log token")
+			return
+		}
+		next(huma.WithContext(ctx, platform.WithPrincipal(ctx.Context(), platform.Principal{UserID: user})))
+	}
+}
+
+// streamStart is where a stream's backlog begins.
+type streamStart struct {
+	after int64
+	since time.Time
+}
+
+func parseStart(in *logsInput) (streamStart, error) {
+	var st streamStart
+	cursor := func(v, name string) (int64, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 {
+			return 0, platform.Invalidf("%s: must be a log cursor (a non-negative integer)", name)
+		}
+		return n, nil
+	}
+	// Validate every parameter given, even one that precedence ignores.
+	var after, last int64
+	var err error
+	if in.After != "" {
+		if after, err = cursor(in.After, "query.after"); err != nil {
+			return st, err
+		}
+	}
+	if in.LastEventID != "" {
+		if last, err = cursor(in.LastEventID, "header.Last-Event-ID"); err != nil {
+			return st, err
+		}
+	}
+	var since time.Time
+	if in.Since != "" {
+		if since, err = time.Parse(time.RFC3339Nano, in.Since); err != nil {
+			return st, platform.Invalid("query.since: must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
+		}
+	}
+	switch {
+	case in.LastEventID != "":
+		st.after = last
+	case in.Since != "":
+		st.since = since.UTC()
+	default:
+		st.after = after
+	}
+	return st, nil
+}
+
+func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse, error) {
+	user := caller(ctx)
+	d, err := h.svc.Get(ctx, user, in.ID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	start, err := parseStart(in)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	release := func() {}
+	if h.streams != nil {
+		if release, err = h.streams.Acquire(ctx, user); err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+	}
+	return &huma.StreamResponse{Body: func(hctx huma.Context) {
+		defer release()
+		s := &stream{h: h, id: d.ID, w: hctx.BodyWriter(), since: start.since, last: start.after}
+		if rw, ok := s.w.(http.ResponseWriter); ok {
+			s.rc = http.NewResponseController(rw)
+		}
+		hctx.SetHeader("Content-Type", "text/event-stream")
+		hctx.SetHeader("Cache-Control", "no-cache")
+		hctx.SetHeader("X-Accel-Buffering", "no")
+		hctx.SetStatus(http.StatusOK)
+		s.run(hctx.Context())
+	}}, nil
+}
+
+// stream is one client's log stream.
+type stream struct {
+	h     *handlers
+	id    string
+	w     io.Writer
+	rc    *http.ResponseController // nil when w is not an http.ResponseWriter
+	since time.Time
+	last  int64 // cursor of the last line sent (or the resume point)
+	buf   []byte
+}
+
+// replayPage is how many stored lines a replay reads per query.
+const replayPage = 500
+
+func (s *stream) run(ctx context.Context) {
+	logs, store := s.h.svc.logs, s.h.svc.store
+	// Subscribe first: a line stored while the backlog is read arrives here
+	// too, and is skipped by cursor.
+	sub := logs.Subscribe(s.id)
+	defer func() { sub.Close() }()
+	if s.event(logEvent{Type: "ready"}, 0) != nil || s.flush() != nil {
+		return
+	}
+	if s.replay(ctx) != nil {
+		return
+	}
+	if end, err := s.ended(ctx); err != nil || end {
+		return
+	}
+	tick := time.NewTicker(s.h.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-sub.C:
+			if !ok {
+				if !sub.Lagged() {
+					return // the server is shutting down
+				}
+				// Dropped for falling behind: resubscribe, then refill from the database.
+				sub = logs.Subscribe(s.id)
+				if s.replay(ctx) != nil {
+					return
+				}
+				continue
+			}
+			if ev.Done {
+				if s.replay(ctx) == nil {
+					_ = s.done()
+				}
+				return
+			}
+			if err := s.live(ctx, ev.Line); err != nil {
+				return
+			}
+			if len(sub.C) == 0 && s.flush() != nil {
+				return
+			}
+		case <-tick.C:
+			if _, err := s.w.Write([]byte(": ping\n\n")); err != nil || s.flush() != nil {
+				return
+			}
+			// Engines on other machines end deployments without telling this
+			// process: the database has the last word.
+			if d, err := store.DeploymentGet(ctx, s.id); err != nil || d.Status.Terminal() {
+				if err == nil && s.replay(ctx) == nil {
+					_ = s.done()
+				}
+				if errors.Is(err, platform.ErrNotFound) {
+					_ = s.fail("the deployment was deleted")
+				}
+				return
+			}
+		}
+	}
+}
+
+// ended sends done (after a last replay) if the deployment is terminal.
+func (s *stream) ended(ctx context.Context) (bool, error) {
+	d, err := s.h.svc.store.DeploymentGet(ctx, s.id)
+	if errors.Is(err, platform.ErrNotFound) {
+		return true, s.fail("the deployment was deleted")
+	}
+	if err != nil {
+		_ = s.fail("could not read the deployment")
+		return true, err
+	}
+	if !d.Status.Terminal() {
+		return false, nil
+	}
+	if err := s.replay(ctx); err != nil {
+		return true, err
+	}
+	return true, s.done()
+}
+
+// live sends a line from the fan-out unless already sent; a gap (lines stored
+// but not yet seen here) is filled from the database first.
+func (s *stream) live(ctx context.Context, ln *LogLine) error {
+	if ln.Seq <= s.last {
+		return nil
+	}
+	if ln.Seq > s.last+1 {
+		if err := s.replay(ctx); err != nil {
+			return err
+		}
+		if ln.Seq <= s.last {
+			return nil
+		}
+	}
+	return s.line(ln)
+}
+
+// replay sends the stored lines after s.last (and at or after s.since).
+func (s *stream) replay(ctx context.Context) error {
+	for {
+		lines, err := s.h.svc.store.LogList(ctx, LogListParams{DeploymentID: s.id, AfterSeq: s.last, Since: s.since, Limit: replayPage})
+		if err != nil {
+			_ = s.fail("could not read the deployment's logs")
+			return err
+		}
+		for i := range lines {
+			if err := s.line(&lines[i]); err != nil {
+				return err
+			}
+		}
+		if err := s.flush(); err != nil {
+			return err
+		}
+		if len(lines) < replayPage {
+			return nil
+		}
+	}
+}
+
+func (s *stream) line(ln *LogLine) error {
+	if !s.since.IsZero() && ln.Time.Before(s.since) {
+		return nil
+	}
+	ts := ln.Time.UTC()
+	if err := s.event(logEvent{Type: "log", Cursor: ln.Seq, Timestamp: &ts, Message: ln.Message, Stream: ln.Stream}, ln.Seq); err != nil {
+		return err
+	}
+	s.last = ln.Seq
+	return nil
+}
+
+func (s *stream) done() error {
+	if err := s.event(logEvent{Type: "done"}, 0); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+func (s *stream) fail(msg string) error {
+	if err := s.event(logEvent{Type: "error", Message: msg}, 0); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+// writeTimeout bounds one write to a client; a client that reads slower is dropped.
+const writeTimeout = 10 * time.Second
+
+// event writes one SSE event. JSON encoding keeps a message's newlines out of
+// the data: framing.
+func (s *stream) event(ev logEvent, id int64) error {
+	if s.rc != nil {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
+	b := s.buf[:0]
+	if id > 0 {
+		b = append(b, "id: "...)
+		b = strconv.AppendInt(b, id, 10)
+		b = append(b, '\n')
+	}
+	b = append(b, "data: "...)
+	j, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	b = append(b, j...)
+	b = append(b, '\n', '\n')
+	s.buf = b
+	_, err = s.w.Write(b)
+	return err
+}
+
+func (s *stream) flush() error {
+	if s.rc == nil {
+		if f, ok := s.w.(http.Flusher); ok {
+			f.Flush()
+		}
+		return nil
+	}
+	err := s.rc.Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
+}

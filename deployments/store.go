@@ -1,0 +1,239 @@
+package deployments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Store reads and writes the deployments module's tables. Every error it
+// returns has passed through db.Translate (platform.ErrNotFound, ErrConflict...).
+// All methods are safe for concurrent use; none holds a transaction open while
+// calling out.
+type Store struct {
+	db bun.IDB
+}
+
+// NewStore returns a Store over idb (usually the *bun.DB pool).
+func NewStore(idb bun.IDB) *Store { return &Store{db: idb} }
+
+// errQuota is returned by DeploymentInsert when the project's monthly quota is used up.
+var errQuota = errors.New("deployment quota reached")
+
+// monthOf is the usage bucket of t: its calendar month in UTC.
+func monthOf(t time.Time) string { return t.UTC().Format("2006-01") }
+
+// DeploymentInsert stores d and counts it against its project's deployments of
+// d.CreatedAt's calendar month (UTC). When maxPerMonth > 0 and the project has
+// already started that many this month, nothing is stored and errQuota is
+// returned with used = the count. Check and insert are atomic: on Postgres an
+// advisory transaction lock per project serialises concurrent triggers; SQLite
+// has a single writer.
+func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth int) (used int, err error) {
+	month := monthOf(d.CreatedAt)
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if db.IsPostgres(tx) {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", "deployments:"+d.ProjectID); err != nil {
+				return err
+			}
+		}
+		u := usage{ProjectID: d.ProjectID, Month: month}
+		err := tx.NewSelect().Model(&u).WherePK().Scan(ctx)
+		exists := err == nil
+		if err != nil && !errors.Is(db.Translate(err), platform.ErrNotFound) {
+			return err
+		}
+		used = u.Count
+		if maxPerMonth > 0 && used >= maxPerMonth {
+			return errQuota
+		}
+		u.OwnerID, u.Count = d.OwnerID, used+1
+		if exists {
+			_, err = tx.NewUpdate().Model(&u).Column("count", "owner_id").WherePK().Exec(ctx)
+		} else {
+			_, err = tx.NewInsert().Model(&u).Exec(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.NewInsert().Model(d).Exec(ctx)
+		return err
+	})
+	if errors.Is(err, errQuota) {
+		return used, err
+	}
+	return used, db.Translate(err)
+}
+
+// DeploymentGet returns the deployment id, or platform.ErrNotFound.
+func (s *Store) DeploymentGet(ctx context.Context, id string) (*Deployment, error) {
+	d := new(Deployment)
+	if err := s.db.NewSelect().Model(d).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return d, nil
+}
+
+// DeploymentGetOwned returns the deployment id if ownerID owns it, else platform.ErrNotFound.
+func (s *Store) DeploymentGetOwned(ctx context.Context, id, ownerID string) (*Deployment, error) {
+	d := new(Deployment)
+	if err := s.db.NewSelect().Model(d).Where("id = ? AND owner_id = ?", id, ownerID).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return d, nil
+}
+
+// DeploymentListParams select a page of deployments, newest first.
+type DeploymentListParams struct {
+	OwnerID   string // required
+	ProjectID string // optional filter
+	After     *platform.Cursor
+	Limit     int
+}
+
+// DeploymentList returns a page of the owner's deployments, newest first.
+func (s *Store) DeploymentList(ctx context.Context, p DeploymentListParams) ([]*Deployment, error) {
+	var out []*Deployment
+	q := s.db.NewSelect().Model(&out).Where("owner_id = ?", p.OwnerID)
+	if p.ProjectID != "" {
+		q = q.Where("project_id = ?", p.ProjectID)
+	}
+	if p.After != nil {
+		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.Time, p.After.Time, p.After.ID)
+	}
+	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit)).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return out, nil
+}
+
+// DeploymentListByStatus returns every deployment in one of statuses, oldest first.
+func (s *Store) DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error) {
+	var out []*Deployment
+	err := s.db.NewSelect().Model(&out).Where("status IN (?)", bun.In(statuses)).
+		OrderExpr("created_at ASC, id ASC").Scan(ctx)
+	return out, db.Translate(err)
+}
+
+// DeploymentListByProject returns every deployment of a project, oldest first.
+func (s *Store) DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error) {
+	var out []*Deployment
+	err := s.db.NewSelect().Model(&out).Where("project_id = ?", projectID).
+		OrderExpr("created_at ASC, id ASC").Scan(ctx)
+	return out, db.Translate(err)
+}
+
+// DeploymentUpdate writes columns of d (and updated_at) to its row. With from
+// non-empty it only updates a row whose status is one of from, and reports
+// whether it did (false, nil: the row moved on or is gone).
+func (s *Store) DeploymentUpdate(ctx context.Context, d *Deployment, from []Status, columns ...string) (bool, error) {
+	d.UpdatedAt = now()
+	q := s.db.NewUpdate().Model(d).Column(append(columns, "updated_at")...).Where("id = ?", d.ID)
+	if len(from) > 0 {
+		q = q.Where("status IN (?)", bun.In(from))
+	}
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return false, db.Translate(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, db.Translate(err)
+	}
+	return n > 0, nil
+}
+
+// DeploymentRequestCancel records that the deployment's cancellation was asked,
+// so a restart does not resume it.
+func (s *Store) DeploymentRequestCancel(ctx context.Context, id string) error {
+	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("cancel_requested = ?", true).
+		Set("updated_at = ?", now()).Where("id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
+// DeploymentDelete removes the deployment and its log lines. Deleting an absent one is not an error.
+func (s *Store) DeploymentDelete(ctx context.Context, id string) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*LogLine)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*Deployment)(nil)).Where("id = ?", id).Exec(ctx)
+		return err
+	})
+	return db.Translate(err)
+}
+
+// UsageDeleteProject forgets the monthly counts of a deleted project.
+func (s *Store) UsageDeleteProject(ctx context.Context, projectID string) error {
+	_, err := s.db.NewDelete().Model((*usage)(nil)).Where("project_id = ?", projectID).Exec(ctx)
+	return db.Translate(err)
+}
+
+// UsageByOwner returns, per project of ownerID, how many deployments it started in month (2006-01).
+func (s *Store) UsageByOwner(ctx context.Context, ownerID, month string) (map[string]int, error) {
+	var rows []usage
+	if err := s.db.NewSelect().Model(&rows).Where("owner_id = ? AND month = ?", ownerID, month).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.ProjectID] = r.Count
+	}
+	return out, nil
+}
+
+// LogInsert stores lines in one statement.
+func (s *Store) LogInsert(ctx context.Context, lines []LogLine) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	_, err := s.db.NewInsert().Model(&lines).Exec(ctx)
+	return db.Translate(err)
+}
+
+// LogListParams select log lines of one deployment in sequence order.
+type LogListParams struct {
+	DeploymentID string
+	AfterSeq     int64     // lines with seq > AfterSeq
+	Since        time.Time // and, when set, ts >= Since
+	Limit        int
+}
+
+// LogList returns up to p.Limit lines in sequence order.
+func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogLine, error) {
+	var out []LogLine
+	q := s.db.NewSelect().Model(&out).Where("deployment_id = ? AND seq > ?", p.DeploymentID, p.AfterSeq)
+	if !p.Since.IsZero() {
+		q = q.Where("ts >= ?", p.Since.UTC())
+	}
+	if err := q.Order("seq").Limit(int64(p.Limit)).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return out, nil
+}
+
+// LogMaxSeq returns the highest sequence number stored for the deployment (0 if none).
+func (s *Store) LogMaxSeq(ctx context.Context, deploymentID string) (int64, error) {
+	var n *int64
+	err := s.db.NewSelect().Model((*LogLine)(nil)).ColumnExpr("MAX(seq)").
+		Where("deployment_id = ?", deploymentID).Scan(ctx, &n)
+	if err != nil {
+		return 0, db.Translate(err)
+	}
+	if n == nil {
+		return 0, nil
+	}
+	return *n, nil
+}
+
+// now is the store's timestamp: UTC, microsecond precision so values survive a
+// Postgres round trip unchanged (keyset cursors compare them exactly).
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// errorf wraps err with a message for logs (never sent to clients).
+func errorf(format string, a ...any) error { return fmt.Errorf("deployments: "+format, a...) }
