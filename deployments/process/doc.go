@@ -1,0 +1,64 @@
+// Package process is Keelson's default deployments.Runtime: it clones a
+// project's repository with git, runs its build command and starts it as a
+// plain child process of the server, then routes the project's host to it in the
+// built-in ingress proxy (deployments/ingress).
+//
+// It is meant for one machine and trusted-enough code: apps run as the server's
+// own user, without a sandbox. A container or cluster runtime implements the
+// same interface where isolation matters.
+//
+// Layout under Config.DataDir:
+//
+//	workspaces/<deploymentID>/src   the checkout; the build and the app run here
+//	workspaces/<deploymentID>/home  HOME of the build and the app
+//	workspaces/<deploymentID>/tmp   TMPDIR
+//	cache/                          shared by every build (GOCACHE, GOPATH and
+//	                                GOMODCACHE, npm's cache), so rebuilds are fast
+//
+// Git: only https repositories are cloned, plus file:// URLs and absolute paths
+// when Config.AllowLocalRepos is set. Git runs with GIT_ALLOW_PROTOCOL limited
+// to those, no system or global config, no credential helpers and no prompts.
+// A Job's GitAuth reaches git as an http.<origin>.extraHeader through
+// GIT_CONFIG_COUNT/KEY/VALUE environment variables: never in argv, the URL,
+// .git/config or a log line, and only sent to the repository's own origin.
+// Repository URLs holding credentials are refused. Submodules are not fetched.
+//
+// Environment: builds and apps never inherit the server's environment (it
+// holds KEELSON_JWT_SECRET and friends). They get PATH, HOME, TMPDIR, the
+// shared caches (GOCACHE, GOPATH, GOMODCACHE, GOFLAGS=-modcacherw,
+// npm_config_cache), then the job's variables (which may override any of
+// those), and for the app PORT last. Secret values of the job (and the git
+// credential) are replaced by *** in every line this package sends to the
+// LogSink and in every error it returns.
+//
+// Presets, used when a job's command is empty, keyed by Framework (case-insensitive):
+//
+//	go, golang                      build: go build -o ./.keelson/app .   start: ./.keelson/app
+//	node, nodejs, express, next,    build: (npm ci || npm install) && npm run build --if-present
+//	nextjs, nest, nestjs            start: npm start
+//	static, html                    no build; start: an in-process file server
+//
+// The static server runs inside the server process (no child process): it
+// serves the first of dist/, public/, build/ that exists, else the checkout,
+// and never serves a path with a dot-segment (so not .git). Any other
+// framework needs explicit commands.
+//
+// Processes: each build command and app runs under `sh -c` in its own process
+// group; a timeout, a cancellation or Stop signals the whole group (SIGTERM,
+// then SIGKILL after Config.StopGrace for apps; SIGKILL for builds), and
+// whatever a finished build left running in its group is killed too. Apps get
+// Pdeathsig=SIGKILL so they die with the server even if it is killed hard
+// (Pdeathsig reaches the group leader only; Close stops whole groups on a clean
+// shutdown). A crashed app is restarted with exponential backoff on the same
+// port when it is free (else on a new one, and the ingress follows); after
+// Config.MaxRestarts crashes within Config.RestartWindow the runtime gives up,
+// logs it to the deployment's log and leaves the route answering 502.
+//
+// Limits: BuildTimeout kills the build command (the clone has its own
+// Config.CloneTimeout). StorageGi is checked after the build against the
+// apparent size of the deployment's workspace (the shared caches are not
+// counted). MemoryMi and CPUMillis are NOT enforced for plain processes (an
+// rlimit on address space breaks Go and Node runtimes, and cgroups need
+// privileges this runtime does not assume); use a container runtime when they
+// must hold. Priority has no effect (builds are not queued here).
+package process

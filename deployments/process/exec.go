@@ -1,0 +1,170 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+)
+
+// maxLine caps one log line; longer output is split into several lines.
+const maxLine = 8 << 10
+
+// pipeDrainWait bounds how long output is read after a process group is gone,
+// in case something that left the group still holds the pipe.
+const pipeDrainWait = 2 * time.Second
+
+// output turns a child's output into masked log lines and keeps the last few
+// for error messages.
+type output struct {
+	sink   deployments.LogSink
+	stream string
+	mask   *strings.Replacer
+
+	mu   sync.Mutex
+	tail []string // ring of the last tailLines lines
+	next int
+}
+
+const tailLines = 30
+
+func newOutput(sink deployments.LogSink, stream string, mask *strings.Replacer) *output {
+	return &output{sink: sink, stream: stream, mask: mask}
+}
+
+func (o *output) line(s string) {
+	s = o.mask.Replace(strings.ToValidUTF8(s, "\uFFFD"))
+	o.mu.Lock()
+	if len(o.tail) < tailLines {
+		o.tail = append(o.tail, s)
+	} else {
+		o.tail[o.next] = s
+		o.next = (o.next + 1) % tailLines
+	}
+	o.mu.Unlock()
+	o.sink.Log(o.stream, s)
+}
+
+// system logs a runtime message (masked) on the system stream.
+func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Replace(msg)) }
+
+// Tail returns the last lines seen, oldest first, joined by newlines.
+func (o *output) Tail() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lines := append(append([]string(nil), o.tail[o.next:]...), o.tail[:o.next]...)
+	return strings.Join(lines, "\n")
+}
+
+// pump reads r until EOF or error, emitting one line per newline; lines longer
+// than maxLine are split.
+func (o *output) pump(r *os.File) {
+	br := bufio.NewReaderSize(r, maxLine)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			chunk = bytes.TrimRight(chunk, "\r\n")
+			o.line(string(chunk))
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+// proc is one started child: a process group whose output is pumped into out.
+type proc struct {
+	cmd    *exec.Cmd
+	out    *output
+	exited chan struct{} // closed once the leader was reaped, the group killed and output drained
+	err    error         // the leader's exit error, set before exited is closed
+}
+
+// startProc starts cmd in its own process group with stdout and stderr merged
+// into out. When the leader exits, the rest of its group is killed.
+func startProc(cmd *exec.Cmd, out *output, pdeathsig bool) (*proc, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if pdeathsig {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, err
+	}
+	pw.Close()
+	p := &proc{cmd: cmd, out: out, exited: make(chan struct{})}
+	pumped := make(chan struct{})
+	go func() {
+		out.pump(pr)
+		close(pumped)
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		p.signal(syscall.SIGKILL) // leftovers of the group go with their leader
+		t := time.NewTimer(pipeDrainWait)
+		select {
+		case <-pumped:
+		case <-t.C:
+		}
+		t.Stop()
+		pr.Close()
+		<-pumped
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// signal sends sig to the whole process group.
+func (p *proc) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// terminate asks the group to stop, kills it after grace, and waits.
+func (p *proc) terminate(grace time.Duration) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return
+	case <-t.C:
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// runProc runs cmd to completion, killing its group when ctx is done. It
+// returns the exit error, or ctx's error when ctx ended it.
+func runProc(ctx context.Context, cmd *exec.Cmd, out *output) error {
+	p, err := startProc(cmd, out, true)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.exited:
+		return p.err
+	case <-ctx.Done():
+		p.signal(syscall.SIGKILL)
+		<-p.exited
+		return context.Cause(ctx)
+	}
+}

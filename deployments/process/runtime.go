@@ -1,0 +1,446 @@
+package process
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// DataDir holds the workspaces (<DataDir>/workspaces/<deploymentID>). Required.
+	DataDir string
+	// CacheDir holds the build caches shared by every deployment. Default <DataDir>/cache.
+	CacheDir string
+	// AllowLocalRepos allows file:// URLs and absolute paths as repositories.
+	AllowLocalRepos bool
+	// Ingress routes the apps' hosts. Required.
+	Ingress *ingress.Router
+	// Logger receives what operators need (crashes, give-ups). Default: discard.
+	Logger *slog.Logger
+	// GitPath is the git binary. Default: "git" looked up in PATH.
+	GitPath string
+	// GitCAFile, when set, is a PEM bundle git trusts for https (a private code
+	// host with an internal CA).
+	GitCAFile string
+	// Path is the PATH of builds and apps. Default: the server's PATH.
+	Path string
+	// CloneTimeout bounds fetching the repository. Default 10m.
+	CloneTimeout time.Duration
+	// BuildTimeout kills a build command when the job's plan sets none. Default 10m.
+	BuildTimeout time.Duration
+	// HealthTimeout is how long a started app may take to answer HTTP. Default 60s.
+	HealthTimeout time.Duration
+	// StopGrace is how long an app has between SIGTERM and SIGKILL. Default 10s.
+	StopGrace time.Duration
+	// MaxRestarts is how many crashes within RestartWindow are restarted before
+	// the runtime gives up on an app. Default 5.
+	MaxRestarts int
+	// RestartWindow, see MaxRestarts. Default 5m.
+	RestartWindow time.Duration
+	// RestartBackoff is the first delay before restarting a crashed app; it
+	// doubles per crash in the window, up to 30s. Default 500ms.
+	RestartBackoff time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.CacheDir = cmp.Or(c.CacheDir, filepath.Join(c.DataDir, "cache"))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.GitPath = cmp.Or(c.GitPath, "git")
+	c.Path = cmp.Or(c.Path, os.Getenv("PATH"), "/usr/local/bin:/usr/bin:/bin")
+	c.CloneTimeout = cmp.Or(c.CloneTimeout, 10*time.Minute)
+	c.BuildTimeout = cmp.Or(c.BuildTimeout, 10*time.Minute)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, 60*time.Second)
+	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
+	c.MaxRestarts = cmp.Or(c.MaxRestarts, 5)
+	c.RestartWindow = cmp.Or(c.RestartWindow, 5*time.Minute)
+	c.RestartBackoff = cmp.Or(c.RestartBackoff, 500*time.Millisecond)
+	return c
+}
+
+// Runtime builds and runs deployments as local processes. Safe for concurrent
+// use; every method is idempotent per deployment.
+type Runtime struct {
+	cfg    Config
+	base   context.Context // cancelled by Close: ends every build
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	apps   map[string]*app               // deploymentID -> running app
+	builds map[string]context.CancelFunc // deploymentID -> running build
+	locks  map[string]*idLock            // deploymentID -> workspace lock
+	ports  map[int]string                // ports handed to apps -> deploymentID
+	health *http.Client                  // probes started apps
+}
+
+var _ deployments.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime. It creates the data and cache directories.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("process: DataDir is required")
+	}
+	if cfg.Ingress == nil {
+		return nil, errors.New("process: Ingress is required")
+	}
+	cfg = cfg.withDefaults()
+	var err error
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("process: data dir: %w", err)
+	}
+	if cfg.CacheDir, err = filepath.Abs(cfg.CacheDir); err != nil {
+		return nil, fmt.Errorf("process: cache dir: %w", err)
+	}
+	if cfg.GitPath, err = exec.LookPath(cfg.GitPath); err != nil {
+		return nil, fmt.Errorf("process: git not found: %w", err)
+	}
+	for _, d := range []string{filepath.Join(cfg.DataDir, "workspaces"), cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Runtime{
+		cfg: cfg, base: base, cancel: cancel,
+		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
+		locks: map[string]*idLock{}, ports: map[int]string{},
+		health: &http.Client{
+			// No keep-alive: no connection (or goroutine) outlives a probe.
+			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+			Timeout:       5 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// workspace is the directory tree of one deployment.
+type workspace struct{ root, src, home, tmp string }
+
+func (r *Runtime) workspace(id string) (workspace, error) {
+	if !idPattern.MatchString(id) {
+		return workspace{}, fmt.Errorf("deployment id %q is not valid", id)
+	}
+	root := filepath.Join(r.cfg.DataDir, "workspaces", id)
+	return workspace{root: root, src: filepath.Join(root, "src"), home: filepath.Join(root, "home"),
+		tmp: filepath.Join(root, "tmp")}, nil
+}
+
+// baseEnv is what every build and app starts from: no variable of the server's
+// own environment except PATH.
+func (r *Runtime) baseEnv(ws workspace) []string {
+	c := r.cfg.CacheDir
+	return []string{
+		"PATH=" + r.cfg.Path,
+		"HOME=" + ws.home,
+		"TMPDIR=" + ws.tmp,
+		"GOCACHE=" + filepath.Join(c, "go-build"),
+		"GOPATH=" + filepath.Join(c, "gopath"),
+		"GOMODCACHE=" + filepath.Join(c, "gopath", "pkg", "mod"),
+		"GOFLAGS=-modcacherw",
+		"npm_config_cache=" + filepath.Join(c, "npm"),
+		"npm_config_update_notifier=false",
+	}
+}
+
+// jobEnv checks the job's variables and returns them as KEY=value.
+func jobEnv(job deployments.Job) ([]string, error) {
+	env := make([]string, 0, len(job.Env))
+	for _, v := range job.Env {
+		if v.Key == "" || strings.ContainsAny(v.Key, "=\x00") {
+			return nil, fmt.Errorf("environment variable name %q is not valid", v.Key)
+		}
+		if strings.Contains(v.Value, "\x00") {
+			return nil, fmt.Errorf("environment variable %s contains a NUL byte", v.Key)
+		}
+		env = append(env, v.Key+"="+v.Value)
+	}
+	return env, nil
+}
+
+// masker replaces the job's secret values (and its git credential) by ***.
+func masker(job deployments.Job) *strings.Replacer {
+	var secrets []string
+	for _, v := range job.Env {
+		if v.Secret && v.Value != "" {
+			secrets = append(secrets, v.Value)
+		}
+	}
+	if a := job.GitAuth; a != nil && a.Password != "" {
+		secrets = append(secrets, a.Password, basicToken(a))
+	}
+	// Longest first, so a secret containing another is masked whole.
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	pairs := make([]string, 0, 2*len(secrets))
+	for _, s := range secrets {
+		pairs = append(pairs, s, "***")
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+func sinkOrDiscard(s deployments.LogSink) deployments.LogSink {
+	if s == nil {
+		return discardSink{}
+	}
+	return s
+}
+
+type discardSink struct{}
+
+func (discardSink) Log(string, string) {}
+
+// Build clones the job's repository into its workspace and runs the build
+// command there. It returns the commit it built.
+func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+	commit, _, err := r.build(ctx, job, logs)
+	return commit, err
+}
+
+// buildTimes splits a build for the benchmark.
+type buildTimes struct{ clone, build time.Duration }
+
+func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, buildTimes, error) {
+	var times buildTimes
+	ws, err := r.workspace(job.DeploymentID)
+	if err != nil {
+		return "", times, err
+	}
+	env, err := jobEnv(job)
+	if err != nil {
+		return "", times, err
+	}
+	cmdline, err := buildCommand(job)
+	if err != nil {
+		return "", times, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(r.base, cancel)
+	defer stopOnClose()
+
+	unlock := r.lock(job.DeploymentID)
+	defer unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return "", times, errors.New("runtime is shut down")
+	}
+	r.builds[job.DeploymentID] = cancel
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.builds, job.DeploymentID)
+		r.mu.Unlock()
+	}()
+
+	for _, d := range []string{ws.root, ws.home, ws.tmp} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", times, fmt.Errorf("creating the workspace: %w", err)
+		}
+	}
+	out := newOutput(sinkOrDiscard(logs), deployments.StreamBuild, masker(job))
+
+	start := time.Now()
+	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
+		fmt.Errorf("fetching the repository timed out after %s", r.cfg.CloneTimeout))
+	commit, err := r.clone(cctx, job, ws, out)
+	ccancel()
+	times.clone = time.Since(start)
+	if err != nil {
+		return "", times, maskErr(out.mask, err)
+	}
+
+	start = time.Now()
+	if cmdline == "" {
+		out.system("no build command (" + job.Framework + " preset)")
+	} else {
+		timeout := cmp.Or(job.Limits.BuildTimeout, r.cfg.BuildTimeout)
+		bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
+		out.system("running build command: " + cmdline)
+		cmd := exec.Command("/bin/sh", "-c", cmdline)
+		cmd.Dir, cmd.Env = ws.src, append(r.baseEnv(ws), env...)
+		err := runProc(bctx, cmd, out)
+		bcancel()
+		if err != nil {
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				err = fmt.Errorf("build command failed (%s):\n%s", exit, out.Tail())
+			} else {
+				err = fmt.Errorf("build command: %w", err)
+			}
+			return "", times, maskErr(out.mask, err)
+		}
+		out.system(fmt.Sprintf("build finished in %.1fs", time.Since(start).Seconds()))
+	}
+	times.build = time.Since(start)
+
+	if gi := job.Limits.StorageGi; gi > 0 {
+		size, err := dirSize(ws.root)
+		if err != nil {
+			return "", times, fmt.Errorf("measuring the workspace: %w", err)
+		}
+		if limit := int64(gi) << 30; size > limit {
+			return "", times, fmt.Errorf("the workspace holds %.2f GiB after the build, more than the plan's %d GiB storage limit",
+				float64(size)/(1<<30), gi)
+		}
+	}
+	return commit, times, nil
+}
+
+// Route points the slug's host at upstream and returns the public URL.
+func (r *Runtime) Route(ctx context.Context, slug, deploymentID, upstream string) (string, error) {
+	if err := r.cfg.Ingress.Set(slug, deploymentID, upstream); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	a := r.apps[deploymentID]
+	r.mu.Unlock()
+	if a != nil {
+		a.setSlug(slug) // a restart on another port must move this route
+	}
+	return r.cfg.Ingress.URL(slug), nil
+}
+
+// Unroute removes the slug's route if it still points at deploymentID.
+func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error {
+	r.cfg.Ingress.Remove(slug, deploymentID)
+	return nil
+}
+
+// Cleanup stops the deployment's app if it runs (it runs from the workspace),
+// cancels its build if one runs, and removes its workspace.
+func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
+	ws, err := r.workspace(deploymentID)
+	if err != nil {
+		return err
+	}
+	if err := r.Stop(ctx, deploymentID); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if cancel := r.builds[deploymentID]; cancel != nil {
+		cancel()
+	}
+	r.mu.Unlock()
+	unlock := r.lock(deploymentID)
+	defer unlock()
+	if err := removeAll(ws.root); err != nil {
+		return fmt.Errorf("removing the workspace of %s: %w", deploymentID, err)
+	}
+	return nil
+}
+
+// Close cancels every build and stops every app, waiting at most until ctx is
+// done. The Runtime refuses new work afterwards.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	ids := make([]string, 0, len(r.apps))
+	for id := range r.apps {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.Stop(ctx, id)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// maskedError is err with the job's secrets masked in its text; errors.Is
+// and errors.As still see the cause.
+type maskedError struct {
+	msg   string
+	cause error
+}
+
+func (e *maskedError) Error() string { return e.msg }
+func (e *maskedError) Unwrap() error { return e.cause }
+
+func maskErr(mask *strings.Replacer, err error) error {
+	return &maskedError{msg: mask.Replace(err.Error()), cause: err}
+}
+
+// idLock serializes work on one deployment's workspace.
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (r *Runtime) lock(id string) (unlock func()) {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &idLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// dirSize is the apparent size of the regular files under root.
+func dirSize(root string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+// removeAll removes path, first making read-only directories (e.g. a module
+// cache a build put in the workspace) writable.
+func removeAll(path string) error {
+	if err := os.RemoveAll(path); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
+}
