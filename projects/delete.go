@@ -1,0 +1,163 @@
+package projects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DeleteStatus is the deletion state of a project.
+type DeleteStatus struct {
+	ID           string `json:"id" doc:"Project id"`
+	Status       string `json:"status" enum:"ACTIVE,DELETING,DELETED,FAILED" doc:"Deletion state"`
+	ErrorMessage string `json:"errorMessage,omitempty" doc:"Why the last teardown failed (status FAILED)"`
+}
+
+// Delete starts (or retries, after FAILED) the deletion of owner's project
+// id: it marks it DELETING and tears it down in the background.
+func (s *Service) Delete(ctx context.Context, owner, id string) (*DeleteStatus, error) {
+	row, err := s.get(ctx, s.d.DB, owner, id, false)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	if row.Status == StatusActive || row.Status == StatusFailed {
+		res, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).
+			Set("status = ?", StatusDeleting).Set("error_message = ''").
+			Set("teardown_at = ?", now).Set("updated_at = ?", now).
+			Where("id = ? AND status IN (?, ?)", id, StatusActive, StatusFailed).Exec(ctx)
+		if err != nil {
+			return nil, wrap("delete", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			s.d.Logger.InfoContext(ctx, "project deletion started", "project_id", id, "owner_id", owner, "retry", row.Status == StatusFailed)
+			s.startTeardown(id)
+			return &DeleteStatus{ID: id, Status: StatusDeleting}, nil
+		}
+		// Someone else moved it on; answer what it is now.
+		if row, err = s.get(ctx, s.d.DB, owner, id, true); err != nil {
+			return nil, err
+		}
+	}
+	if row.Status == StatusDeleting {
+		s.resumeIfAbandoned(row)
+	}
+	if row.Status == StatusDeleted {
+		return nil, notFound()
+	}
+	return &DeleteStatus{ID: id, Status: StatusDeleting}, nil
+}
+
+// GetDeleteStatus answers the deletion state of owner's project id, DELETED
+// included. It first resumes a teardown whose runner vanished.
+func (s *Service) GetDeleteStatus(ctx context.Context, owner, id string) (*DeleteStatus, error) {
+	row, err := s.get(ctx, s.d.DB, owner, id, true)
+	if err != nil {
+		return nil, err
+	}
+	if row.Status == StatusDeleting {
+		s.resumeIfAbandoned(row)
+	}
+	st := &DeleteStatus{ID: row.ID, Status: row.Status}
+	if row.Status == StatusFailed {
+		st.ErrorMessage = row.ErrorMessage
+	}
+	return st, nil
+}
+
+// resumeIfAbandoned restarts the teardown of a DELETING project when no
+// runner can still be working on it: none here, and the attempt began longer
+// ago than one attempt may last (another replica's runner died).
+func (s *Service) resumeIfAbandoned(row *projectRow) {
+	s.mu.Lock()
+	running := s.inflight[row.ID]
+	s.mu.Unlock()
+	if running {
+		return
+	}
+	if row.TeardownAt.IsZero() || s.now().Sub(row.TeardownAt) > s.d.TeardownTimeout+time.Minute {
+		s.startTeardown(row.ID)
+	}
+}
+
+// startTeardown runs the teardown of id in the background unless one runs
+// already or the service is closing.
+func (s *Service) startTeardown(id string) {
+	s.mu.Lock()
+	if s.closed || s.inflight[id] {
+		s.mu.Unlock()
+		return
+	}
+	s.inflight[id] = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.inflight, id)
+			s.mu.Unlock()
+		}()
+		s.runTeardown(id)
+	}()
+}
+
+func (s *Service) runTeardown(id string) {
+	log := s.d.Logger.With("project_id", id)
+	// Claim the attempt: a new lease time tells other replicas it is alive.
+	if _, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).Set("teardown_at = ?", s.now()).
+		Where("id = ? AND status = ?", id, StatusDeleting).Exec(s.base); err != nil {
+		log.Error("project teardown: claim", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.base, s.d.TeardownTimeout)
+	err := s.callTeardown(ctx, id)
+	cancel()
+
+	// Record the outcome even if the service is closing: the teardown ran.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(s.base), 30*time.Second)
+	defer wcancel()
+	now := s.now()
+	switch {
+	case err == nil:
+		_, err = s.d.DB.NewUpdate().Model((*projectRow)(nil)).
+			Set("status = ?", StatusDeleted).Set("deleted_at = ?", now).Set("updated_at = ?", now).
+			// Nothing secret outlives the project.
+			Set("env_vars = '[]'").Set("webhook_secret = ''").Set("error_message = ''").
+			Where("id = ? AND status = ?", id, StatusDeleting).Exec(wctx)
+		if err != nil {
+			log.Error("project teardown: record DELETED", "err", err)
+			return
+		}
+		log.Info("project deleted")
+	case s.base.Err() != nil:
+		// Shutting down: leave it DELETING; Start resumes it.
+		log.Info("project teardown interrupted by shutdown; will resume", "err", err)
+	default:
+		msg := "teardown failed: " + err.Error()
+		if errors.Is(err, context.DeadlineExceeded) {
+			msg = fmt.Sprintf("teardown did not finish within %s", s.d.TeardownTimeout)
+		}
+		if len(msg) > 1000 {
+			msg = msg[:1000]
+		}
+		log.Error("project teardown failed", "err", err)
+		if _, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).
+			Set("status = ?", StatusFailed).Set("error_message = ?", msg).Set("updated_at = ?", now).
+			Where("id = ? AND status = ?", id, StatusDeleting).Exec(wctx); err != nil {
+			log.Error("project teardown: record FAILED", "err", err)
+		}
+	}
+}
+
+// callTeardown turns a panic of the teardown into an error, so a project is
+// never left DELETING with no runner and no reason.
+func (s *Service) callTeardown(ctx context.Context, id string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("teardown panicked: %v", p)
+		}
+	}()
+	return s.d.Teardown.TeardownProject(ctx, id)
+}

@@ -1,0 +1,157 @@
+package projects
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Register builds the service from d and adds its routes to api.
+func Register(api huma.API, d Deps) (*Service, error) {
+	s, err := New(d)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Register(api)
+}
+
+type projectOutput struct {
+	Body *Project
+}
+
+type listOutput struct {
+	NextCursor string `header:"X-Next-Cursor" doc:"Cursor of the next page; empty when this is the last"`
+	Body       []*Project
+}
+
+type idInput struct {
+	ID string `path:"id" maxLength:"36" doc:"Project id (UUID)"`
+}
+
+type listInput struct {
+	platform.PageParams
+	Status string `query:"status" enum:"ACTIVE,DELETING,FAILED" doc:"Only projects in this state"`
+}
+
+type createInput struct {
+	Body CreateInput
+}
+
+type settingsInput struct {
+	ID   string `path:"id" maxLength:"36" doc:"Project id (UUID)"`
+	Body SettingsInput
+}
+
+type deleteStatusOutput struct {
+	Body *DeleteStatus
+}
+
+type usageOutput struct {
+	Body *Usage
+}
+
+// Register adds the project routes and GET /usage to api; all need a bearer token.
+func (s *Service) Register(api huma.API) error {
+	if s.d.Auth == nil {
+		return errors.New("projects: Deps.Auth is required to register routes")
+	}
+	mw := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
+	tags := []string{"Projects"}
+	op := func(id, method, path, summary, desc string) huma.Operation {
+		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Description: desc,
+			Tags: tags, Security: platform.Bearer(), Middlewares: mw}
+	}
+	caller := func(ctx context.Context) string {
+		p, _ := platform.PrincipalFrom(ctx)
+		return p.UserID
+	}
+
+	create := op("create-project", http.MethodPost, "/projects", "Create a project",
+		"Creates a project of the caller, subject to the maxProjects quota of their account plan (403 when reached).")
+	create.DefaultStatus = http.StatusCreated
+	create.MaxBodyBytes = 64 << 10
+	huma.Register(api, create, func(ctx context.Context, in *createInput) (*projectOutput, error) {
+		p, err := s.Create(ctx, caller(ctx), in.Body)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &projectOutput{Body: p}, nil
+	})
+
+	huma.Register(api, op("list-projects", http.MethodGet, "/projects", "List the caller's projects",
+		"Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor."),
+		func(ctx context.Context, in *listInput) (*listOutput, error) {
+			after, err := platform.DecodeCursor(in.Cursor)
+			if err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			ps, next, err := s.List(ctx, caller(ctx), ListParams{Status: in.Status, Limit: in.Size(), After: after})
+			if err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			return &listOutput{NextCursor: next, Body: ps}, nil
+		})
+
+	huma.Register(api, op("get-project", http.MethodGet, "/projects/{id}", "Get a project",
+		"Another user's or a deleted project is 404."),
+		func(ctx context.Context, in *idInput) (*projectOutput, error) {
+			p, err := s.Get(ctx, caller(ctx), in.ID)
+			if err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			return &projectOutput{Body: p}, nil
+		})
+
+	settings := op("update-project-settings", http.MethodPatch, "/projects/{id}/settings", "Update a project's settings",
+		"region must be one of: "+strings.Join(s.d.Regions, ", ")+". planName must name an existing plan "+
+			"whose tier is not above the caller's account plan (403 otherwise). envVars replaces the stored set; "+
+			"a secret sent back as \"********\" keeps its stored value. Optional fields left out keep their value.")
+	settings.MaxBodyBytes = 2 << 20
+	huma.Register(api, settings, func(ctx context.Context, in *settingsInput) (*projectOutput, error) {
+		p, err := s.UpdateSettings(ctx, caller(ctx), in.ID, in.Body)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &projectOutput{Body: p}, nil
+	})
+
+	huma.Register(api, op("get-project-delete-status", http.MethodGet, "/projects/{id}/delete-status",
+		"Deletion state of a project",
+		"ACTIVE, DELETING, DELETED or FAILED (with errorMessage). Resumes a teardown whose runner vanished before answering. "+
+			"A deleted project's owner can still read DELETED here."),
+		func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
+			st, err := s.GetDeleteStatus(ctx, caller(ctx), in.ID)
+			if err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			return &deleteStatusOutput{Body: st}, nil
+		})
+
+	del := op("delete-project", http.MethodDelete, "/projects/{id}", "Delete a project",
+		"Answers 202 {id, status: DELETING} and tears the project down in the background (apps, routes, "+
+			"workspaces, logs); poll delete-status. After FAILED, DELETE again retries.")
+	del.DefaultStatus = http.StatusAccepted
+	huma.Register(api, del, func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
+		st, err := s.Delete(ctx, caller(ctx), in.ID)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &deleteStatusOutput{Body: st}, nil
+	})
+
+	usage := op("get-usage", http.MethodGet, "/usage", "The caller's use of their plan's quotas",
+		"Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.")
+	usage.Tags = []string{"Plans"}
+	huma.Register(api, usage, func(ctx context.Context, _ *struct{}) (*usageOutput, error) {
+		u, err := s.Usage(ctx, caller(ctx))
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &usageOutput{Body: u}, nil
+	})
+	return nil
+}

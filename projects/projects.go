@@ -1,0 +1,222 @@
+// Package projects owns projects (SPEC 2.2, 4.4): create, list, get, settings
+// with env vars, and the deletion lifecycle of DESIGN.md section 4. It also
+// enforces the quotas that bite at project level: maxProjects at create and
+// "a project's plan is not above its owner's account plan" at settings, and it
+// answers GET /usage. It does not deploy anything; deployments reads a
+// project through ProjectForDeploy and tears it down through Teardown.
+//
+// Decisions SPEC leaves open:
+//   - Every route is scoped to the caller: another user's project is a 404.
+//   - repoUrl is an https URL with a host and a path, without credentials,
+//     query or fragment; hosts that are loopback, private or link-local IP
+//     literals, "localhost" or numeric are refused. With AllowLocalRepos,
+//     file:// URLs, absolute paths and such hosts (and http) are accepted.
+//   - Each project gets a slug (from its name, [a-z0-9-], at most 40
+//     characters, made unique with a short random suffix). It never changes;
+//     a DELETED project's slug may be reused.
+//   - Secret env values and the webhook secret are sealed at rest. Responses
+//     show secret values as "********" and only whether a webhook secret is
+//     set. A settings update that sends "********" for a secret keeps the
+//     stored value. On DELETED, env vars and the webhook secret are erased.
+//   - A project's planName is empty until a settings update picks one; the
+//     effective plan is planName's plan, else (or when that plan is above the
+//     owner's current account plan, e.g. after a downgrade) the account plan.
+//   - maxProjects counts the owner's projects that are not DELETED.
+//   - Deletion: DELETE marks the project DELETING and answers 202; a background
+//     teardown (Teardown) runs with a bounded context; success makes it
+//     DELETED, failure FAILED with errorMessage, and DELETE again retries.
+//     Start resumes DELETING projects after a restart; delete-status resumes a
+//     teardown whose runner vanished (older than TeardownTimeout).
+package projects
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/uptrace/bun"
+)
+
+// Statuses of a project.
+const (
+	StatusActive   = "ACTIVE"
+	StatusDeleting = "DELETING"
+	StatusDeleted  = "DELETED"
+	StatusFailed   = "FAILED" // the last teardown failed; errorMessage says why
+)
+
+// Sealer seals secrets at rest; *secret.Sealer satisfies it.
+type Sealer interface {
+	Seal(plaintext string) (string, error)
+	Open(sealed string) (string, error)
+}
+
+// Plan is what projects needs to know of a plan. The host adapts the plans
+// module's Plan to it. Limits of 0 mean "no limit".
+type Plan struct {
+	Name             string
+	Tier             string
+	TierRank         int // FREE 0 < STARTER 1 < PRO 2 < ENTERPRISE 3
+	MaxProjects      int
+	MaxDeployments   int // per project per calendar month, UTC
+	MaxMemoryMi      int
+	MaxCpuM          int
+	MaxStorageGi     int
+	BuildTimeoutMins int
+	PriorityBuilds   bool
+}
+
+// PlanSource looks plans up.
+type PlanSource interface {
+	// PlanByName returns an error wrapping platform.ErrNotFound for an unknown name.
+	PlanByName(ctx context.Context, name string) (*Plan, error)
+	// AccountPlan returns the user's account plan (the FREE-tier plan by default).
+	AccountPlan(ctx context.Context, userID string) (*Plan, error)
+}
+
+// Teardown removes everything a project has outside this module: running
+// apps, ingress routes, workspaces, logs. The deployments module implements
+// it. It must be idempotent: a failed or interrupted teardown is retried.
+type Teardown interface {
+	TeardownProject(ctx context.Context, projectID string) error
+}
+
+// TeardownFunc adapts a function to Teardown.
+type TeardownFunc func(ctx context.Context, projectID string) error
+
+// TeardownProject calls f.
+func (f TeardownFunc) TeardownProject(ctx context.Context, projectID string) error {
+	return f(ctx, projectID)
+}
+
+// DeploymentCounter counts deployments started this calendar month (UTC) by
+// project, for GET /usage. The deployments module implements it.
+type DeploymentCounter interface {
+	DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error)
+}
+
+// Deps are what the projects module needs.
+type Deps struct {
+	// DB holds the projects table (see Migrations). Required.
+	DB *bun.DB
+	// Auth authenticates bearer tokens. Required to Register.
+	Auth platform.Authenticator
+	// Sealer seals secret env values and webhook secrets. Required.
+	Sealer Sealer
+	// Plans looks up plans and account plans. Required.
+	Plans PlanSource
+	// Teardown tears a deleted project down. Required.
+	Teardown Teardown
+	// Deployments counts this month's deployments for GET /usage. Optional.
+	Deployments DeploymentCounter
+	// Regions a project may choose; the first is the default. Default ["local"].
+	Regions []string
+	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or
+	// private hosts (development and tests). Default false.
+	AllowLocalRepos bool
+	// TeardownTimeout bounds one teardown attempt. Default 10 minutes.
+	TeardownTimeout time.Duration
+	// Clock defaults to platform.SystemClock.
+	Clock platform.Clock
+	// Logger defaults to a logger that discards. Values of env vars and
+	// secrets are never logged.
+	Logger *slog.Logger
+}
+
+func (d Deps) validate() error {
+	switch {
+	case d.DB == nil:
+		return errors.New("projects: Deps.DB is required")
+	case d.Sealer == nil:
+		return errors.New("projects: Deps.Sealer is required")
+	case d.Plans == nil:
+		return errors.New("projects: Deps.Plans is required")
+	case d.Teardown == nil:
+		return errors.New("projects: Deps.Teardown is required")
+	}
+	for _, r := range d.Regions {
+		if r == "" {
+			return errors.New("projects: Deps.Regions has an empty region")
+		}
+	}
+	return nil
+}
+
+func (d Deps) withDefaults() Deps {
+	if len(d.Regions) == 0 {
+		d.Regions = []string{"local"}
+	}
+	if d.TeardownTimeout <= 0 {
+		d.TeardownTimeout = 10 * time.Minute
+	}
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	return d
+}
+
+// Service is the projects module.
+type Service struct {
+	d Deps
+
+	// Background teardowns: base is cancelled by Close after its grace period.
+	base     context.Context
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	inflight map[string]bool
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New returns the projects service. It returns an error for a bad Deps.
+func New(d Deps) (*Service, error) {
+	if err := d.validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Start resumes the teardown of every DELETING project (the process may have
+// stopped in the middle of one). Call it once migrations have run.
+func (s *Service) Start(ctx context.Context) error {
+	var ids []string
+	err := s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("id").
+		Where("status = ?", StatusDeleting).Scan(ctx, &ids)
+	if err != nil {
+		return wrap("resume teardowns", err)
+	}
+	for _, id := range ids {
+		s.d.Logger.InfoContext(ctx, "resuming project teardown", "project_id", id)
+		s.startTeardown(id)
+	}
+	return nil
+}
+
+// Close stops accepting teardowns and waits for those in flight until ctx
+// ends; then it cancels them (they stay DELETING and resume at next Start)
+// and waits for them to return.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel()
+		<-done
+	}
+	s.cancel()
+	return nil
+}
+
+func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,529 @@
+package projects
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// CreateInput is the body of POST /projects (SPEC 4.4).
+type CreateInput struct {
+	Name                 string `json:"name" minLength:"1" maxLength:"100" doc:"Display name; the slug is derived from it"`
+	RepoURL              string `json:"repoUrl" minLength:"1" maxLength:"2048" doc:"https URL of the git repository (no credentials), e.g. https://github.com/owner/repo; file:// or an absolute path only when the server allows local repositories"`
+	Framework            string `json:"framework" minLength:"1" maxLength:"50" pattern:"^[A-Za-z0-9][A-Za-z0-9._+-]*$" patternDescription:"letters, digits, dot, underscore, plus or hyphen" doc:"Framework preset, e.g. node, go, static"`
+	Port                 int    `json:"port" minimum:"1" maximum:"65535" doc:"Port the app declares (the runtime passes the port it assigns in PORT)"`
+	IsPrivate            bool   `json:"isPrivate,omitempty" doc:"The repository is private (default false)"`
+	AutoDeploy           bool   `json:"autoDeploy,omitempty" doc:"Deploy on pushes to autoDeployBranch (default false)"`
+	AutoDeployBranch     string `json:"autoDeployBranch,omitempty" maxLength:"255" pattern:"^[A-Za-z0-9._/-]*$" patternDescription:"a git branch name" doc:"Branch to deploy (empty: the repository's default branch)"`
+	CodehostRepositoryID string `json:"codehostRepositoryId,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9_.:-]*$" patternDescription:"the code host's repository id" doc:"Repository id at the code host"`
+	WebhookSecret        string `json:"webhookSecret,omitempty" maxLength:"256" writeOnly:"true" doc:"Write-only; sealed at rest, never answered"`
+}
+
+// EnvVarIn is an env var in a settings update.
+type EnvVarIn struct {
+	Key      string `json:"key" minLength:"1" maxLength:"128" pattern:"^[A-Za-z_][A-Za-z0-9_]*$" patternDescription:"a letter or underscore, then letters, digits or underscores" doc:"Name; unique (case-sensitive) within the project; PORT is reserved"`
+	Value    string `json:"value" maxLength:"16384" doc:"Value; for a secret, \"********\" keeps the stored value"`
+	IsSecret bool   `json:"isSecret,omitempty" doc:"Seal at rest and mask in responses (default false)"`
+}
+
+// SettingsInput is the body of PATCH /projects/:id/settings (SPEC 4.4). The
+// required fields replace; optional fields left out keep their value.
+type SettingsInput struct {
+	Region               string     `json:"region" minLength:"1" maxLength:"64" doc:"One of the server's regions (KEELSON_REGIONS)"`
+	PlanName             string     `json:"planName" minLength:"1" maxLength:"64" doc:"An existing plan, not above the owner's account plan tier"`
+	EnvVars              []EnvVarIn `json:"envVars" maxItems:"100" doc:"The full set of env vars (replaces the stored set), at most 100, 256 KiB in total"`
+	StartCommand         *string    `json:"startCommand,omitempty" maxLength:"4096" doc:"Start command (empty: the framework preset)"`
+	BuildCommand         *string    `json:"buildCommand,omitempty" maxLength:"4096" doc:"Build command (empty: the framework preset)"`
+	IsPrivate            *bool      `json:"isPrivate,omitempty" doc:"The repository is private"`
+	AutoDeploy           *bool      `json:"autoDeploy,omitempty" doc:"Deploy on pushes to autoDeployBranch"`
+	AutoDeployBranch     *string    `json:"autoDeployBranch,omitempty" maxLength:"255" pattern:"^[A-Za-z0-9._/-]*$" patternDescription:"a git branch name" doc:"Branch to deploy (empty: the default branch)"`
+	CodehostRepositoryID *string    `json:"codehostRepositoryId,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9_.:-]*$" patternDescription:"the code host's repository id" doc:"Repository id at the code host"`
+	WebhookSecret        *string    `json:"webhookSecret,omitempty" maxLength:"256" writeOnly:"true" doc:"Write-only; empty string removes it"`
+}
+
+func (in *CreateInput) validate(allowLocal bool) (repo, key string, err error) {
+	if strings.TrimSpace(in.Name) == "" {
+		return "", "", platform.Invalid("name: must not be blank")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"name", in.Name}, {"framework", in.Framework}, {"webhookSecret", in.WebhookSecret},
+	} {
+		if err := noNUL(f.name, f.v); err != nil {
+			return "", "", err
+		}
+	}
+	if in.Port < 1 || in.Port > 65535 {
+		return "", "", platform.Invalid("port: must be an integer from 1 to 65535")
+	}
+	if err := checkBranch("autoDeployBranch", in.AutoDeployBranch); err != nil {
+		return "", "", err
+	}
+	return checkRepoURL(in.RepoURL, allowLocal)
+}
+
+// Create stores a new project of owner, after checking the owner's
+// maxProjects quota atomically with the insert.
+func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Project, error) {
+	repo, key, err := in.validate(s.d.AllowLocalRepos)
+	if err != nil {
+		return nil, err
+	}
+	// Read the plan before the transaction: the plan source uses the pool,
+	// and SQLite has one connection.
+	plan, err := s.d.Plans.AccountPlan(ctx, owner)
+	if err != nil {
+		return nil, wrap("account plan", err)
+	}
+	sealedHook := ""
+	if in.WebhookSecret != "" {
+		if sealedHook, err = s.d.Sealer.Seal(in.WebhookSecret); err != nil {
+			return nil, fmt.Errorf("projects: seal webhook secret: %w", err)
+		}
+	}
+	now := s.now()
+	row := &projectRow{
+		ID: platform.NewID(), OwnerID: owner, Name: strings.TrimSpace(in.Name), RepoURL: repo, RepoKey: key,
+		Framework: in.Framework, Port: in.Port, IsPrivate: in.IsPrivate, AutoDeploy: in.AutoDeploy,
+		AutoDeployBranch: in.AutoDeployBranch, CodehostRepositoryID: in.CodehostRepositoryID,
+		WebhookSecret: sealedHook, Region: s.d.Regions[0], EnvVars: "[]", Status: StatusActive,
+		CreatedAt: now, UpdatedAt: now,
+	}
+	base := slugBase(row.Name)
+	// A slug taken between our check and the insert (by another owner, whose
+	// lock we do not hold) is a unique violation: retry with a new suffix.
+	for attempt := 0; ; attempt++ {
+		err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+			if db.IsPostgres(tx) {
+				// Serialises creates of one owner so two cannot both take the last slot.
+				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", "keelson:projects:"+owner); err != nil {
+					return err
+				}
+			}
+			n, err := tx.NewSelect().Model((*projectRow)(nil)).
+				Where("owner_id = ? AND status <> ?", owner, StatusDeleted).Count(ctx)
+			if err != nil {
+				return err
+			}
+			if plan.MaxProjects > 0 && int(n) >= plan.MaxProjects {
+				return platform.Forbidden(fmt.Sprintf("maxProjects quota reached: %d of %d projects used on plan %s",
+					n, plan.MaxProjects, plan.Name)).WithCode("QUOTA_EXCEEDED")
+			}
+			if row.Slug, err = freeSlug(ctx, tx, base, attempt > 0); err != nil {
+				return err
+			}
+			_, err = tx.NewInsert().Model(row).Exec(ctx)
+			return err
+		})
+		if err = db.Translate(err); isConflict(err) && attempt < 5 {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return nil, wrap("create", err)
+	}
+	s.d.Logger.InfoContext(ctx, "project created", "project_id", row.ID, "owner_id", owner, "slug", row.Slug)
+	return row.toProject()
+}
+
+// freeSlug returns base if no live project has it, else base with a random
+// suffix that no live project has.
+func freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuffix bool) (string, error) {
+	cand := base
+	if forceSuffix {
+		cand = slugWithSuffix(base)
+	}
+	for i := 0; i < 10; i++ {
+		n, err := tx.NewSelect().Model((*projectRow)(nil)).
+			Where("slug = ? AND status <> ?", cand, StatusDeleted).Count(ctx)
+		if err != nil {
+			return "", err
+		}
+		if n == 0 {
+			return cand, nil
+		}
+		cand = slugWithSuffix(base)
+	}
+	return "", platform.Conflict("could not find a free slug; try another name")
+}
+
+// get returns owner's project id (DELETED ones only when withDeleted), or a 404.
+func (s *Service) get(ctx context.Context, idb bun.IDB, owner, id string, withDeleted bool) (*projectRow, error) {
+	if !platform.ValidID(id) {
+		return nil, notFound()
+	}
+	row := new(projectRow)
+	q := idb.NewSelect().Model(row).Where("id = ? AND owner_id = ?", id, owner)
+	if !withDeleted {
+		q = q.Where("status <> ?", StatusDeleted)
+	}
+	if err := q.Scan(ctx); err != nil {
+		if err = db.Translate(err); isNotFound(err) {
+			return nil, notFound()
+		}
+		return nil, wrap("get", err)
+	}
+	return row, nil
+}
+
+func notFound() error { return platform.NotFound("project not found") }
+
+// Get returns owner's project id; another user's, absent or DELETED is a 404.
+func (s *Service) Get(ctx context.Context, owner, id string) (*Project, error) {
+	row, err := s.get(ctx, s.d.DB, owner, id, false)
+	if err != nil {
+		return nil, err
+	}
+	return row.toProject()
+}
+
+// ListParams filter and page List.
+type ListParams struct {
+	Status string // "" all but DELETED
+	Limit  int
+	After  *platform.Cursor
+}
+
+// List returns owner's projects, newest first, and the cursor of the next page.
+func (s *Service) List(ctx context.Context, owner string, p ListParams) ([]*Project, string, error) {
+	var rows []projectRow
+	q := s.d.DB.NewSelect().Model(&rows).Where("owner_id = ? AND status <> ?", owner, StatusDeleted)
+	if p.Status != "" {
+		q = q.Where("status = ?", p.Status)
+	}
+	if p.After != nil {
+		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
+	}
+	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
+		return nil, "", wrap("list", err)
+	}
+	next := ""
+	if len(rows) > p.Limit {
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		next = platform.Cursor{Time: last.CreatedAt.UTC(), ID: last.ID}.Encode()
+	}
+	out := make([]*Project, 0, len(rows))
+	for i := range rows {
+		pr, err := rows[i].toProject()
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, pr)
+	}
+	return out, next, nil
+}
+
+func (in *SettingsInput) validate() error {
+	if len(in.EnvVars) > MaxEnvVars {
+		return platform.Invalidf("envVars: at most %d variables", MaxEnvVars)
+	}
+	seen := map[string]bool{}
+	total := 0
+	for i, e := range in.EnvVars {
+		field := fmt.Sprintf("envVars[%d]", i)
+		if !envKeyRE.MatchString(e.Key) || len(e.Key) > MaxEnvKeyLen {
+			return platform.Invalidf("%s.key: must match ^[A-Za-z_][A-Za-z0-9_]*$ (at most %d characters)", field, MaxEnvKeyLen)
+		}
+		if msg, ok := reservedEnv[e.Key]; ok {
+			return platform.Invalidf("%s.key: %s", field, msg)
+		}
+		if seen[e.Key] {
+			return platform.Invalidf("%s.key: duplicate key %s", field, e.Key)
+		}
+		seen[e.Key] = true
+		if utf8.RuneCountInString(e.Value) > MaxEnvValueLen {
+			return platform.Invalidf("%s.value: at most %d characters", field, MaxEnvValueLen)
+		}
+		if err := noNUL(field+".value", e.Value); err != nil {
+			return err
+		}
+		total += len(e.Key) + len(e.Value)
+	}
+	if total > MaxEnvTotalBytes {
+		return platform.Invalidf("envVars: at most %d bytes of keys and values in total", MaxEnvTotalBytes)
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{
+		{"startCommand", in.StartCommand}, {"buildCommand", in.BuildCommand},
+		{"webhookSecret", in.WebhookSecret}, {"codehostRepositoryId", in.CodehostRepositoryID},
+	} {
+		if f.v != nil {
+			if err := noNUL(f.name, *f.v); err != nil {
+				return err
+			}
+		}
+	}
+	if in.AutoDeployBranch != nil {
+		if err := checkBranch("autoDeployBranch", *in.AutoDeployBranch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateSettings applies a settings update to owner's project id.
+func (s *Service) UpdateSettings(ctx context.Context, owner, id string, in SettingsInput) (*Project, error) {
+	if err := in.validate(); err != nil {
+		return nil, err
+	}
+	if err := s.checkRegion(in.Region); err != nil {
+		return nil, err
+	}
+	cur, err := s.get(ctx, s.d.DB, owner, id, false)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Status != StatusActive {
+		return nil, platform.Conflict("project is being deleted (status " + cur.Status + "); its settings cannot change")
+	}
+	if in.PlanName != cur.PlanName {
+		if err := s.checkPlanChoice(ctx, owner, in.PlanName); err != nil {
+			return nil, err
+		}
+	}
+	env, err := s.mergeEnv(cur, in.EnvVars)
+	if err != nil {
+		return nil, err
+	}
+	upd := *cur
+	upd.Region, upd.PlanName, upd.EnvVars = in.Region, in.PlanName, encodeEnv(env)
+	setStr(&upd.StartCommand, in.StartCommand)
+	setStr(&upd.BuildCommand, in.BuildCommand)
+	setStr(&upd.AutoDeployBranch, in.AutoDeployBranch)
+	setStr(&upd.CodehostRepositoryID, in.CodehostRepositoryID)
+	if in.IsPrivate != nil {
+		upd.IsPrivate = *in.IsPrivate
+	}
+	if in.AutoDeploy != nil {
+		upd.AutoDeploy = *in.AutoDeploy
+	}
+	if in.WebhookSecret != nil {
+		upd.WebhookSecret = ""
+		if *in.WebhookSecret != "" {
+			if upd.WebhookSecret, err = s.d.Sealer.Seal(*in.WebhookSecret); err != nil {
+				return nil, fmt.Errorf("projects: seal webhook secret: %w", err)
+			}
+		}
+	}
+	upd.UpdatedAt = s.now()
+	res, err := s.d.DB.NewUpdate().Model(&upd).
+		Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
+			"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "updated_at").
+		Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
+	if err != nil {
+		return nil, wrap("update settings", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// Deleted between the read and the write.
+		return nil, platform.Conflict("project is being deleted; its settings cannot change")
+	}
+	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
+	return upd.toProject()
+}
+
+func setStr(dst *string, v *string) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// checkPlanChoice: name must exist and not be above owner's account plan tier.
+func (s *Service) checkPlanChoice(ctx context.Context, owner, name string) error {
+	plan, err := s.d.Plans.PlanByName(ctx, name)
+	if err != nil {
+		if isNotFound(err) {
+			return platform.Invalidf("planName: no plan named %q", name)
+		}
+		return wrap("plan by name", err)
+	}
+	acct, err := s.d.Plans.AccountPlan(ctx, owner)
+	if err != nil {
+		return wrap("account plan", err)
+	}
+	if plan.TierRank > acct.TierRank {
+		return platform.Forbidden(fmt.Sprintf("plan tier quota: plan %s is tier %s, above the limit of your account plan %s (tier %s)",
+			plan.Name, plan.Tier, acct.Name, acct.Tier)).WithCode("QUOTA_EXCEEDED")
+	}
+	return nil
+}
+
+// mergeEnv seals new secret values and keeps stored ones sent back masked.
+func (s *Service) mergeEnv(cur *projectRow, in []EnvVarIn) ([]storedEnv, error) {
+	old, err := decodeEnv(cur.EnvVars)
+	if err != nil {
+		return nil, err
+	}
+	oldSecret := map[string]string{}
+	for _, e := range old {
+		if e.S {
+			oldSecret[e.K] = e.V
+		}
+	}
+	out := make([]storedEnv, 0, len(in))
+	for i, e := range in {
+		if !e.IsSecret {
+			out = append(out, storedEnv{K: e.Key, V: e.Value})
+			continue
+		}
+		if e.Value == Mask {
+			sealed, ok := oldSecret[e.Key]
+			if !ok {
+				return nil, platform.Invalidf("envVars[%d].value: %q is the mask of a secret, but %s has no stored secret value to keep; send the real value", i, Mask, e.Key)
+			}
+			out = append(out, storedEnv{K: e.Key, V: sealed, S: true})
+			continue
+		}
+		sealed, err := s.d.Sealer.Seal(e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("projects: seal env var %s: %w", e.Key, err)
+		}
+		out = append(out, storedEnv{K: e.Key, V: sealed, S: true})
+	}
+	return out, nil
+}
+
+// PlanInUse reports whether a project that is not DELETED uses plan name
+// (plans.UsageChecker).
+func (s *Service) PlanInUse(ctx context.Context, name string) (bool, error) {
+	n, err := s.d.DB.NewSelect().Model((*projectRow)(nil)).
+		Where("plan_name = ? AND status <> ?", name, StatusDeleted).Count(ctx)
+	if err != nil {
+		return false, wrap("plan in use", err)
+	}
+	return n > 0, nil
+}
+
+// effectivePlan is the project's plan unless it is unset, gone, or above the
+// owner's account plan; then the account plan.
+func (s *Service) effectivePlan(ctx context.Context, owner, planName string, acct *Plan) (*Plan, error) {
+	if planName == "" || planName == acct.Name {
+		return acct, nil
+	}
+	p, err := s.d.Plans.PlanByName(ctx, planName)
+	if isNotFound(err) {
+		s.d.Logger.WarnContext(ctx, "project plan not found; using the account plan", "plan", planName, "owner_id", owner)
+		return acct, nil
+	}
+	if err != nil {
+		return nil, wrap("plan by name", err)
+	}
+	if p.TierRank > acct.TierRank {
+		return acct, nil
+	}
+	return p, nil
+}
+
+// ProjectForDeploy returns what deployments needs to deploy project id, with
+// plaintext env values and its effective plan's limits. Absent projects and
+// projects that are not ACTIVE (DELETING, DELETED, FAILED) are ErrNotFound.
+// It does not check the owner: the caller compares OwnerID.
+func (s *Service) ProjectForDeploy(ctx context.Context, id string) (*DeployInfo, error) {
+	if !platform.ValidID(id) {
+		return nil, notFound()
+	}
+	row := new(projectRow)
+	if err := s.d.DB.NewSelect().Model(row).Where("id = ? AND status = ?", id, StatusActive).Scan(ctx); err != nil {
+		if err = db.Translate(err); isNotFound(err) {
+			return nil, notFound()
+		}
+		return nil, wrap("project for deploy", err)
+	}
+	acct, err := s.d.Plans.AccountPlan(ctx, row.OwnerID)
+	if err != nil {
+		return nil, wrap("account plan", err)
+	}
+	plan, err := s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := decodeEnv(row.EnvVars)
+	if err != nil {
+		return nil, err
+	}
+	env := make([]EnvVar, 0, len(stored))
+	for _, e := range stored {
+		v := e.V
+		if e.S {
+			if v, err = s.d.Sealer.Open(e.V); err != nil {
+				return nil, fmt.Errorf("projects: open sealed env var %s of project %s: %w", e.K, id, err)
+			}
+		}
+		env = append(env, EnvVar{Key: e.K, Value: v, Secret: e.S})
+	}
+	return &DeployInfo{
+		ID: row.ID, OwnerID: row.OwnerID, Name: row.Name, Slug: row.Slug, RepoURL: row.RepoURL,
+		Branch: row.AutoDeployBranch, Framework: row.Framework, Port: row.Port,
+		BuildCommand: row.BuildCommand, StartCommand: row.StartCommand, Region: row.Region, Env: env,
+		PlanName: plan.Name, MaxDeployments: plan.MaxDeployments, MaxMemoryMi: plan.MaxMemoryMi,
+		MaxCpuM: plan.MaxCpuM, MaxStorageGi: plan.MaxStorageGi, BuildTimeoutMins: plan.BuildTimeoutMins,
+		PriorityBuilds: plan.PriorityBuilds,
+	}, nil
+}
+
+// WebhookSecret returns the plaintext webhook secret of project id ("" when
+// none), for the code-host integration. Absent or non-ACTIVE is ErrNotFound.
+func (s *Service) WebhookSecret(ctx context.Context, id string) (string, error) {
+	if !platform.ValidID(id) {
+		return "", notFound()
+	}
+	var sealed string
+	err := s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("webhook_secret").
+		Where("id = ? AND status = ?", id, StatusActive).Scan(ctx, &sealed)
+	if err != nil {
+		if err = db.Translate(err); isNotFound(err) {
+			return "", notFound()
+		}
+		return "", wrap("webhook secret", err)
+	}
+	if sealed == "" {
+		return "", nil
+	}
+	v, err := s.d.Sealer.Open(sealed)
+	if err != nil {
+		return "", fmt.Errorf("projects: open webhook secret of project %s: %w", id, err)
+	}
+	return v, nil
+}
+
+// ProjectsForRepository returns the ACTIVE projects whose normalized repoUrl
+// is one of repoURLs' or whose codehostRepositoryId is codehostRepoID (when
+// not empty).
+func (s *Service) ProjectsForRepository(ctx context.Context, repoURLs []string, codehostRepoID string) ([]RepoLink, error) {
+	var keys []string
+	for _, u := range repoURLs {
+		if k := NormalizeRepoURL(u); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 && codehostRepoID == "" {
+		return nil, nil
+	}
+	var rows []projectRow
+	q := s.d.DB.NewSelect().Model(&rows).Where("status = ?", StatusActive).
+		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			if len(keys) > 0 {
+				q = q.WhereOr("repo_key IN (?)", bun.In(keys))
+			}
+			if codehostRepoID != "" {
+				q = q.WhereOr("codehost_repository_id = ?", codehostRepoID)
+			}
+			return q
+		}).OrderExpr("created_at ASC, id ASC")
+	if err := q.Scan(ctx); err != nil {
+		return nil, wrap("projects for repository", err)
+	}
+	out := make([]RepoLink, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, RepoLink{ProjectID: r.ID, OwnerID: r.OwnerID, Slug: r.Slug, AutoDeploy: r.AutoDeploy,
+			AutoDeployBranch: r.AutoDeployBranch, RepoURL: r.RepoURL})
+	}
+	return out, nil
+}

@@ -1,0 +1,89 @@
+package projects
+
+import (
+	"context"
+	"time"
+)
+
+// Usage is the caller's use of each quota of their account plan.
+type Usage struct {
+	Plan        UsagePlan        `json:"plan" doc:"The caller's account plan"`
+	PeriodStart time.Time        `json:"periodStart" doc:"Start of the current calendar month (UTC), when deployment counts reset"`
+	PeriodEnd   time.Time        `json:"periodEnd" doc:"Start of the next calendar month (UTC)"`
+	Projects    Quota            `json:"projects" doc:"Projects owned (not deleted) against maxProjects"`
+	Deployments []ProjectDeploys `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
+	Counted     bool             `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
+}
+
+// UsagePlan is the account plan in a usage report. Limits of 0 mean no limit.
+type UsagePlan struct {
+	Name             string `json:"name"`
+	Tier             string `json:"tier"`
+	MaxProjects      int    `json:"maxProjects"`
+	MaxDeployments   int    `json:"maxDeployments"`
+	MaxMemoryMi      int    `json:"maxMemoryMi"`
+	MaxCpuM          int    `json:"maxCpuM"`
+	MaxStorageGi     int    `json:"maxStorageGi"`
+	BuildTimeoutMins int    `json:"buildTimeoutMins"`
+	PriorityBuilds   bool   `json:"priorityBuilds"`
+}
+
+// Quota is use against a limit (0: no limit).
+type Quota struct {
+	Used  int `json:"used"`
+	Limit int `json:"limit" doc:"0 means no limit"`
+}
+
+// ProjectDeploys is one project's deployments this month.
+type ProjectDeploys struct {
+	ProjectID string `json:"projectId"`
+	Slug      string `json:"slug"`
+	PlanName  string `json:"planName" doc:"The project's effective plan"`
+	Used      int    `json:"used"`
+	Limit     int    `json:"limit" doc:"maxDeployments of the effective plan; 0 means no limit"`
+}
+
+// Usage reports owner's use of their quotas.
+func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
+	acct, err := s.d.Plans.AccountPlan(ctx, owner)
+	if err != nil {
+		return nil, wrap("account plan", err)
+	}
+	var rows []projectRow
+	if err := s.d.DB.NewSelect().Model(&rows).Column("id", "slug", "plan_name").
+		Where("owner_id = ? AND status <> ?", owner, StatusDeleted).
+		OrderExpr("created_at ASC, id ASC").Scan(ctx); err != nil {
+		return nil, wrap("usage", err)
+	}
+	counts := map[string]int{}
+	counted := s.d.Deployments != nil
+	if counted {
+		if counts, err = s.d.Deployments.DeploymentsThisMonth(ctx, owner); err != nil {
+			return nil, wrap("deployments this month", err)
+		}
+	}
+	now := s.now()
+	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	u := &Usage{
+		Plan: UsagePlan{Name: acct.Name, Tier: acct.Tier, MaxProjects: acct.MaxProjects, MaxDeployments: acct.MaxDeployments,
+			MaxMemoryMi: acct.MaxMemoryMi, MaxCpuM: acct.MaxCpuM, MaxStorageGi: acct.MaxStorageGi,
+			BuildTimeoutMins: acct.BuildTimeoutMins, PriorityBuilds: acct.PriorityBuilds},
+		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
+		Projects:    Quota{Used: len(rows), Limit: acct.MaxProjects},
+		Deployments: make([]ProjectDeploys, 0, len(rows)),
+		Counted:     counted,
+	}
+	plans := map[string]*Plan{}
+	for _, r := range rows {
+		p, ok := plans[r.PlanName]
+		if !ok {
+			if p, err = s.effectivePlan(ctx, owner, r.PlanName, acct); err != nil {
+				return nil, err
+			}
+			plans[r.PlanName] = p
+		}
+		u.Deployments = append(u.Deployments, ProjectDeploys{ProjectID: r.ID, Slug: r.Slug, PlanName: p.Name,
+			Used: counts[r.ID], Limit: p.MaxDeployments})
+	}
+	return u, nil
+}
