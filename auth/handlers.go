@@ -94,7 +94,10 @@ func mismatch(pb *huma.PathBuffer) error {
 
 // ---- register ----
 
-type profileFields struct {
+type registerBody struct {
+	Email            string `json:"email" format:"email" maxLength:"254" doc:"Login email; stored lower-case"`
+	Password         string `json:"password" minLength:"6" maxLength:"128"`
+	ConfirmPassword  string `json:"confirmPassword" maxLength:"128" doc:"Must equal password"`
 	Name             string `json:"name,omitempty" maxLength:"100"`
 	Username         string `json:"username,omitempty" maxLength:"64"`
 	Bio              string `json:"bio,omitempty" maxLength:"1000"`
@@ -103,13 +106,6 @@ type profileFields struct {
 	Website          string `json:"website,omitempty" maxLength:"2048"`
 	CodehostUsername string `json:"codehostUsername,omitempty" maxLength:"100"`
 	Image            string `json:"image,omitempty" maxLength:"2048" doc:"Avatar URL"`
-}
-
-type registerBody struct {
-	Email           string `json:"email" format:"email" maxLength:"254" doc:"Login email; stored lower-case"`
-	Password        string `json:"password" minLength:"6" maxLength:"128"`
-	ConfirmPassword string `json:"confirmPassword" maxLength:"128" doc:"Must equal password"`
-	profileFields
 }
 
 func (b *registerBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {

@@ -54,7 +54,8 @@ type SMTPMailer struct {
 	addr, host string
 	implicit   bool
 	user, pass string
-	from       string
+	from       string // envelope sender
+	fromHeader string // From: header, with display name
 	// TLSConfig overrides the TLS settings (tests with a private CA). Optional.
 	TLSConfig *tls.Config
 	// Timeout bounds one whole send. Default 30s.
@@ -99,7 +100,7 @@ func NewSMTPMailer(rawURL, from string) (*SMTPMailer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mail sender %q is not a valid address", from)
 	}
-	m.from = addr.Address
+	m.from, m.fromHeader = addr.Address, addr.String()
 	return m, nil
 }
 
@@ -160,7 +161,7 @@ func (m *SMTPMailer) Send(ctx context.Context, msg Mail) error {
 	_, _ = rand.Read(idb)
 	var b strings.Builder
 	fmt.Fprintf(&b, "From: %s\r\nTo: %s\r\nSubject: %s\r\nDate: %s\r\nMessage-ID: <%s@%s>\r\n",
-		m.from, msg.To, mime.QEncoding.Encode("utf-8", msg.Subject), time.Now().UTC().Format(time.RFC1123Z), hex.EncodeToString(idb), m.host)
+		m.fromHeader, msg.To, mime.QEncoding.Encode("utf-8", msg.Subject), time.Now().UTC().Format(time.RFC1123Z), hex.EncodeToString(idb), m.host)
 	b.WriteString("MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n")
 	b.WriteString(strings.ReplaceAll(strings.ReplaceAll(msg.Text, "\r\n", "\n"), "\n", "\r\n"))
 	if _, err := w.Write([]byte(b.String())); err != nil {

@@ -1,0 +1,225 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2/humatest"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/secret"
+	"github.com/pquerna/otp/totp"
+	"github.com/uptrace/bun"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+var sets = []db.MigrationSet{Migrations()}
+
+const testPassword = "correct horse battery"
+
+var testSecret = []byte("test-jwt-secret-0123456789abcdef0123456789")
+
+// testClock is a settable clock.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// captureMailer keeps every mail.
+type captureMailer struct {
+	mu    sync.Mutex
+	mails []Mail
+}
+
+func (m *captureMailer) Send(_ context.Context, mail Mail) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mails = append(m.mails, mail)
+	return nil
+}
+
+func (m *captureMailer) all() []Mail {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Mail(nil), m.mails...)
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// env is one auth module on a humatest API and a real database.
+type env struct {
+	t      *testing.T
+	db     *bun.DB
+	svc    *Service
+	api    humatest.TestAPI
+	clock  *testClock
+	mail   *captureMailer
+	logs   *syncBuf
+	bodies []string // every response body, for the no-secrets check
+	mu     sync.Mutex
+}
+
+func newEnv(t *testing.T, bdb *bun.DB, mutate func(*Deps)) *env {
+	t.Helper()
+	sealer, err := secret.New("test-seal-key-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{
+		t: t, db: bdb, mail: &captureMailer{}, logs: &syncBuf{},
+		clock: &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
+	}
+	d := Deps{
+		DB: bdb, Sealer: sealer, Mailer: e.mail, Clock: e.clock, JWTSecret: testSecret,
+		Logger:      slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		AdminEmails: []string{"Boss@Example.com"}, FrontendURL: "https://app.example.com/",
+	}
+	if mutate != nil {
+		mutate(&d)
+	}
+	_, api := humatest.New(t, platform.APIConfig("test", "1"))
+	svc, err := Register(api, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc, e.api = svc, api
+	return e
+}
+
+// do sends a request; token "" means none. headers are "Name: value".
+func (e *env) do(method, path, token string, body any, headers ...string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	var args []any
+	if token != "" {
+		args = append(args, "Authorization: Bearer "+token)
+	}
+	for _, h := range headers {
+		args = append(args, h)
+	}
+	if body != nil {
+		args = append(args, body)
+	}
+	resp := e.api.Do(method, path, args...)
+	e.mu.Lock()
+	e.bodies = append(e.bodies, resp.Body.String())
+	e.mu.Unlock()
+	return resp
+}
+
+// want fails unless resp has status, and decodes its body into out.
+func (e *env) want(resp *httptest.ResponseRecorder, status int, out any) {
+	e.t.Helper()
+	if resp.Code != status {
+		e.t.Fatalf("status %d, want %d; body %s", resp.Code, status, resp.Body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(resp.Body.Bytes(), out); err != nil {
+			e.t.Fatalf("decode %s: %v", resp.Body, err)
+		}
+	}
+}
+
+func (e *env) register(email string) User {
+	e.t.Helper()
+	var u User
+	e.want(e.do("POST", "/auth/register", "", map[string]any{
+		"email": email, "password": testPassword, "confirmPassword": testPassword,
+	}), http.StatusCreated, &u)
+	return u
+}
+
+func (e *env) login(email, password, code string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	body := map[string]any{"email": email, "password": password}
+	if code != "" {
+		body["twoFactorCode"] = code
+	}
+	return e.do("POST", "/auth/login", "", body)
+}
+
+func (e *env) tokens(email string) TokenPair {
+	e.t.Helper()
+	var p TokenPair
+	e.want(e.login(email, testPassword, ""), http.StatusOK, &p)
+	return p
+}
+
+// code is the TOTP code for secret at the test clock's time plus offset.
+func (e *env) code(secret string, offset time.Duration) string {
+	e.t.Helper()
+	c, err := totp.GenerateCodeCustom(secret, e.clock.Now().Add(offset), totpOpts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) count(table string, where string, args ...any) int {
+	e.t.Helper()
+	q := e.db.NewSelect().TableExpr(table)
+	if where != "" {
+		q = q.Where(where, args...)
+	}
+	n, err := q.Count(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return int(n)
+}
+
+// errBody is the error model of DESIGN.md section 4.
+type errBody struct {
+	StatusCode int    `json:"statusCode"`
+	Message    any    `json:"message"`
+	Error      string `json:"error"`
+	Code       string `json:"code"`
+}
+
+func (e *env) wantErr(resp *httptest.ResponseRecorder, status int, contains string) errBody {
+	e.t.Helper()
+	var b errBody
+	e.want(resp, status, &b)
+	msg := fmt.Sprint(b.Message)
+	if contains != "" && !strings.Contains(msg, contains) {
+		e.t.Fatalf("status %d body %s: message does not contain %q", status, resp.Body, contains)
+	}
+	return b
+}
