@@ -1,0 +1,31 @@
+// Package temporal runs Keelson deployments on Temporal (go.temporal.io/sdk),
+// for when one machine is not enough: API replicas start and cancel
+// workflows (Engine), workers on any number of machines run them (NewWorker).
+//
+// A deployment is one workflow whose id is its workflowName ("deploy-<id>").
+// BUILD, PROVISION and DNS are activities that call the same
+// deployments.Activities (and so the same deployments.Runtime and the same
+// database writes) as the embedded engine; only the orchestration differs:
+//
+//   - BUILD runs on any worker of the shared task queue, bounded by the plan's
+//     build timeout, heart-beating; if its worker is lost (no heartbeat within
+//     Timeouts.Heartbeat) Temporal retries it on another worker, which puts the
+//     deployment back to QUEUED first (deployments.Activities.Recover). A
+//     failing build command is a non-retryable error: the deployment ends FAILED.
+//   - PROVISION and DNS run on the building worker's own task queue (its
+//     workspace and app are local to it). If that worker is lost, the round
+//     starts over from BUILD elsewhere (Timeouts.Rounds times at most).
+//   - Cancelling the workflow cancels the running activity through its
+//     heartbeat; the runtime kills its processes; the deployment ends CANCELLED.
+//   - A LIVE deployment's workflow stays open until SignalRelease (a newer
+//     deployment of the project went live, or it is deleted): then it stops its
+//     app on its worker and ends. ControlRuntime is how an API replica asks for that.
+//
+// The workflow keeps its own view of the steps (QueryState); the status route
+// reads the database row, which the activities write, and Engine.Sync
+// describes the workflow to settle rows whose workflow ended without recording
+// it (terminated, timed out).
+//
+// What it is not: a scheduler. Deployments of one project are not serialised
+// across workers beyond the conditional state updates of deployments.Activities.
+package temporal

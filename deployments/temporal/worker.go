@@ -1,0 +1,112 @@
+package temporal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/google/uuid"
+	"github.com/keelson-dev/keelson/deployments"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// WorkerConfig are the dependencies of a worker.
+type WorkerConfig struct {
+	// Activities are the step bodies, built over the worker's real Runtime
+	// (the same one passed to NewWorker). Required.
+	Activities *deployments.Activities
+	// Store is the deployments store (the same database as the API's). Required.
+	Store  *deployments.Store
+	Logger *slog.Logger
+	// Options are passed to the SDK's worker (concurrency, identity, ...).
+	Options worker.Options
+}
+
+// Worker runs deployment workflows and their activities. It polls two task
+// queues: the shared one (workflows, BUILD, bookkeeping) and its own, where a
+// deployment's PROVISION, DNS and release run once it built there (the
+// workspace and the app are local to the worker that built them).
+type Worker struct {
+	shared, host worker.Worker
+	hostQueue    string
+}
+
+// NewWorker returns a worker for taskQueue that runs steps with rt. Start it
+// with Start (or Run) and stop it with Stop.
+func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg WorkerConfig) (*Worker, error) {
+	switch {
+	case c == nil:
+		return nil, errors.New("temporal: NewWorker: client is required")
+	case taskQueue == "":
+		return nil, errors.New("temporal: NewWorker: task queue is required")
+	case rt == nil:
+		return nil, errors.New("temporal: NewWorker: runtime is required")
+	case cfg.Activities == nil:
+		return nil, errors.New("temporal: WorkerConfig.Activities is required")
+	case cfg.Store == nil:
+		return nil, errors.New("temporal: WorkerConfig.Store is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	hostQueue := fmt.Sprintf("%s/worker/%s-%d-%s", taskQueue, host, os.Getpid(), uuid.NewString()[:8])
+	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log}
+
+	shared := worker.New(c, taskQueue, cfg.Options)
+	shared.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
+	reg := func(w worker.Worker, fn any, name string) {
+		w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	reg(shared, a.build, activityBuild)
+	reg(shared, a.finish, activityFinish)
+	reg(shared, a.release, activityRelease)
+	reg(shared, a.signalRelease, activitySignalRelease)
+
+	hostOpts := cfg.Options
+	hostOpts.DisableWorkflowWorker = true
+	own := worker.New(c, hostQueue, hostOpts)
+	reg(own, a.provision, activityProvision)
+	reg(own, a.configureDNS, activityConfigureDNS)
+	reg(own, a.finish, activityFinish)
+	reg(own, a.release, activityRelease)
+	return &Worker{shared: shared, host: own, hostQueue: hostQueue}, nil
+}
+
+// HostQueue is the worker's own task queue.
+func (w *Worker) HostQueue() string { return w.hostQueue }
+
+// Start starts polling; it returns once both pollers run.
+func (w *Worker) Start() error {
+	if err := w.host.Start(); err != nil {
+		return fmt.Errorf("temporal: start worker: %w", err)
+	}
+	if err := w.shared.Start(); err != nil {
+		w.host.Stop()
+		return fmt.Errorf("temporal: start worker: %w", err)
+	}
+	return nil
+}
+
+// Stop stops polling and waits for running activities (up to the SDK's
+// WorkerStopTimeout; then their contexts are cancelled).
+func (w *Worker) Stop() {
+	w.shared.Stop()
+	w.host.Stop()
+}
+
+// Run starts the worker and stops it when ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
