@@ -21,7 +21,7 @@ type webhookInput struct {
 	Delivery    string `header:"X-GitHub-Delivery" doc:"Unique delivery id; a repeated id is acknowledged and not processed again"`
 	Signature   string `header:"X-Hub-Signature-256" doc:"sha256=<hex HMAC-SHA256 of the raw body with the webhook secret>"`
 	ContentType string `header:"Content-Type"`
-	RawBody     []byte `contentType:"application/json"`
+	RawBody     []byte // read raw (octet-stream in OpenAPI) so nothing parses it before the signature check
 }
 
 type webhookOutput struct {
