@@ -113,7 +113,9 @@ func (r *recorder) triggers() []trigger {
 // accounts is a LinkedAccounts of fixed logins.
 type accounts map[string]string
 
-func (a accounts) CodehostLogin(_ context.Context, userID string) (string, error) { return a[userID], nil }
+func (a accounts) CodehostLogin(_ context.Context, userID string) (string, error) {
+	return a[userID], nil
+}
 
 // clock is a settable clock shared by the service, the provider and the fake.
 type clock struct {
