@@ -223,3 +223,5 @@ func (e *env) wantErr(resp *httptest.ResponseRecorder, status int, contains stri
 	}
 	return b
 }
+
+type httptestResp = httptest.ResponseRecorder
