@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/keelson-dev/keelson/platform"
 )
@@ -47,8 +48,8 @@ func checkRepoURL(raw string, allowLocal bool) (repo, key string, err error) {
 	if repo == "" {
 		return "", "", platform.Invalid("repoUrl: must not be empty")
 	}
-	if err := noNUL("repoUrl", repo); err != nil {
-		return "", "", err
+	if strings.IndexFunc(repo, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return "", "", platform.Invalid("repoUrl: must not contain spaces or control characters")
 	}
 	if strings.HasPrefix(repo, "/") || strings.HasPrefix(strings.ToLower(repo), "file:") {
 		if !allowLocal {
