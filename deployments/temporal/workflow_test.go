@@ -1,0 +1,230 @@
+package temporal
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// fixture is a deployments database with one project and the shared step
+// bodies over a scripted runtime.
+type fixture struct {
+	store    *deployments.Store
+	logs     *deployments.Logs
+	acts     *deployments.Activities
+	rt       *deploytest.Runtime
+	projects *deploytest.Projects
+	project  string
+	slug     string
+}
+
+func newFixture(t *testing.T, store *deployments.Store) *fixture {
+	t.Helper()
+	f := &fixture{store: store, rt: deploytest.NewRuntime(), projects: deploytest.NewProjects(), slug: "app-" + platform.NewID()[:8]}
+	f.logs = deployments.NewLogs(store, deployments.LogsConfig{})
+	t.Cleanup(f.logs.Close)
+	f.project = f.projects.Add(deployments.DeploySpec{
+		OwnerID: platform.NewID(), Slug: f.slug, Name: "app", RepoURL: "https://example.test/app.git",
+		Framework: "go", Port: 8080, Region: "local",
+		Env:    []deployments.EnvVar{{Key: "API_KEY", Value: "s3cr3t-value", Secret: true}},
+		Limits: deployments.Limits{BuildTimeout: time.Minute},
+	})
+	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: f.logs, Runtime: f.rt, Projects: f.projects})
+	require.NoError(t, err)
+	f.acts = acts
+	return f
+}
+
+// queue stores a QUEUED deployment of the fixture's project, as the service's Trigger does.
+func (f *fixture) queue(t *testing.T) *deployments.Deployment {
+	t.Helper()
+	spec, err := f.projects.ProjectForDeploy(context.Background(), f.project)
+	require.NoError(t, err)
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	id := platform.NewID()
+	d := &deployments.Deployment{ID: id, ProjectID: f.project, OwnerID: spec.OwnerID, ProjectSlug: spec.Slug,
+		Status: deployments.StatusQueued, Steps: deployments.NewSteps(), Reason: "manual", Region: spec.Region,
+		WorkflowName: WorkflowID(id), Attempt: 1, CreatedAt: at, UpdatedAt: at}
+	_, err = f.store.DeploymentInsert(context.Background(), d, 0)
+	require.NoError(t, err)
+	return d
+}
+
+func (f *fixture) get(t *testing.T, id string) *deployments.Deployment {
+	t.Helper()
+	d, err := f.store.DeploymentGet(context.Background(), id)
+	require.NoError(t, err)
+	return d
+}
+
+func (f *fixture) logText(t *testing.T, id string) string {
+	t.Helper()
+	require.NoError(t, f.logs.Flush(context.Background()))
+	lines, err := f.store.LogList(context.Background(), deployments.LogListParams{DeploymentID: id, Limit: 10000})
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.Message + "\n")
+	}
+	return b.String()
+}
+
+// testEnv is the SDK's workflow test environment with the workflow and every
+// activity registered, as a worker registers them.
+func (f *fixture) testEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
+	a := &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog()}
+	for name, fn := range map[string]any{
+		activityBuild: a.build, activityProvision: a.provision, activityConfigureDNS: a.configureDNS,
+		activityFinish: a.finish, activityRelease: a.release, activitySignalRelease: a.signalRelease,
+	} {
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	return env
+}
+
+var testTimeouts = Timeouts{Heartbeat: time.Second, HostPickup: 5 * time.Second}
+
+func TestWorkflowRunsToLiveAndReleases(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	d := f.queue(t)
+	env := f.testEnv(t)
+
+	var atLive State
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&atLive))
+		env.SignalWorkflow(SignalRelease, nil)
+	}, time.Hour) // workflow time: fires once the workflow waits, LIVE
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, BuildTimeout: time.Minute, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, deployments.StatusLive, atLive.Status)
+	for _, s := range atLive.Steps {
+		require.Equal(t, deployments.StepSucceeded, s.Status, "step %s", s.Name)
+		require.NotNil(t, s.StartedAt)
+		require.NotNil(t, s.FinishedAt)
+	}
+	require.Equal(t, "q/worker/test", atLive.HostQueue)
+
+	var final State
+	require.NoError(t, env.GetWorkflowResult(&final))
+	require.True(t, final.Released)
+
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusLive, got.Status, "the stored row is written by the shared activities")
+	require.NotEmpty(t, got.DeployedURL)
+	require.Equal(t, "abc1234", got.CommitSHA)
+	for _, s := range got.Steps {
+		require.Equal(t, deployments.StepSucceeded, s.Status, "stored step %s", s.Name)
+	}
+	require.False(t, f.rt.Running(d.ID), "release stopped the app")
+	require.Empty(t, f.rt.RouteOf(f.slug), "release removed the route")
+	log := f.logText(t, d.ID)
+	require.Contains(t, log, "BUILD started")
+	require.Contains(t, log, "deployment is LIVE")
+	require.NotContains(t, log, "s3cr3t-value", "secret env values are masked")
+}
+
+func TestWorkflowFailingBuildIsNotRetried(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	d := f.queue(t)
+	f.rt.FailBuild(f.slug, errors.New("build command failed: exit status 2: main.go:3: undefined: fmt.Prinln"))
+	env := f.testEnv(t)
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, err, &ae)
+	require.Contains(t, ae.Message(), "undefined: fmt.Prinln")
+
+	require.Len(t, f.rt.Builds(), 1, "a failing build command is not retried")
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusFailed, got.Status)
+	require.Contains(t, got.ErrorMessage, "undefined: fmt.Prinln")
+	require.Equal(t, deployments.StepFailed, got.Steps.Get(deployments.StepBuild).Status)
+	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepProvision).Status)
+	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepDNS).Status)
+	require.True(t, f.rt.Cleaned(d.ID), "the failed build's workspace is removed")
+	require.Contains(t, f.logText(t, d.ID), "undefined: fmt.Prinln")
+}
+
+func TestWorkflowCancelMidBuild(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	d := f.queue(t)
+	hold := f.rt.HoldBuild(f.slug)
+	env := f.testEnv(t)
+	go func() {
+		<-hold.Entered()
+		env.CancelWorkflow()
+	}()
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusCancelled, got.Status)
+	require.Equal(t, deployments.StepFailed, got.Steps.Get(deployments.StepBuild).Status)
+	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepProvision).Status)
+	require.Contains(t, got.ErrorMessage, "cancelled during BUILD")
+	// The build's context was cancelled (through the heartbeat) and it stopped.
+	deploytest.Eventually(t, "the held build saw its context end", func() bool {
+		return strings.Contains(f.logText(t, d.ID), "build killed")
+	})
+}
+
+func TestWorkflowWorkerLostDuringProvisionRebuilds(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	d := f.queue(t)
+	env := f.testEnv(t)
+	// The first PROVISION finds its worker gone (its task is never picked up);
+	// the second round runs for real.
+	calls := 0
+	env.OnActivity(activityProvision, mock.Anything, mock.Anything).Return(func(ctx context.Context, id string) error {
+		calls++
+		if calls == 1 {
+			return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+		}
+		a := &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog()}
+		return a.provision(ctx, id)
+	})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalRelease, nil) }, time.Hour)
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var final State
+	require.NoError(t, env.GetWorkflowResult(&final))
+	require.Equal(t, 2, final.Round)
+	require.Len(t, f.rt.Builds(), 2, "built again after the worker holding the build was lost")
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusLive, got.Status)
+	require.Equal(t, 2, got.Attempt)
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
