@@ -131,8 +131,8 @@ func (s *Service) runTeardown(id string) {
 			return
 		}
 		log.Info("project deleted")
-	case s.base.Err() != nil:
-		// Shutting down: leave it DELETING; Start resumes it.
+	case s.base.Err() != nil || errors.Is(err, context.Canceled):
+		// Shutting down (ours or the teardown's): leave it DELETING; Start resumes it.
 		log.Info("project teardown interrupted by shutdown; will resume", "err", err)
 	default:
 		msg := "teardown failed: " + err.Error()

@@ -98,6 +98,10 @@ type DeploymentCounter interface {
 	DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error)
 }
 
+// ErrNotCounted is what a DeploymentCounter returns (wrapped or not) when it
+// cannot count on this server; GET /usage then says deploymentsCounted false.
+var ErrNotCounted = errors.New("projects: deployments are not counted on this server")
+
 // Deps are what the projects module needs.
 type Deps struct {
 	// DB holds the projects table (see Migrations). Required.

@@ -2,6 +2,7 @@ package projects
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -58,7 +59,11 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 	counts := map[string]int{}
 	counted := s.d.Deployments != nil
 	if counted {
-		if counts, err = s.d.Deployments.DeploymentsThisMonth(ctx, owner); err != nil {
+		counts, err = s.d.Deployments.DeploymentsThisMonth(ctx, owner)
+		switch {
+		case errors.Is(err, ErrNotCounted):
+			counts, counted = map[string]int{}, false
+		case err != nil:
 			return nil, wrap("deployments this month", err)
 		}
 	}

@@ -18,10 +18,12 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/keelson-dev/keelson/platform/secret"
+	"github.com/keelson-dev/keelson/projects"
 	"github.com/uptrace/bun"
 )
 
@@ -55,6 +57,13 @@ type App struct {
 	// Module services, set by the wire files for the modules wired after them.
 	// (Each wire_<module>.go adds its own typed field here.)
 	Auth *auth.Service // wire_auth.go; also a.Authn
+
+	Plans    *plans.Service    // wire_plans.go
+	Projects *projects.Service // wire_projects.go
+	// ProjectTeardown and DeploymentCounter are set by wire_deployments.go
+	// (deployments is wired after projects, which uses them lazily).
+	ProjectTeardown   projects.Teardown
+	DeploymentCounter projects.DeploymentCounter
 }
 
 // NewApp opens the database, builds and registers every module, and runs the
