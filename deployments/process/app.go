@@ -238,7 +238,7 @@ func (a *app) supervise(p *proc) {
 			return
 		}
 		port, moved := a.port, false
-		if !portFree(port) {
+		if !a.r.portFree(port) {
 			a.r.mu.Lock()
 			np, err := a.r.pickPortLocked(a.id)
 			if err == nil {

@@ -33,7 +33,7 @@
 //
 // Presets, used when a job's command is empty, keyed by Framework (case-insensitive):
 //
-//	go, golang                      build: go build -o ./.keelson/app .   start: ./.keelson/app
+//	go, golang                      build: go build -trimpath -o ./.keelson/app .   start: ./.keelson/app
 //	node, nodejs, express, next,    build: (npm ci || npm install) && npm run build --if-present
 //	nextjs, nest, nestjs            start: npm start
 //	static, html                    no build; start: an in-process file server

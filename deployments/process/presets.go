@@ -17,7 +17,7 @@ type preset struct {
 func presetFor(framework string) (preset, bool) {
 	switch strings.ToLower(strings.TrimSpace(framework)) {
 	case "go", "golang":
-		return preset{build: "go build -o ./.keelson/app .", start: "./.keelson/app"}, true
+		return preset{build: "go build -trimpath -o ./.keelson/app .", start: "./.keelson/app"}, true
 	case "node", "nodejs", "express", "next", "nextjs", "nest", "nestjs":
 		return preset{build: "(npm ci || npm install) && npm run build --if-present", start: "npm start"}, true
 	case "static", "html":

@@ -87,6 +87,7 @@ type Runtime struct {
 	locks  map[string]*idLock            // deploymentID -> workspace lock
 	ports  map[int]string                // ports handed to apps -> deploymentID
 	health *http.Client                  // probes started apps
+	portFree func(port int) bool         // whether a restarted app may keep its port (a seam for tests)
 }
 
 var _ deployments.Runtime = (*Runtime)(nil)
@@ -119,7 +120,7 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{
 		cfg: cfg, base: base, cancel: cancel,
 		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
-		locks: map[string]*idLock{}, ports: map[int]string{},
+		locks: map[string]*idLock{}, ports: map[int]string{}, portFree: portFree,
 		health: &http.Client{
 			// No keep-alive: no connection (or goroutine) outlives a probe.
 			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -241,6 +242,10 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 	if r.closed {
 		r.mu.Unlock()
 		return "", times, errors.New("runtime is shut down")
+	}
+	if r.apps[job.DeploymentID] != nil {
+		r.mu.Unlock()
+		return "", times, fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
 	}
 	r.builds[job.DeploymentID] = cancel
 	r.mu.Unlock()

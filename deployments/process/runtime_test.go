@@ -113,7 +113,9 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the old workspace is removed")
 	assert.False(t, answers(up1), "the old app still answers on %s", up1)
 
-	// Idempotence.
+	// Idempotence; a running deployment is not rebuilt under its app.
+	_, err = e.rt.Build(ctx, job2, logs2)
+	require.ErrorContains(t, err, "is running")
 	require.NoError(t, e.rt.Stop(ctx, job1.DeploymentID))
 	require.NoError(t, e.rt.Cleanup(ctx, job1.DeploymentID))
 	again, err := e.rt.Start(ctx, job2, logs2)
@@ -231,7 +233,7 @@ func TestCancelledBuildKillsTheWholeProcessGroup(t *testing.T) {
 		_, err := e.rt.Build(ctx, job, logs)
 		done <- err
 	}()
-	waitFor(t, "the build to spawn its child", func() bool { return logs.has("spawned child") })
+	waitFor(t, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
 	cancel()
 	err := <-done
 	require.ErrorIs(t, err, context.Canceled)
@@ -252,7 +254,7 @@ func TestCleanupCancelsARunningBuild(t *testing.T) {
 		_, err := e.rt.Build(context.Background(), job, logs)
 		done <- err
 	}()
-	waitFor(t, "the build to spawn its child", func() bool { return logs.has("spawned child") })
+	waitFor(t, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
 	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
 	require.Error(t, <-done)
 	_, err := os.Stat(filepath.Join(e.dataDir, "workspaces", job.DeploymentID))
@@ -262,6 +264,9 @@ func TestCleanupCancelsARunningBuild(t *testing.T) {
 func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.MaxRestarts = 1 })
+	// Pretend the crashed app's port was taken meanwhile: the restart moves to
+	// another port and the ingress must follow.
+	e.rt.portFree = func(int) bool { return false }
 	ctx := context.Background()
 	repo, _ := newRepo(t, goApp("v1"))
 	job := goJob(repo, "crashy")
@@ -282,6 +287,10 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 		return err == nil && code == http.StatusOK && body != pid1
 	})
 	assert.NotEqual(t, pid1, pid2)
+	route, ok := e.router.Lookup("crashy")
+	require.True(t, ok)
+	assert.NotEqual(t, up, route.Upstream, "the restarted app listens elsewhere and the route followed")
+	assert.Contains(t, logs.all(), "system: the app now listens on "+route.Upstream)
 	assert.Contains(t, logs.all(), "system: the app exited (exit status 3)")
 	assert.Contains(t, logs.all(), "system: restarting the app")
 
