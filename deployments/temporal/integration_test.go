@@ -1,0 +1,490 @@
+package temporal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
+	"github.com/keelson-dev/keelson/deployments/process"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+)
+
+// cliVersion is the Temporal CLI .ci/temporal-cli.sh builds (keep in step).
+const cliVersion = "v1.5.1"
+
+// temporalCLI finds the Temporal CLI: KEELSON_TEST_TEMPORAL_CLI, else the
+// cache .ci/temporal-cli.sh fills. Without one the test skips (or fails with
+// KEELSON_TEST_REQUIRE_TEMPORAL=1). The SDK could download it, but CI has no
+// download site; building takes minutes, which is the CI script's job.
+func temporalCLI(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("KEELSON_TEST_TEMPORAL_CLI")
+	if path == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		path = filepath.Join(cache, "keelson", "temporal-"+cliVersion, "temporal")
+	}
+	if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		reason := fmt.Sprintf("no Temporal CLI at %s (set KEELSON_TEST_TEMPORAL_CLI or run .ci/temporal-cli.sh)", path)
+		if os.Getenv("KEELSON_TEST_REQUIRE_TEMPORAL") == "1" {
+			t.Fatalf("Temporal required (KEELSON_TEST_REQUIRE_TEMPORAL=1): %s", reason)
+		}
+		t.Skip("skipping Temporal integration test: " + reason)
+	}
+	return path
+}
+
+func quietSDKLogger() sdklog.Logger { return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
+
+// syncBuffer collects the dev server's output for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// devServer starts a real Temporal development server (in-memory) for t.
+func devServer(t *testing.T) *testsuite.DevServer {
+	t.Helper()
+	cli := temporalCLI(t)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  cli,
+		ClientOptions: &client.Options{Namespace: "default", Logger: quietSDKLogger()},
+		LogLevel:      "error",
+		Stdout:        out,
+		Stderr:        out,
+	})
+	require.NoError(t, err, "start the Temporal dev server: %s", &out.b)
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil && t.Failed() {
+			t.Logf("dev server stop: %v; output:\n%s", err, &out.b)
+		}
+	})
+	return srv
+}
+
+// dial connects a new client to the dev server (as another process would).
+func dial(t *testing.T, srv *testsuite.DevServer) client.Client {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: "default", Logger: quietSDKLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// integrationTimeouts keep worker-loss detection short in tests.
+var integrationTimeouts = Timeouts{Heartbeat: 2 * time.Second, HostPickup: 10 * time.Second}
+
+// cluster is one API side (service + engine) and the database it shares with workers.
+type cluster struct {
+	srv      *testsuite.DevServer
+	store    *deployments.Store
+	logs     *deployments.Logs
+	projects deployments.ProjectSource
+	engine   *Engine
+	svc      *deployments.Service
+	queue    string
+}
+
+func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
+	t.Helper()
+	c := &cluster{srv: srv, store: deployments.NewStore(bdb), projects: projects, queue: "keelson-test-" + platform.NewID()[:8]}
+	c.logs = deployments.NewLogs(c.store, deployments.LogsConfig{})
+	t.Cleanup(c.logs.Close)
+	tc := dial(t, srv)
+	// The API side's activities stop apps through their workflows (ControlRuntime).
+	apiActs, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: c.logs,
+		Runtime: ControlRuntime{Client: tc}, Projects: projects})
+	require.NoError(t, err)
+	c.engine, err = NewEngine(EngineConfig{Client: tc, TaskQueue: c.queue, Store: c.store, Projects: projects,
+		Logs: c.logs, Activities: apiActs, Timeouts: integrationTimeouts})
+	require.NoError(t, err)
+	c.svc, err = deployments.NewService(deployments.Config{Store: c.store, Logs: c.logs, Activities: apiActs,
+		Engine: c.engine, Projects: projects, CancelTimeout: time.Minute})
+	require.NoError(t, err)
+	return c
+}
+
+// startWorker runs an in-process worker over rt until t ends (or stop is called).
+func (c *cluster) startWorker(t *testing.T, rt deployments.Runtime) (stop func()) {
+	t.Helper()
+	// A worker process has its own log hub over the same database.
+	logs := deployments.NewLogs(c.store, deployments.LogsConfig{})
+	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: logs, Runtime: rt, Projects: c.projects})
+	require.NoError(t, err)
+	w, err := NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store,
+		Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	var once sync.Once
+	stop = func() { once.Do(func() { w.Stop(); logs.Close() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitStatus polls the status route (which syncs from the engine) until the
+// deployment reaches want, failing on another terminal status. It records
+// every status seen.
+func (c *cluster) waitStatus(t *testing.T, owner, id string, want deployments.Status) (*deployments.Deployment, []deployments.Status) {
+	t.Helper()
+	var seen []deployments.Status
+	var d *deployments.Deployment
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var err error
+		d, err = c.svc.Status(context.Background(), owner, id)
+		require.NoError(t, err)
+		if len(seen) == 0 || seen[len(seen)-1] != d.Status {
+			seen = append(seen, d.Status)
+		}
+		if d.Status == want {
+			return d, seen
+		}
+		if d.Status.Terminal() {
+			t.Fatalf("deployment ended %s (want %s): %s\nlog:\n%s", d.Status, want, d.ErrorMessage, c.logText(t, id))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deployment still %s after 3m (want %s); seen %v\nlog:\n%s", d.Status, want, seen, c.logText(t, id))
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval, not a wait for work
+	}
+}
+
+func (c *cluster) logText(t *testing.T, id string) string {
+	_ = c.logs.Flush(context.Background())
+	lines, err := c.store.LogList(context.Background(), deployments.LogListParams{DeploymentID: id, Limit: 100000})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "%d %s: %s\n", l.Seq, l.Stream, l.Message)
+	}
+	return b.String()
+}
+
+// --- a real app: a local git repository holding a tiny Go web app -----------
+
+func gitRun(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "git %v: %s", args, out)
+}
+
+func goAppRepo(t *testing.T, version string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod": "module example.com/hello\n\ngo 1.21\n",
+		"main.go": `package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+)
+
+func main() {
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello ` + version + `") })
+	fmt.Println("app starting")
+	if err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+`,
+	}
+	for name, content := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	gitRun(t, dir, "init", "-q")
+	gitRun(t, dir, "add", "-A")
+	gitRun(t, dir, "commit", "-q", "-m", "app")
+	return dir
+}
+
+// processRuntime is the real process runtime with its ingress, served by an httptest server.
+func processRuntime(t *testing.T) (*process.Runtime, *httptest.Server) {
+	t.Helper()
+	router, err := ingress.New(ingress.Config{})
+	require.NoError(t, err)
+	cache := t.TempDir()
+	// Share the go command's build cache so the app compiles fast.
+	if out, err := exec.Command("go", "env", "GOCACHE").Output(); err == nil {
+		if gc := strings.TrimSpace(string(out)); gc != "" && gc != "off" {
+			_ = os.Symlink(gc, filepath.Join(cache, "go-build"))
+		}
+	}
+	rt, err := process.New(process.Config{DataDir: t.TempDir(), CacheDir: cache, AllowLocalRepos: true, Ingress: router,
+		StopGrace: 2 * time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(router)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = rt.Close(ctx)
+		srv.Close()
+		router.Close()
+	})
+	return rt, srv
+}
+
+func getApp(t *testing.T, ingressURL, slug string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, ingressURL+"/", nil)
+	require.NoError(t, err)
+	req.Host = slug + ".localhost"
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func goSpec(repo, slug string) deployments.DeploySpec {
+	return deployments.DeploySpec{OwnerID: platform.NewID(), Slug: slug, Name: slug, RepoURL: repo, Framework: "go",
+		Port: 8080, Region: "local", Limits: deployments.Limits{BuildTimeout: 5 * time.Minute},
+		Env: []deployments.EnvVar{
+			{Key: "GOPROXY", Value: "off"}, {Key: "GOTOOLCHAIN", Value: "local"},
+			{Key: "APP_SECRET", Value: "very-secret-value", Secret: true},
+		}}
+}
+
+// TestTemporalDeploymentRunsToLive: the real dev server, the real process
+// runtime, a real git repository; on SQLite and Postgres.
+func TestTemporalDeploymentRunsToLive(t *testing.T) {
+	srv := devServer(t)
+	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		projects := deploytest.NewProjects()
+		slug := "live-" + platform.NewID()[:8]
+		spec := goSpec(goAppRepo(t, "v1"), slug)
+		pid := projects.Add(spec)
+		c := newCluster(t, srv, bdb, projects)
+		rt, ing := processRuntime(t)
+		c.startWorker(t, rt)
+
+		d, err := c.svc.Trigger(context.Background(), deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+		require.NoError(t, err)
+		require.Equal(t, WorkflowID(d.ID), d.WorkflowName, "the workflow id is the workflowName")
+
+		live, seen := c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
+		require.Equal(t, deployments.StatusQueued, seen[0])
+		require.NotEmpty(t, live.DeployedURL)
+		require.NotEmpty(t, live.CommitSHA)
+		for _, s := range live.Steps {
+			require.Equal(t, deployments.StepSucceeded, s.Status, "step %s", s.Name)
+		}
+		code, body := getApp(t, ing.URL, slug)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "hello v1", body)
+
+		// The workflow answers its own view of the steps.
+		ws, err := c.engine.WorkflowState(context.Background(), d.ID)
+		require.NoError(t, err)
+		require.Equal(t, deployments.StatusLive, ws.Status)
+		require.NotEmpty(t, ws.HostQueue)
+		log := c.logText(t, d.ID)
+		require.Contains(t, log, "deployment queued")
+		require.Contains(t, log, "BUILD started")
+		require.Contains(t, log, "app starting")
+		require.NotContains(t, log, "very-secret-value")
+
+		// Deleting it asks the workflow to stop the app on its worker.
+		require.NoError(t, c.svc.Delete(context.Background(), spec.OwnerID, d.ID))
+		code, _ = getApp(t, ing.URL, slug)
+		require.NotEqual(t, http.StatusOK, code, "the app is stopped and unrouted")
+		desc, err := c.engine.cfg.Client.DescribeWorkflowExecution(context.Background(), d.WorkflowName, "")
+		require.NoError(t, err)
+		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
+	})
+}
+
+// TestTemporalCancelMidBuild: cancelling during BUILD kills the build command
+// (a real process) and ends the deployment CANCELLED.
+func TestTemporalCancelMidBuild(t *testing.T) {
+	srv := devServer(t)
+	bdb := dbtest.SQLite(t, deployments.Migrations())
+	projects := deploytest.NewProjects()
+	pidFile := filepath.Join(t.TempDir(), "build.pid")
+	spec := goSpec(goAppRepo(t, "v1"), "cancel-"+platform.NewID()[:8])
+	spec.BuildCommand = "echo build is running; echo $$ > " + pidFile + "; exec sleep 600"
+	pid := projects.Add(spec)
+	c := newCluster(t, srv, bdb, projects)
+	rt, _ := processRuntime(t)
+	c.startWorker(t, rt)
+
+	d, err := c.svc.Trigger(context.Background(), deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+	require.NoError(t, err)
+	var buildPID int
+	deploytest.Eventually(t, "the build command runs", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		buildPID, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+
+	got, err := c.svc.Cancel(context.Background(), spec.OwnerID, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, deployments.StatusCancelled, got.Status, "log:\n%s", c.logText(t, d.ID))
+	require.Equal(t, deployments.StepFailed, got.Steps.Get(deployments.StepBuild).Status)
+	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepProvision).Status)
+	deploytest.Eventually(t, "the build process is gone", func() bool {
+		return errors.Is(syscall.Kill(buildPID, 0), syscall.ESRCH)
+	})
+	// Temporal agrees: the workflow ended cancelled.
+	desc, err := c.engine.cfg.Client.DescribeWorkflowExecution(context.Background(), d.WorkflowName, "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, desc.GetWorkflowExecutionInfo().GetStatus())
+	st, err := c.svc.Status(context.Background(), spec.OwnerID, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, deployments.StatusCancelled, st.Status)
+}
+
+// --- a worker in another process, killed mid-build --------------------------
+
+const helperEnv = "KEELSON_TEMPORAL_TEST_HELPER_WORKER"
+
+// staticProjects answers one spec for every project id (the helper process
+// has no projects module; the IDs come from the parent's database).
+type staticProjects struct{ spec deployments.DeploySpec }
+
+func (p staticProjects) ProjectForDeploy(context.Context, string) (*deployments.DeploySpec, error) {
+	s := p.spec
+	return &s, nil
+}
+
+// blockingBuild is a runtime whose builds announce themselves in a marker
+// file and then run until their context ends (or the process is killed).
+type blockingBuild struct {
+	*deploytest.Runtime
+	marker string
+}
+
+func (b blockingBuild) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+	logs.Log(deployments.StreamBuild, "helper worker building")
+	if err := os.WriteFile(b.marker, []byte(job.DeploymentID), 0o644); err != nil {
+		return "", err
+	}
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// TestHelperWorkerProcess is not a test: run by TestTemporalWorkerKilledMidBuild
+// in a child process, it is a worker until it is killed.
+func TestHelperWorkerProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		t.Skip("helper process for TestTemporalWorkerKilledMidBuild")
+	}
+	ctx := context.Background()
+	bdb, err := db.Open(ctx, db.Options{URL: os.Getenv("HELPER_DB_URL")})
+	require.NoError(t, err)
+	store := deployments.NewStore(bdb)
+	logs := deployments.NewLogs(store, deployments.LogsConfig{})
+	rt := blockingBuild{Runtime: deploytest.NewRuntime(), marker: os.Getenv("HELPER_MARKER")}
+	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt,
+		Projects: staticProjects{spec: deployments.DeploySpec{Slug: os.Getenv("HELPER_SLUG"), RepoURL: "https://example.test/app.git"}}})
+	require.NoError(t, err)
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("HELPER_HOSTPORT"), Namespace: "default", Logger: quietSDKLogger()})
+	require.NoError(t, err)
+	w, err := NewWorker(c, os.Getenv("HELPER_QUEUE"), rt, WorkerConfig{Activities: acts, Store: store,
+		Options: worker.Options{StickyScheduleToStartTimeout: time.Second}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	select {} // until killed
+}
+
+// TestTemporalWorkerKilledMidBuild: the worker process running BUILD is
+// killed (SIGKILL); Temporal notices the missing heartbeats and retries BUILD
+// on another worker, which finishes the deployment. Shares Postgres between
+// the two processes. The runtimes are scripted (the orchestration is under test).
+func TestTemporalWorkerKilledMidBuild(t *testing.T) {
+	srv := devServer(t)
+	url := dbtest.PostgresURL(t)
+	ctx := context.Background()
+	bdb, err := db.Open(ctx, db.Options{URL: url})
+	require.NoError(t, err)
+	t.Cleanup(func() { bdb.Close() })
+	require.NoError(t, db.Migrate(ctx, bdb, deployments.Migrations()))
+
+	projects := deploytest.NewProjects()
+	spec := deployments.DeploySpec{OwnerID: platform.NewID(), Slug: "kill-" + platform.NewID()[:8],
+		RepoURL: "https://example.test/app.git", Framework: "go", Region: "local"}
+	pid := projects.Add(spec)
+	c := newCluster(t, srv, bdb, projects)
+
+	marker := filepath.Join(t.TempDir(), "building")
+	out := &syncBuffer{}
+	helper := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1", "-test.timeout=10m")
+	helper.Env = append(os.Environ(), helperEnv+"=1", "HELPER_DB_URL="+url, "HELPER_MARKER="+marker,
+		"HELPER_SLUG="+spec.Slug, "HELPER_HOSTPORT="+srv.FrontendHostPort(), "HELPER_QUEUE="+c.queue)
+	helper.Stdout, helper.Stderr = out, out
+	require.NoError(t, helper.Start())
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+
+	d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+	require.NoError(t, err)
+	deploytest.Eventually(t, "the helper worker is building", func() bool {
+		b, err := os.ReadFile(marker)
+		return err == nil && string(b) == d.ID
+	})
+	building, err := c.svc.Status(ctx, spec.OwnerID, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, deployments.StatusBuilding, building.Status)
+
+	require.NoError(t, helper.Process.Kill()) // SIGKILL: no goodbye to Temporal
+	_ = helper.Wait()
+
+	rt := deploytest.NewRuntime()
+	c.startWorker(t, rt)
+	live, _ := c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
+	require.Equal(t, []string{d.ID}, rt.Builds(), "BUILD ran again on the new worker")
+	require.Equal(t, 2, live.Attempt)
+	require.Equal(t, d.ID, rt.RouteOf(spec.Slug))
+	log := c.logText(t, d.ID)
+	require.Contains(t, log, "helper worker building")
+	require.Contains(t, log, "queued again from BUILD")
+	require.Contains(t, log, "deployment is LIVE")
+}
