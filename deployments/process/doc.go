@@ -43,6 +43,13 @@
 // and never serves a path with a dot-segment (so not .git). Any other
 // framework needs explicit commands.
 //
+// Start: the app gets a free loopback port in PORT and counts as started when
+// GET http://127.0.0.1:PORT/ gets any HTTP response (even a 404 or 500) within
+// Config.HealthTimeout; if it exits or times out first, Start fails with its
+// last output lines. Stop first waits (up to Config.StopGrace) for requests the
+// ingress still has in flight to the deployment, so a swap (route the new
+// deployment, then stop the old) loses no request.
+//
 // Processes: each build command and app runs under `sh -c` in its own process
 // group; a timeout, a cancellation or Stop signals the whole group (SIGTERM,
 // then SIGKILL after Config.StopGrace for apps; SIGKILL for builds), and
