@@ -73,7 +73,7 @@ type Router struct {
 	proxy *httputil.ReverseProxy
 	tr    *http.Transport
 
-	mu       sync.Mutex                       // serializes writers of table and counts
+	mu       sync.Mutex                        // serializes writers of table and counts
 	table    atomic.Pointer[map[string]*route] // slug -> route; replaced, never mutated
 	counters map[string]*atomic.Int64          // deploymentID -> requests in flight
 }

@@ -181,7 +181,7 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, 
 	if job.CommitSHA != "" && !strings.HasPrefix(commit, strings.ToLower(job.CommitSHA)) {
 		return "", fmt.Errorf("checked out %s, not the requested commit %s", commit, job.CommitSHA)
 	}
-	out.system("checked out commit "+commit)
+	out.system("checked out commit " + commit)
 	return commit, nil
 }
 

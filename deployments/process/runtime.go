@@ -80,14 +80,14 @@ type Runtime struct {
 	base   context.Context // cancelled by Close: ends every build
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	apps   map[string]*app               // deploymentID -> running app
-	builds map[string]context.CancelFunc // deploymentID -> running build
-	locks  map[string]*idLock            // deploymentID -> workspace lock
-	ports  map[int]string                // ports handed to apps -> deploymentID
-	health *http.Client                  // probes started apps
-	portFree func(port int) bool         // whether a restarted app may keep its port (a seam for tests)
+	mu       sync.Mutex
+	closed   bool
+	apps     map[string]*app               // deploymentID -> running app
+	builds   map[string]context.CancelFunc // deploymentID -> running build
+	locks    map[string]*idLock            // deploymentID -> workspace lock
+	ports    map[int]string                // ports handed to apps -> deploymentID
+	health   *http.Client                  // probes started apps
+	portFree func(port int) bool           // whether a restarted app may keep its port (a seam for tests)
 }
 
 var _ deployments.Runtime = (*Runtime)(nil)
