@@ -115,8 +115,16 @@ func TestLoginAndMe(t *testing.T) {
 		if _, err := e.svc.CreateUser(context.Background(), CreateUserParams{Email: "oauth@example.com", EmailVerified: true}); err != nil {
 			t.Fatal(err)
 		}
+		runs := e.svc.hasher.runs.Load()
 		wrong := e.login("ada@example.com", "wrong password", "")
+		if n := e.svc.hasher.runs.Load() - runs; n != 1 {
+			t.Errorf("wrong password ran %d hashes, want 1", n)
+		}
+		runs = e.svc.hasher.runs.Load()
 		unknown := e.login("nobody@example.com", testPassword, "")
+		if n := e.svc.hasher.runs.Load() - runs; n != 1 {
+			t.Errorf("unknown email ran %d hashes, want 1 (same work as a wrong password)", n)
+		}
 		nopw := e.login("oauth@example.com", "", "")
 		nopw2 := e.login("oauth@example.com", "anything", "")
 		e.wantErr(wrong, 401, "invalid email or password")

@@ -1,0 +1,241 @@
+package oauth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// identityRow links an account at a provider to a Keelson user. One row per
+// (provider, issuer, provider user id) and at most one per (provider, user).
+type identityRow struct {
+	bun.BaseModel `bun:"table:oauth_identities"`
+
+	ID             string    `bun:"id,pk,type:varchar(36)"`
+	Provider       string    `bun:"provider,notnull,type:varchar(20)"`
+	Issuer         string    `bun:"issuer,notnull"` // code-host web origin or OIDC issuer
+	ProviderUserID string    `bun:"provider_user_id,notnull"`
+	UserID         string    `bun:"user_id,notnull,type:varchar(36)"`
+	Login          string    `bun:"login,notnull,default:''"`
+	Email          string    `bun:"email,notnull,default:''"`
+	AccessToken    string    `bun:"access_token,notnull,default:''"` // sealed; empty for the idp
+	CreatedAt      time.Time `bun:"created_at,notnull"`
+	UpdatedAt      time.Time `bun:"updated_at,notnull"`
+}
+
+// stateRow is one started flow, keyed by the SHA-256 of its state. UsedAt is
+// set by the one callback that consumes it.
+type stateRow struct {
+	bun.BaseModel `bun:"table:oauth_states"`
+
+	ID        string     `bun:"id,pk,type:varchar(64)"`
+	Provider  string     `bun:"provider,notnull,type:varchar(20)"`
+	Mode      string     `bun:"mode,notnull,type:varchar(10)"`
+	UserID    string     `bun:"user_id,notnull,default:''"` // connect mode: who is connecting
+	Verifier  string     `bun:"verifier,notnull"`           // sealed PKCE code verifier
+	Nonce     string     `bun:"nonce,notnull,default:''"`  // OIDC nonce
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+}
+
+// exchangeRow is a one-time code of RedirectCode mode, keyed by its SHA-256.
+type exchangeRow struct {
+	bun.BaseModel `bun:"table:oauth_exchange_codes"`
+
+	ID        string     `bun:"id,pk,type:varchar(64)"`
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+}
+
+// Migrations are the oauth module's tables, for db.Migrate (after auth's).
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "oauth", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*identityRow)(nil), (*stateRow)(nil), (*exchangeRow)(nil)),
+			db.CreateIndex((*identityRow)(nil), "oauth_identities_subject_uq", true, "provider", "issuer", "provider_user_id"),
+			db.CreateIndex((*identityRow)(nil), "oauth_identities_user_uq", true, "provider", "user_id"),
+			db.CreateIndex((*stateRow)(nil), "oauth_states_expires_idx", false, "expires_at"),
+			db.CreateIndex((*exchangeRow)(nil), "oauth_exchange_codes_expires_idx", false, "expires_at"),
+		),
+	}}}
+}
+
+// randomToken returns 32 random bytes, base64url.
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashToken(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:])
+}
+
+// purgeExpired drops flows and codes that expired over an hour ago. It runs
+// opportunistically when a flow starts, so the tables stay small without a
+// background job.
+func (s *Service) purgeExpired(ctx context.Context) {
+	cut := s.now().Add(-time.Hour)
+	if _, err := s.db.NewDelete().Model((*stateRow)(nil)).Where("expires_at < ?", cut).Exec(ctx); err != nil {
+		s.log.WarnContext(ctx, "purge expired oauth states", "err", err)
+	}
+	if _, err := s.db.NewDelete().Model((*exchangeRow)(nil)).Where("expires_at < ?", cut).Exec(ctx); err != nil {
+		s.log.WarnContext(ctx, "purge expired exchange codes", "err", err)
+	}
+}
+
+func (s *Service) stateInsert(ctx context.Context, r *stateRow) error {
+	_, err := s.db.NewInsert().Model(r).Exec(ctx)
+	return db.Translate(err)
+}
+
+// stateConsume marks the flow of state used, once: of two callbacks with one
+// state exactly one gets the row; the other, an expired or unknown state get
+// platform.ErrNotFound.
+func (s *Service) stateConsume(ctx context.Context, provider, state string) (*stateRow, error) {
+	id, now := hashToken(state), s.now()
+	res, err := s.db.NewUpdate().Model((*stateRow)(nil)).Set("used_at = ?", now).
+		Where("id = ? AND provider = ? AND used_at IS NULL AND expires_at > ?", id, provider, now).Exec(ctx)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return nil, platform.ErrNotFound
+	}
+	r := new(stateRow)
+	if err := s.db.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return r, nil
+}
+
+func (s *Service) exchangeInsert(ctx context.Context, userID string) (string, error) {
+	raw, now := randomToken(), s.now()
+	r := &exchangeRow{ID: hashToken(raw), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(s.d.CodeTTL)}
+	if _, err := s.db.NewInsert().Model(r).Exec(ctx); err != nil {
+		return "", db.Translate(err)
+	}
+	return raw, nil
+}
+
+// exchangeConsume uses up a one-time code and answers its user, or
+// platform.ErrNotFound for an unknown, expired or used code.
+func (s *Service) exchangeConsume(ctx context.Context, raw string) (string, error) {
+	id, now := hashToken(raw), s.now()
+	res, err := s.db.NewUpdate().Model((*exchangeRow)(nil)).Set("used_at = ?", now).
+		Where("id = ? AND used_at IS NULL AND expires_at > ?", id, now).Exec(ctx)
+	if err != nil {
+		return "", db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return "", platform.ErrNotFound
+	}
+	r := new(exchangeRow)
+	if err := s.db.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
+		return "", db.Translate(err)
+	}
+	return r.UserID, nil
+}
+
+// identityBySubject returns the identity of (provider, issuer, subject), or
+// an error wrapping platform.ErrNotFound.
+func (s *Service) identityBySubject(ctx context.Context, provider, issuer, subject string) (*identityRow, error) {
+	r := new(identityRow)
+	err := s.db.NewSelect().Model(r).
+		Where("provider = ? AND issuer = ? AND provider_user_id = ?", provider, issuer, subject).Scan(ctx)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	return r, nil
+}
+
+// identityByUser returns the user's identity at provider, or an error wrapping
+// platform.ErrNotFound.
+func (s *Service) identityByUser(ctx context.Context, provider, userID string) (*identityRow, error) {
+	r := new(identityRow)
+	if err := s.db.NewSelect().Model(r).Where("provider = ? AND user_id = ?", provider, userID).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return r, nil
+}
+
+// identityLink stores r as the user's identity at its provider, replacing any
+// other identity the user had there. It fails with platform.ErrConflict when
+// the subject is linked to someone else (also when that happens concurrently:
+// the unique index decides).
+func (s *Service) identityLink(ctx context.Context, r *identityRow) error {
+	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		cur := new(identityRow)
+		err := tx.NewSelect().Model(cur).
+			Where("provider = ? AND issuer = ? AND provider_user_id = ?", r.Provider, r.Issuer, r.ProviderUserID).Scan(ctx)
+		switch err = db.Translate(err); {
+		case err == nil && cur.UserID != r.UserID:
+			return platform.ErrConflict
+		case err == nil:
+			_, err = tx.NewUpdate().Model((*identityRow)(nil)).
+				Set("login = ?", r.Login).Set("email = ?", r.Email).Set("access_token = ?", r.AccessToken).
+				Set("updated_at = ?", r.UpdatedAt).Where("id = ?", cur.ID).Exec(ctx)
+			return db.Translate(err)
+		case !errors.Is(err, platform.ErrNotFound):
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*identityRow)(nil)).
+			Where("provider = ? AND user_id = ?", r.Provider, r.UserID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		_, err = tx.NewInsert().Model(r).Exec(ctx)
+		return db.Translate(err)
+	})
+}
+
+// identityTouch refreshes the login, email and token of an existing identity.
+func (s *Service) identityTouch(ctx context.Context, id, login, email, sealedToken string) error {
+	_, err := s.db.NewUpdate().Model((*identityRow)(nil)).
+		Set("login = ?", login).Set("email = ?", email).Set("access_token = ?", sealedToken).
+		Set("updated_at = ?", s.now()).Where("id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
+func (s *Service) identityDelete(ctx context.Context, id string) error {
+	_, err := s.db.NewDelete().Model((*identityRow)(nil)).Where("id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
+// CodehostLogin answers the code-host login linked to the user, or "" when
+// none is. The codehost app module consumes it as its LinkedAccounts.
+func (s *Service) CodehostLogin(ctx context.Context, userID string) (string, error) {
+	r, err := s.identityByUser(ctx, providerCodehost, userID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return r.Login, nil
+}
+
+// CodehostAccessToken answers the user's code-host access token (opened from
+// its sealed form), or "" when no code-host identity is linked.
+func (s *Service) CodehostAccessToken(ctx context.Context, userID string) (string, error) {
+	r, err := s.identityByUser(ctx, providerCodehost, userID)
+	if errors.Is(err, platform.ErrNotFound) || err == nil && r.AccessToken == "" {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return s.d.Sealer.Open(r.AccessToken)
+}
