@@ -95,7 +95,7 @@ func (p *codehostProvider) missing() []string {
 }
 
 func (p *codehostProvider) authCodeURL(_ context.Context, state, verifier, _ string) (string, error) {
-	return p.oc.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)...), nil
+	return p.oc.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
 }
 
 type githubUser struct {
@@ -231,7 +231,7 @@ func (p *idpProvider) authCodeURL(ctx context.Context, state, verifier, nonce st
 	if err != nil {
 		return "", err
 	}
-	opts := append(oauth2.S256ChallengeOption(verifier), oidc.Nonce(nonce))
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier), oidc.Nonce(nonce)}
 	return oc.AuthCodeURL(state, opts...), nil
 }
 

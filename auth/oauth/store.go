@@ -41,7 +41,7 @@ type stateRow struct {
 	Mode      string     `bun:"mode,notnull,type:varchar(10)"`
 	UserID    string     `bun:"user_id,notnull,default:''"` // connect mode: who is connecting
 	Verifier  string     `bun:"verifier,notnull"`           // sealed PKCE code verifier
-	Nonce     string     `bun:"nonce,notnull,default:''"`  // OIDC nonce
+	Nonce     string     `bun:"nonce,notnull,default:''"`   // OIDC nonce
 	CreatedAt time.Time  `bun:"created_at,notnull"`
 	ExpiresAt time.Time  `bun:"expires_at,notnull"`
 	UsedAt    *time.Time `bun:"used_at"`
