@@ -27,9 +27,6 @@ func TestMain(m *testing.M) {
 			// database/sql and the Postgres driver keep these until GC.
 			goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 			goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
 		)
 	})
 }

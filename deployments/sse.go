@@ -214,9 +214,13 @@ func (s *stream) run(ctx context.Context) {
 				if !sub.Lagged() {
 					return // the server is shutting down
 				}
-				// Dropped for falling behind: resubscribe, then refill from the database.
+				// Dropped for falling behind: resubscribe, then refill from the
+				// database (and see whether the end went by meanwhile).
 				sub = logs.Subscribe(s.id)
 				if s.replay(ctx) != nil {
+					return
+				}
+				if end, err := s.ended(ctx); err != nil || end {
 					return
 				}
 				continue
@@ -234,7 +238,7 @@ func (s *stream) run(ctx context.Context) {
 				return
 			}
 		case <-tick.C:
-			if _, err := s.w.Write([]byte(": ping\n\n")); err != nil || s.flush() != nil {
+			if s.ping() != nil {
 				return
 			}
 			// Engines on other machines end deployments without telling this
@@ -342,9 +346,7 @@ const writeTimeout = 10 * time.Second
 // event writes one SSE event. JSON encoding keeps a message's newlines out of
 // the data: framing.
 func (s *stream) event(ev logEvent, id int64) error {
-	if s.rc != nil {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	}
+	s.deadline()
 	b := s.buf[:0]
 	if id > 0 {
 		b = append(b, "id: "...)
@@ -361,6 +363,20 @@ func (s *stream) event(ev logEvent, id int64) error {
 	s.buf = b
 	_, err = s.w.Write(b)
 	return err
+}
+
+func (s *stream) ping() error {
+	s.deadline()
+	if _, err := s.w.Write([]byte(": ping\n\n")); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+func (s *stream) deadline() {
+	if s.rc != nil {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
 }
 
 func (s *stream) flush() error {
