@@ -1,0 +1,295 @@
+// Package oauthtest holds local fakes of the third-party OAuth providers the
+// oauth module talks to, speaking their real wire formats over real HTTP
+// (httptest servers): a GitHub-style OAuth app server (authorize, token
+// exchange, GET /user, GET /user/emails) and an OpenID Connect provider
+// (discovery, JWKS, authorize, token with RS256-signed ID tokens). Tests play
+// the browser: they follow the start route's redirect to the fake's authorize
+// endpoint, which "approves" as the signed-in fake user and redirects back
+// with code and state, exactly as the provider would.
+//
+// It is for tests only; nothing here is secure.
+package oauthtest
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// GitHubEmail is one entry of GET /user/emails.
+type GitHubEmail struct {
+	Email    string
+	Primary  bool
+	Verified bool
+}
+
+// GitHubUser is an account at the fake code host.
+type GitHubUser struct {
+	ID        int64
+	Login     string
+	Name      string
+	AvatarURL string
+	Emails    []GitHubEmail
+}
+
+type ghGrant struct {
+	login, clientID, redirectURI, challenge string
+	used                                    bool
+}
+
+// GitHub is a fake GitHub OAuth app server. Its URL serves both the web
+// endpoints (/login/oauth/...) and the REST API (/user, /user/emails), so it is
+// both the WebURL and the APIURL.
+type GitHub struct {
+	URL          string
+	ClientID     string
+	ClientSecret string
+
+	mu        sync.Mutex
+	users     map[string]*GitHubUser // by login
+	signedIn  string
+	deny      bool
+	grants    map[string]*ghGrant
+	tokens    map[string]string // access token -> login
+	exchanges int
+	jsonAsked int
+}
+
+// NewGitHub starts a fake code host, closed when t ends.
+func NewGitHub(t testing.TB) *GitHub {
+	g := &GitHub{
+		ClientID: "Iv1.fakeclient", ClientSecret: "fake-client-secret-" + randString(8),
+		users: map[string]*GitHubUser{}, grants: map[string]*ghGrant{}, tokens: map[string]string{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login/oauth/authorize", g.authorize)
+	mux.HandleFunc("POST /login/oauth/access_token", g.accessToken)
+	mux.HandleFunc("GET /user", g.user)
+	mux.HandleFunc("GET /user/emails", g.emails)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	g.URL = srv.URL
+	return g
+}
+
+// AddUser adds (or replaces, by login) an account.
+func (g *GitHub) AddUser(u GitHubUser) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for login, old := range g.users {
+		if old.ID == u.ID {
+			delete(g.users, login)
+		}
+	}
+	g.users[u.Login] = &u
+}
+
+// SignIn makes login the account that approves the next authorizations, as if
+// the browser were signed in to the code host as that user.
+func (g *GitHub) SignIn(login string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.signedIn = login
+}
+
+// Deny makes the user decline the next authorizations (error=access_denied).
+func (g *GitHub) Deny(deny bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deny = deny
+}
+
+// Exchanges counts token requests that traded a valid code for a token.
+func (g *GitHub) Exchanges() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.exchanges
+}
+
+// JSONRequested counts token requests that sent Accept: application/json.
+func (g *GitHub) JSONRequested() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.jsonAsked
+}
+
+// IssuedTokens lists the access tokens handed out so far.
+func (g *GitHub) IssuedTokens() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for tok := range g.tokens {
+		out = append(out, tok)
+	}
+	return out
+}
+
+// authorize is GET /login/oauth/authorize: the user approves (or declines) at
+// once and is redirected to redirect_uri with code and state.
+func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("client_id") != g.ClientID {
+		http.Error(w, "unknown client_id", http.StatusNotFound)
+		return
+	}
+	redirectURI, err := url.Parse(q.Get("redirect_uri"))
+	if err != nil || redirectURI.Scheme == "" {
+		http.Error(w, "redirect_uri is required by this fake", http.StatusBadRequest)
+		return
+	}
+	if m := q.Get("code_challenge_method"); q.Get("code_challenge") != "" && m != "S256" {
+		http.Error(w, "code_challenge_method must be S256", http.StatusBadRequest)
+		return
+	}
+	g.mu.Lock()
+	login, deny := g.signedIn, g.deny
+	if _, ok := g.users[login]; !ok && !deny {
+		g.mu.Unlock()
+		http.Error(w, "no user signed in to the fake code host", http.StatusUnauthorized)
+		return
+	}
+	back := redirectURI.Query()
+	if deny {
+		back.Set("error", "access_denied")
+		back.Set("error_description", "The user has denied your application access.")
+		back.Set("error_uri", "https://docs.github.com/apps/troubleshooting-authorization-request-errors/#access-denied")
+	} else {
+		code := randString(10)
+		g.grants[code] = &ghGrant{login: login, clientID: g.ClientID, redirectURI: q.Get("redirect_uri"), challenge: q.Get("code_challenge")}
+		back.Set("code", code)
+	}
+	g.mu.Unlock()
+	if s := q.Get("state"); s != "" {
+		back.Set("state", s)
+	}
+	redirectURI.RawQuery = back.Encode()
+	http.Redirect(w, r, redirectURI.String(), http.StatusFound)
+}
+
+// accessToken is POST /login/oauth/access_token. Like GitHub it answers 200
+// with an "error" field on failure, as JSON when asked, else form-encoded.
+func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
+	wantJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
+	reply := func(v map[string]string) {
+		if wantJSON {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			_ = json.NewEncoder(w).Encode(v)
+			return
+		}
+		form := url.Values{}
+		for k, s := range v {
+			form.Set(k, s)
+		}
+		w.Header().Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+		_, _ = w.Write([]byte(form.Encode()))
+	}
+	fail := func(code, desc string) {
+		reply(map[string]string{"error": code, "error_description": desc, "error_uri": "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors"})
+	}
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	id, secret := r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
+	if u, p, ok := r.BasicAuth(); ok {
+		id, secret = u, p
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if wantJSON {
+		g.jsonAsked++
+	}
+	if id != g.ClientID || subtle.ConstantTimeCompare([]byte(secret), []byte(g.ClientSecret)) != 1 {
+		fail("incorrect_client_credentials", "The client_id and/or client_secret passed are incorrect.")
+		return
+	}
+	gr, ok := g.grants[r.PostForm.Get("code")]
+	if !ok || gr.used {
+		fail("bad_verification_code", "The code passed is incorrect or expired.")
+		return
+	}
+	gr.used = true // a code is good for one try
+	if ru := r.PostForm.Get("redirect_uri"); ru != "" && ru != gr.redirectURI {
+		fail("redirect_uri_mismatch", "The redirect_uri MUST match the registered callback URL for this application.")
+		return
+	}
+	if gr.challenge != "" && s256(r.PostForm.Get("code_verifier")) != gr.challenge {
+		fail("bad_verification_code", "The code_verifier does not match the code_challenge.")
+		return
+	}
+	tok := "gho_" + randString(18)
+	g.tokens[tok] = gr.login
+	g.exchanges++
+	reply(map[string]string{"access_token": tok, "token_type": "bearer", "scope": "read:user,user:email"})
+}
+
+func (g *GitHub) authUser(w http.ResponseWriter, r *http.Request) *GitHubUser {
+	h := r.Header.Get("Authorization")
+	tok := strings.TrimPrefix(strings.TrimPrefix(h, "Bearer "), "token ")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	login, ok := g.tokens[tok]
+	u := g.users[login]
+	if h == "" || !ok || u == nil {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"message":"Bad credentials","documentation_url":"https://docs.github.com/rest","status":"401"}`))
+		return nil
+	}
+	cp := *u
+	return &cp
+}
+
+// user is GET /user.
+func (g *GitHub) user(w http.ResponseWriter, r *http.Request) {
+	u := g.authUser(w, r)
+	if u == nil {
+		return
+	}
+	writeJSON(w, map[string]any{
+		"login": u.Login, "id": u.ID, "node_id": "U_" + u.Login, "avatar_url": u.AvatarURL,
+		"html_url": g.URL + "/" + u.Login, "type": "User", "site_admin": false,
+		"name": u.Name, "email": nil,
+	})
+}
+
+// emails is GET /user/emails.
+func (g *GitHub) emails(w http.ResponseWriter, r *http.Request) {
+	u := g.authUser(w, r)
+	if u == nil {
+		return
+	}
+	out := []map[string]any{}
+	for _, e := range u.Emails {
+		vis := any(nil)
+		if e.Primary {
+			vis = "private"
+		}
+		out = append(out, map[string]any{"email": e.Email, "primary": e.Primary, "verified": e.Verified, "visibility": vis})
+	}
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func s256(verifier string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func randString(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
