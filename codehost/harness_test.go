@@ -142,7 +142,7 @@ func (c *clock) advance(d time.Duration) {
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	db       *bun.DB
 	fake     *githubfake.Server
 	provider *github.Client
@@ -166,7 +166,7 @@ type envOpts struct {
 
 // newEnv builds the module on bdb against a fresh fake GitHub, serves it on a
 // real HTTP server and starts its worker.
-func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
+func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 	t.Helper()
 	e := &env{t: t, db: bdb, projects: &projectBook{repoIDs: map[string]string{}}, deployer: &recorder{}, clock: &clock{}}
 	e.admin = "admin:" + platform.NewID()
@@ -226,7 +226,7 @@ var (
 
 // testKey shares one RSA key across the tests of this binary: generating a
 // 2048-bit key per test is slow on two shared cores.
-func testKey(t *testing.T) *rsa.PrivateKey {
+func testKey(t testing.TB) *rsa.PrivateKey {
 	t.Helper()
 	keyOnce.Do(func() { keyVal, keyErr = rsa.GenerateKey(rand.Reader, 2048) })
 	if keyErr != nil {

@@ -49,6 +49,13 @@ func (s *Service) Register(api huma.API) error {
 		Description: "Authenticated by x-hub-signature-256 (sha256=HMAC of the raw body with the app's webhook secret). A repeated delivery id is acknowledged and not processed again.",
 		Tags:        tags, MaxBodyBytes: MaxWebhookBytes,
 	}, s.webhook)
+	// Huma marks a raw body required and would answer an empty one 400 before
+	// the handler runs; the signature check must judge every request first
+	// (an unsigned empty body is a 401 like any other unsigned one). The
+	// registered operation shares this RequestBody.
+	if pi := api.OpenAPI().Paths["/codehost/webhook"]; pi != nil && pi.Post != nil && pi.Post.RequestBody != nil {
+		pi.Post.RequestBody.Required = false
+	}
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
 		Summary:     "List webhook deliveries and the decision taken for each matched project",
