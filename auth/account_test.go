@@ -266,6 +266,8 @@ func TestProfile(t *testing.T) {
 			t.Errorf("email %q", got.Email)
 		}
 		e.want(e.login("ada.new@example.com", testPassword, ""), http.StatusOK, nil)
+		// Moving onto an admin address (unverified) would grant ADMIN: refused.
+		e.wantErr(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "boss@example.com"}), 403, "email")
 		// The same email again is not a conflict with oneself.
 		e.want(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "ada.new@example.com"}), http.StatusOK, nil)
 	})

@@ -49,6 +49,7 @@
 //     The limiter holds at most MaxKeys keys; idle full buckets are evicted first.
 //   - Roles: a user is ADMIN when their stored role is ADMIN or their email is
 //     in AdminEmails (KEELSON_ADMIN_EMAILS). Whoever registers such an address
-//     first gets the role, so operators should register those accounts first.
+//     first gets the role, so operators should register those accounts first;
+//     PATCH /auth/me refuses (403) to move an account onto such an address.
 //   - Emails are trimmed and lower-cased before they are stored or compared.
 package auth

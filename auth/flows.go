@@ -207,6 +207,11 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 			return nil, err
 		}
 		if cur.Email != e {
+			// Admin addresses grant a role and email changes are unverified:
+			// moving onto one would be a privilege escalation.
+			if s.admins[e] {
+				return nil, platform.Forbidden("email: cannot change to an address listed in KEELSON_ADMIN_EMAILS")
+			}
 			q = q.Set("email = ?", e).Set("email_verified = ?", false)
 		}
 	}
