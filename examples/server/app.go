@@ -18,6 +18,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -64,6 +65,14 @@ type App struct {
 	// (deployments is wired after projects, which uses them lazily).
 	ProjectTeardown   projects.Teardown
 	DeploymentCounter projects.DeploymentCounter
+
+	Codehost *codehost.Service // wire_codehost.go; codehostGit{a} adapts it for deployments
+	// PushDeployer starts the codehost module's push deployments; set by
+	// wire_deployments.go (deploymentsTrigger{svc} in wire_codehost.go adapts
+	// *deployments.Service). CodehostAccounts, optional, reports users' linked
+	// code-host logins (the oauth module); set by wire_oauth.go.
+	PushDeployer     codehost.Deployer
+	CodehostAccounts codehost.LinkedAccounts
 }
 
 // NewApp opens the database, builds and registers every module, and runs the

@@ -1,8 +1,136 @@
 package main
 
-import "context"
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"strconv"
 
-// wireCodehost builds the codehost module and registers its routes. Owned by the codehost module's engineer.
+	"github.com/keelson-dev/keelson/codehost"
+	"github.com/keelson-dev/keelson/codehost/github"
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// wireCodehost builds the code-host app integration (GitHub) and registers its
+// routes. Without the app's settings the routes answer 503 naming the missing
+// ones; an app id or private key that is set but invalid stops start-up.
+//
+// Codehost is wired after deployments, yet each needs the other: pushes
+// trigger deployments through a.PushDeployer (set by wire_deployments.go to
+// deploymentsTrigger{svc}), and clones of private repositories get
+// installation tokens through codehostGit{a} (pass it as the deployments
+// activities' Git). Both are looked up when used.
 func (a *App) wireCodehost(ctx context.Context) error {
+	c := a.Cfg
+	mac := hmac.New(sha256.New, a.JWTSecret)
+	mac.Write([]byte("keelson codehost install state v1"))
+	d := codehost.Deps{
+		DB:          a.DB,
+		Auth:        a.Authn,
+		StateKey:    mac.Sum(nil),
+		FrontendURL: c.FrontendURL,
+		Projects:    projectRepos{a},
+		Deployer:    pushDeployer{a},
+		Log:         a.Log.With("module", "codehost"),
+		Missing:     github.Missing(c.CodehostAppID, c.CodehostAppSlug, c.CodehostAppPrivateKey, c.CodehostWebhookSecret),
+	}
+	if a.CodehostAccounts != nil {
+		d.Accounts = a.CodehostAccounts
+	}
+	if len(d.Missing) == 0 {
+		appID, err := strconv.ParseInt(c.CodehostAppID, 10, 64)
+		if err != nil || appID <= 0 {
+			return &ConfigError{"KEELSON_CODEHOST_APP_ID", "must be the app's numeric id"}
+		}
+		key, err := github.ParsePrivateKey(c.CodehostAppPrivateKey)
+		if err != nil {
+			return &ConfigError{"KEELSON_CODEHOST_APP_PRIVATE_KEY", "must be the app's RSA private key (PEM, or @file)"}
+		}
+		prov, err := github.New(github.Config{
+			AppID: appID, AppSlug: c.CodehostAppSlug, PrivateKey: key,
+			APIURL: c.CodehostAPIURL, WebURL: c.CodehostWebURL,
+		})
+		if err != nil {
+			return &ConfigError{"KEELSON_CODEHOST_APP_SLUG", err.Error()}
+		}
+		d.Provider, d.WebhookSecret = prov, c.CodehostWebhookSecret
+	} else {
+		a.Log.Info("code-host app not configured: /codehost routes answer 503", "missing", d.Missing)
+	}
+	svc, err := codehost.New(d)
+	if err != nil {
+		return err
+	}
+	if err := svc.Register(a.API); err != nil {
+		return err
+	}
+	a.migrate(codehost.Migrations())
+	a.Codehost = svc
+	// The worker lives until shutdown begins, not as long as NewApp's ctx.
+	a.onStart(func(context.Context) error { return svc.Start(a.ShutdownCtx) })
+	a.onClose(svc.Close)
 	return nil
+}
+
+// projectRepos adapts the projects module to codehost.ProjectLookup.
+type projectRepos struct{ a *App }
+
+func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, repoID string) ([]codehost.RepoProject, error) {
+	if p.a.Projects == nil {
+		return nil, errors.New("projects module not wired")
+	}
+	links, err := p.a.Projects.ProjectsForRepository(ctx, urls, repoID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]codehost.RepoProject, len(links))
+	for i, l := range links {
+		out[i] = codehost.RepoProject{
+			ProjectID: l.ProjectID, OwnerID: l.OwnerID, AutoDeploy: l.AutoDeploy,
+			AutoDeployBranch: l.AutoDeployBranch, RepoURL: l.RepoURL,
+		}
+	}
+	return out, nil
+}
+
+// pushDeployer hands push deployments to a.PushDeployer, looked up when used.
+type pushDeployer struct{ a *App }
+
+func (p pushDeployer) Trigger(ctx context.Context, projectID, ownerID, sha, reason string) (string, error) {
+	if p.a.PushDeployer == nil {
+		return "", platform.Unavailable("the deployments module is not wired")
+	}
+	return p.a.PushDeployer.Trigger(ctx, projectID, ownerID, sha, reason)
+}
+
+// deploymentsTrigger adapts the deployments module to codehost.Deployer; a
+// quota refusal passes through as its 403 *platform.Error.
+type deploymentsTrigger struct{ s *deployments.Service }
+
+func (t deploymentsTrigger) Trigger(ctx context.Context, projectID, ownerID, sha, reason string) (string, error) {
+	d, err := t.s.Trigger(ctx, deployments.TriggerParams{ProjectID: projectID, OwnerID: ownerID, CommitSHA: sha, Reason: reason})
+	if err != nil {
+		return "", err
+	}
+	return d.ID, nil
+}
+
+// codehostGit adapts the codehost module to deployments.GitCredentials:
+// installation tokens for private repositories of the project owner's
+// installations. a.Codehost is looked up when used (it is wired later).
+type codehostGit struct{ a *App }
+
+var _ deployments.GitCredentials = codehostGit{}
+
+func (g codehostGit) GitAuthFor(ctx context.Context, projectID, repoURL string) (*deployments.GitAuth, error) {
+	if g.a.Codehost == nil {
+		return nil, nil
+	}
+	auth, err := g.a.Codehost.GitAuthFor(ctx, projectID, repoURL)
+	if err != nil || auth == nil {
+		return nil, err
+	}
+	return &deployments.GitAuth{Username: auth.Username, Password: auth.Password}, nil
 }
