@@ -15,8 +15,9 @@ import (
 // LogsConfig tunes Logs. Zero values take the defaults.
 type LogsConfig struct {
 	Logger *slog.Logger
-	// SubscriberBuffer is how many lines a live stream may fall behind before
-	// it is dropped from the fan-out (it then refills from the database). Default 1024.
+	// SubscriberBuffer is how many events (each up to BatchSize lines) a live
+	// stream may fall behind before it is dropped from the fan-out (it then
+	// refills from the database). Default 256.
 	SubscriberBuffer int
 	// QueueSize bounds lines waiting to be stored; producers wait when it is
 	// full (the database is the only thing that can slow a build). Default 8192.
@@ -58,7 +59,7 @@ type logItem struct {
 
 // NewLogs starts the log writer. Call Close when done.
 func NewLogs(store *Store, cfg LogsConfig) *Logs {
-	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 1024)
+	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 256)
 	cfg.QueueSize = cmp.Or(cfg.QueueSize, 8192)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
 	if cfg.Logger == nil {
@@ -166,8 +167,7 @@ func (l *Logs) run() {
 			return
 		}
 		// A marker: everything before it is stored and published first.
-		l.write(batch)
-		batch = batch[:0]
+		batch = l.write(batch)
 		l.mark(it)
 	}
 	for it := range l.queue {
@@ -184,8 +184,7 @@ func (l *Logs) run() {
 				break drain
 			}
 		}
-		l.write(batch)
-		batch = batch[:0]
+		batch = l.write(batch)
 	}
 }
 
@@ -198,11 +197,12 @@ func (l *Logs) mark(it logItem) {
 	}
 }
 
-// write stores lines, then publishes them. A batch the database refuses is
+// write stores lines, then publishes them, and returns an empty batch to fill
+// next (subscribers keep the published one). A batch the database refuses is
 // retried line by line so one bad line cannot lose its neighbours.
-func (l *Logs) write(lines []*LogLine) {
+func (l *Logs) write(lines []*LogLine) []*LogLine {
 	if len(lines) == 0 {
-		return
+		return lines
 	}
 	rows := make([]LogLine, len(lines))
 	for i, ln := range lines {
@@ -217,9 +217,16 @@ func (l *Logs) write(lines []*LogLine) {
 			}
 		}
 	}
-	for _, ln := range lines {
-		l.publish(ln.DeploymentID, LogEvent{Line: ln})
+	// One event per deployment per batch: a channel send per subscriber per
+	// batch, not per line, is what lets one producer feed a thousand streams.
+	start := 0
+	for i := 1; i <= len(lines); i++ {
+		if i == len(lines) || lines[i].DeploymentID != lines[start].DeploymentID {
+			l.publish(lines[start].DeploymentID, LogEvent{Lines: slices.Clip(lines[start:i])})
+			start = i
+		}
 	}
+	return make([]*LogLine, 0, l.cfg.BatchSize)
 }
 
 func (l *Logs) publish(deploymentID string, ev LogEvent) {
@@ -240,11 +247,11 @@ func (l *Logs) publish(deploymentID string, ev LogEvent) {
 	}
 }
 
-// LogEvent is what a Subscription receives: a stored line, or Done when the
-// deployment reached a terminal status.
+// LogEvent is what a Subscription receives: stored lines in sequence order,
+// or Done when the deployment reached a terminal status.
 type LogEvent struct {
-	Line *LogLine // read-only, shared between subscribers
-	Done bool
+	Lines []*LogLine // read-only, shared between subscribers
+	Done  bool
 }
 
 // Subscription receives a deployment's lines as they are stored. C is closed

@@ -231,8 +231,10 @@ func (s *stream) run(ctx context.Context) {
 				}
 				return
 			}
-			if err := s.live(ctx, ev.Line); err != nil {
-				return
+			for _, ln := range ev.Lines {
+				if err := s.live(ctx, ln); err != nil {
+					return
+				}
 			}
 			if len(sub.C) == 0 && s.flush() != nil {
 				return
