@@ -203,6 +203,18 @@ func (b *browser) postJSON(u string, body any) resp {
 	return b.do(req)
 }
 
+func (b *browser) postWithToken(u, token string, body any) resp {
+	b.t.Helper()
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(raw))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	return b.do(req)
+}
+
 // begin follows a start route (path with query) to the provider, which
 // approves, and answers the callback URL the provider redirected to, not yet
 // visited.
@@ -240,7 +252,7 @@ func (e *env) count(table string) int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n
+	return int(n)
 }
 
 // userIDOf answers the user an access token belongs to.

@@ -35,21 +35,22 @@ type connectInput struct {
 	Token         string `query:"token" maxLength:"4096" doc:"The access token itself, for browsers: a redirect or link cannot carry an Authorization header. Use a fresh (short-lived) access token; it is checked like the Bearer header and never logged. Send either this or Authorization: Bearer."`
 }
 
-type callbackQuery struct {
+// The two callback inputs differ only in their cookie's name. (Huma reads no
+// parameters from unexported embedded structs, hence the repetition.)
+type codehostCallbackInput struct {
 	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
 	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
 	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
 	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-}
-
-type codehostCallbackInput struct {
-	callbackQuery
-	Cookie string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect"`
+	Cookie           string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect"`
 }
 
 type idpCallbackInput struct {
-	callbackQuery
-	Cookie string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp"`
+	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
+	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
+	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
+	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
+	Cookie           string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp"`
 }
 
 type exchangeInput struct {

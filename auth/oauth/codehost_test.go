@@ -1,0 +1,388 @@
+package oauth_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/auth/oauth"
+	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/uptrace/bun"
+)
+
+var octo = oauthtest.GitHubUser{
+	ID: 583231, Login: "octocat", Name: "The Octocat", AvatarURL: "https://avatars.example/u/583231",
+	Emails: []oauthtest.GitHubEmail{
+		{Email: "octo-old@example.com", Verified: true},
+		{Email: "Octocat@Example.com", Primary: true, Verified: true},
+	},
+}
+
+func TestCodehostFirstLoginCreatesTheUserAndLaterLoginsFindIt(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		b := newBrowser(t)
+
+		// The start route: state + PKCE S256 to the provider, bound by a cookie.
+		r := b.get(e.url + "/auth/codehost")
+		authz := r.location(t)
+		q := authz.Query()
+		if !strings.HasPrefix(authz.String(), e.gh.URL+"/login/oauth/authorize?") || q.Get("client_id") != e.gh.ClientID ||
+			q.Get("redirect_uri") != e.url+"/auth/codehost/callback" || len(q.Get("state")) < 40 ||
+			q.Get("code_challenge_method") != "S256" || len(q.Get("code_challenge")) != 43 ||
+			!strings.Contains(q.Get("scope"), "user:email") {
+			t.Fatalf("authorize URL %s", authz)
+		}
+		c := r.header.Get("Set-Cookie")
+		for _, want := range []string{"keelson_oauth_codehost=" + q.Get("state"), "HttpOnly", "SameSite=Lax", "Path=/auth/codehost", "Max-Age=600"} {
+			if !strings.Contains(c, want) {
+				t.Errorf("state cookie %q lacks %q", c, want)
+			}
+		}
+		if strings.Contains(c, "Secure") {
+			t.Errorf("cookie is Secure on an http public URL: %q", c)
+		}
+		cb := b.get(authz.String()).location(t)
+		r = b.get(cb.String())
+		u := r.location(t)
+		id := e.loggedIn(u)
+		if !strings.Contains(r.header.Get("Set-Cookie"), "Max-Age=0") {
+			t.Errorf("callback does not clear the state cookie: %q", r.header.Get("Set-Cookie"))
+		}
+		if e.gh.JSONRequested() != 1 {
+			t.Errorf("token request did not ask for JSON")
+		}
+
+		// The new account: the primary verified email, profile from the code host.
+		usr := e.user(id)
+		if usr.Email != "octocat@example.com" || !usr.EmailVerified || usr.HasPassword ||
+			deref(usr.CodehostUsername) != "octocat" || deref(usr.Name) != "The Octocat" || deref(usr.Image) != octo.AvatarURL {
+			t.Fatalf("created user %+v", usr)
+		}
+		ctx := context.Background()
+		if login, err := e.svc.CodehostLogin(ctx, id); err != nil || login != "octocat" {
+			t.Fatalf("CodehostLogin = %q, %v", login, err)
+		}
+		// The code host's token is stored sealed and opens to what the code host issued.
+		var stored string
+		if err := bdb.NewSelect().Table("oauth_identities").Column("access_token").Where("user_id = ?", id).Scan(ctx, &stored); err != nil {
+			t.Fatal(err)
+		}
+		issued := e.gh.IssuedTokens()
+		if len(issued) != 1 || stored == "" || strings.Contains(stored, issued[0]) {
+			t.Fatalf("token at rest %q (issued %v)", stored, issued)
+		}
+		if tok, err := e.svc.CodehostAccessToken(ctx, id); err != nil || tok != issued[0] {
+			t.Fatalf("CodehostAccessToken = %q, %v", tok, err)
+		}
+
+		// The user renames themselves at the code host and logs in again: same account, new username.
+		renamed := octo
+		renamed.Login = "octo-renamed"
+		e.gh.AddUser(renamed)
+		e.gh.SignIn("octo-renamed")
+		if again := e.loggedIn(e.flow(newBrowser(t), "/auth/codehost")); again != id {
+			t.Fatalf("second login made user %s, want %s", again, id)
+		}
+		if e.count("auth_users") != 1 || e.count("oauth_identities") != 1 {
+			t.Fatalf("users %d identities %d", e.count("auth_users"), e.count("oauth_identities"))
+		}
+		if got := deref(e.user(id).CodehostUsername); got != "octo-renamed" {
+			t.Fatalf("codehostUsername %q after rename", got)
+		}
+		if tok, _ := e.svc.CodehostAccessToken(ctx, id); tok == issued[0] {
+			t.Fatal("the stored token was not refreshed on the second login")
+		}
+		// No token, code or state reached the logs.
+		logs := e.logs.String()
+		for _, secret := range append(e.gh.IssuedTokens(), u.Query().Get("accessToken"), u.Query().Get("refreshToken"), q.Get("state"), cb.Query().Get("code")) {
+			if strings.Contains(logs, secret) {
+				t.Fatalf("a secret reached the logs")
+			}
+		}
+	})
+}
+
+func TestCodehostStateRefusals(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		nothing := func(when string) {
+			t.Helper()
+			if e.count("auth_users") != 0 || e.count("oauth_identities") != 0 || e.gh.Exchanges() != 0 {
+				t.Fatalf("%s: something was created (users %d, identities %d, code exchanges %d)", when,
+					e.count("auth_users"), e.count("oauth_identities"), e.gh.Exchanges())
+			}
+		}
+		want400 := func(r resp, word, when string) {
+			t.Helper()
+			if r.status != http.StatusBadRequest || !strings.Contains(r.message(), word) {
+				t.Fatalf("%s: %d %s", when, r.status, r.body)
+			}
+		}
+
+		// No state cookie: the callback did not start in this browser (login CSRF).
+		cb := e.begin(newBrowser(t), "/auth/codehost")
+		want400(newBrowser(t).get(cb.String()), "state", "callback in another browser")
+		nothing("no cookie")
+
+		// Missing state.
+		b := newBrowser(t)
+		cb = e.begin(b, "/auth/codehost")
+		noState := *cb
+		q := cb.Query()
+		q.Del("state")
+		noState.RawQuery = q.Encode()
+		want400(b.get(noState.String()), "state", "missing state")
+		nothing("missing state")
+
+		// Mismatched state: a state of another browser's flow with this browser's cookie.
+		other := e.begin(newBrowser(t), "/auth/codehost")
+		mixed := *cb
+		q = cb.Query()
+		q.Set("state", other.Query().Get("state"))
+		mixed.RawQuery = q.Encode()
+		want400(b.get(mixed.String()), "does not match", "mismatched state")
+		nothing("mismatched state")
+
+		// The genuine callback works once...
+		state := cb.Query().Get("state")
+		id := e.loggedIn(b.get(cb.String()).location(t))
+		// ...and replaying it fails: the browser's cookie is gone, and with the
+		// old cookie put back by hand the state is already used.
+		want400(b.get(cb.String()), "state", "replay in the same browser")
+		want400(newBrowser(t).get(cb.String(), "Cookie", "keelson_oauth_codehost="+state), "already used", "replay with the cookie")
+		if e.count("auth_users") != 1 || e.count("oauth_identities") != 1 || e.gh.Exchanges() != 1 {
+			t.Fatalf("replays created something: users %d identities %d exchanges %d", e.count("auth_users"), e.count("oauth_identities"), e.gh.Exchanges())
+		}
+		_ = id
+
+		// An expired state (the user took longer than StateTTL) is refused.
+		b = newBrowser(t)
+		cb = e.begin(b, "/auth/codehost")
+		e.clock.Advance(11 * time.Minute)
+		want400(b.get(cb.String()), "expired", "expired state")
+		if e.gh.Exchanges() != 1 {
+			t.Fatal("an expired state still traded its code")
+		}
+	})
+}
+
+func TestCodehostAuthorizationCodeInjectionIsRefused(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		// The victim's code is stolen; the attacker injects it into a flow of
+		// their own browser. PKCE binds the code to the victim's verifier.
+		victimCB := e.begin(newBrowser(t), "/auth/codehost")
+		attacker := newBrowser(t)
+		attackerCB := e.begin(attacker, "/auth/codehost")
+		injected := *attackerCB
+		q := attackerCB.Query()
+		q.Set("code", victimCB.Query().Get("code"))
+		injected.RawQuery = q.Encode()
+		e.refused(attacker.get(injected.String()).location(t), oauth.ErrExchangeFailed)
+		if e.count("auth_users") != 0 || e.gh.Exchanges() != 0 {
+			t.Fatal("an injected code logged someone in")
+		}
+		// A replayed (already traded) code is refused by the provider too.
+		b := newBrowser(t)
+		cb := e.begin(b, "/auth/codehost")
+		e.loggedIn(b.get(cb.String()).location(t))
+		b2 := newBrowser(t)
+		cb2 := e.begin(b2, "/auth/codehost")
+		q = cb2.Query()
+		q.Set("code", cb.Query().Get("code"))
+		cb2.RawQuery = q.Encode()
+		e.refused(b2.get(cb2.String()).location(t), oauth.ErrExchangeFailed)
+		if e.gh.Exchanges() != 1 {
+			t.Fatalf("exchanges %d", e.gh.Exchanges())
+		}
+	})
+}
+
+func TestCodehostEmailVerificationRules(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		ctx := context.Background()
+
+		// Unverified email, no account: nothing is created.
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 1, Login: "unv", Emails: []oauthtest.GitHubEmail{{Email: "unv@example.com", Primary: true}}})
+		e.gh.SignIn("unv")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrEmailNotVerified)
+		if e.count("auth_users") != 0 || e.count("oauth_identities") != 0 {
+			t.Fatal("an unverified email created an account")
+		}
+		// No email at all.
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 2, Login: "noemail"})
+		e.gh.SignIn("noemail")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrEmailMissing)
+
+		// Unverified email matching an existing account: no link, no login.
+		victim, _ := e.password("victim@example.com")
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 3, Login: "squatter", Emails: []oauthtest.GitHubEmail{{Email: "victim@example.com", Primary: true}}})
+		e.gh.SignIn("squatter")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrEmailNotVerified)
+		if e.count("oauth_identities") != 0 || deref(e.user(victim.ID).CodehostUsername) != "" {
+			t.Fatal("an unverified email was linked to an existing account")
+		}
+
+		// A verified (non-primary) email of an existing account links to it.
+		ada, _ := e.password("ada@example.com")
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 4, Login: "ada-gh", Emails: []oauthtest.GitHubEmail{
+			{Email: "ada-unverified@example.com", Primary: true}, {Email: "ADA@example.com", Verified: true},
+		}})
+		e.gh.SignIn("ada-gh")
+		if got := e.loggedIn(e.flow(newBrowser(t), "/auth/codehost")); got != ada.ID {
+			t.Fatalf("verified email logged into %s, want %s", got, ada.ID)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, ada.ID); login != "ada-gh" || deref(e.user(ada.ID).CodehostUsername) != "ada-gh" {
+			t.Fatalf("link not recorded: %q", login)
+		}
+
+		// Another code-host account with a verified email of ada's: ada is
+		// already linked to ada-gh, so this one is not linked behind her back.
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 5, Login: "ada-second", Emails: []oauthtest.GitHubEmail{{Email: "ada@example.com", Primary: true, Verified: true}}})
+		e.gh.SignIn("ada-second")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrAccountLinked)
+		if login, _ := e.svc.CodehostLogin(ctx, ada.ID); login != "ada-gh" {
+			t.Fatalf("ada's link changed to %q", login)
+		}
+
+		// The user declines at the provider.
+		e.gh.Deny(true)
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrAccessDenied)
+		if e.count("auth_users") != 2 || e.count("oauth_identities") != 1 {
+			t.Fatalf("users %d identities %d", e.count("auth_users"), e.count("oauth_identities"))
+		}
+	})
+}
+
+func TestCodehostConnect(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		ctx := context.Background()
+		e.gh.AddUser(octo)
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 42, Login: "octo-work", Emails: []oauthtest.GitHubEmail{{Email: "work@corp.example", Primary: true, Verified: true}}})
+		// The account's email differs from the code host's: connect links by the
+		// signed-in user, not by email.
+		alice, aliceTok := e.password("alice@example.com")
+		bob, bobTok := e.password("bob@example.com")
+
+		// No token, a bad token: 401, and no redirect to the provider.
+		for _, path := range []string{"/auth/codehost/connect", "/auth/codehost/connect?token=not-a-jwt"} {
+			if r := newBrowser(t).get(e.url + path); r.status != http.StatusUnauthorized || !strings.Contains(r.message(), "token") {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+		}
+
+		// The token as a query parameter (a browser following a link).
+		e.gh.SignIn("octocat")
+		u := e.flow(newBrowser(t), "/auth/codehost/connect?token="+aliceTok)
+		if u.Path != "/settings/connected-accounts" || u.Query().Get("codehost") != "connected" || u.Query().Get("accessToken") != "" {
+			t.Fatalf("connect ended on %s", u)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, alice.ID); login != "octocat" || deref(e.user(alice.ID).CodehostUsername) != "octocat" {
+			t.Fatalf("alice's link %q", login)
+		}
+		if strings.Contains(e.logs.String(), aliceTok) {
+			t.Fatal("the token query parameter reached the logs")
+		}
+		// Logging in through the code host now lands in alice's account.
+		if got := e.loggedIn(e.flow(newBrowser(t), "/auth/codehost")); got != alice.ID {
+			t.Fatalf("login after connect: %s, want alice %s", got, alice.ID)
+		}
+
+		// Bob tries to connect the same code-host account (Bearer header this time): refused.
+		u = e.flow(newBrowser(t), "/auth/codehost/connect", "Authorization", "Bearer "+bobTok)
+		if u.Path != "/settings/connected-accounts" || u.Query().Get("codehost") != "error" || u.Query().Get("reason") != oauth.ErrAlreadyLinked {
+			t.Fatalf("connecting alice's identity as bob ended on %s", u)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, bob.ID); login != "" {
+			t.Fatalf("bob got %q", login)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, alice.ID); login != "octocat" {
+			t.Fatalf("alice lost her link: %q", login)
+		}
+
+		// Alice connects another code-host account: it replaces the first.
+		e.gh.SignIn("octo-work")
+		if u = e.flow(newBrowser(t), "/auth/codehost/connect?token="+aliceTok); u.Query().Get("codehost") != "connected" {
+			t.Fatalf("reconnect ended on %s", u)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, alice.ID); login != "octo-work" {
+			t.Fatalf("alice's link after reconnect %q", login)
+		}
+		// octocat is free now, so bob may connect it.
+		e.gh.SignIn("octocat")
+		if u = e.flow(newBrowser(t), "/auth/codehost/connect", "Authorization", "Bearer "+bobTok); u.Query().Get("codehost") != "connected" {
+			t.Fatalf("bob's connect ended on %s", u)
+		}
+		if e.count("auth_users") != 2 || e.count("oauth_identities") != 2 {
+			t.Fatalf("users %d identities %d", e.count("auth_users"), e.count("oauth_identities"))
+		}
+	})
+}
+
+func TestRedirectModeCode(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, func(d *oauth.Deps) { d.RedirectMode = oauth.RedirectCode })
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		b := newBrowser(t)
+		u := e.flow(b, "/auth/codehost")
+		code := u.Query().Get("code")
+		if u.Path != "/auth/callback" || code == "" || u.Query().Get("accessToken") != "" || u.Query().Get("refreshToken") != "" {
+			t.Fatalf("code mode redirect %s", u)
+		}
+		r := b.postJSON(e.url+"/auth/oauth/exchange", map[string]string{"code": code})
+		if r.status != http.StatusOK || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("exchange: %d %s", r.status, r.body)
+		}
+		var tp struct{ AccessToken, RefreshToken, TokenType string }
+		mustJSON(t, r.body, &tp)
+		if tp.TokenType != "Bearer" || tp.RefreshToken == "" {
+			t.Fatalf("token pair %s", r.body)
+		}
+		id := e.userIDOf(tp.AccessToken)
+		if deref(e.user(id).CodehostUsername) != "octocat" {
+			t.Fatal("exchanged tokens are not octocat's")
+		}
+		// Single use.
+		if r = b.postJSON(e.url+"/auth/oauth/exchange", map[string]string{"code": code}); r.status != http.StatusBadRequest || !strings.Contains(r.message(), "code") {
+			t.Fatalf("replayed code: %d %s", r.status, r.body)
+		}
+		// Unknown, empty, unknown fields.
+		if r = b.postJSON(e.url+"/auth/oauth/exchange", map[string]string{"code": "nope"}); r.status != http.StatusBadRequest {
+			t.Fatalf("unknown code: %d", r.status)
+		}
+		if r = b.postJSON(e.url+"/auth/oauth/exchange", map[string]string{"code": ""}); r.status != http.StatusBadRequest || !strings.Contains(r.message(), "body.code") {
+			t.Fatalf("empty code: %d %s", r.status, r.body)
+		}
+		// Expired: codes live under a minute (30 s by default).
+		u = e.flow(newBrowser(t), "/auth/codehost")
+		e.clock.Advance(31 * time.Second)
+		if r = b.postJSON(e.url+"/auth/oauth/exchange", map[string]string{"code": u.Query().Get("code")}); r.status != http.StatusBadRequest {
+			t.Fatalf("expired code: %d %s", r.status, r.body)
+		}
+		if _, err := oauth.New(oauth.Deps{DB: bdb, Accounts: e.accounts, Authn: e.accounts, Sealer: e.sealer, CodeTTL: 2 * time.Minute}); err == nil {
+			t.Fatal("a CodeTTL over a minute was accepted")
+		}
+		if _, err := oauth.New(oauth.Deps{DB: bdb, Accounts: e.accounts, Authn: e.accounts, Sealer: e.sealer, RedirectMode: "cookie"}); err == nil || !strings.Contains(err.Error(), "RedirectMode") {
+			t.Fatalf("bad RedirectMode: %v", err)
+		}
+	})
+}
