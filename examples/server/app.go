@@ -18,6 +18,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
@@ -57,7 +58,8 @@ type App struct {
 
 	// Module services, set by the wire files for the modules wired after them.
 	// (Each wire_<module>.go adds its own typed field here.)
-	Auth *auth.Service // wire_auth.go; also a.Authn
+	Auth  *auth.Service  // wire_auth.go; also a.Authn
+	OAuth *oauth.Service // wire_oauth.go; also the codehost module's LinkedAccounts
 
 	Plans    *plans.Service    // wire_plans.go
 	Projects *projects.Service // wire_projects.go

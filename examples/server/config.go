@@ -36,6 +36,8 @@ type Config struct {
 	IDPClientID     string
 	IDPClientSecret string
 
+	OAuthRedirectMode string // KEELSON_OAUTH_REDIRECT_MODE: tokens (default) | code
+
 	IngressAddr     string // KEELSON_INGRESS_ADDR
 	AppsDomain      string // KEELSON_APPS_DOMAIN
 	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
@@ -81,6 +83,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		IDPIssuer:             get("KEELSON_IDP_ISSUER", ""),
 		IDPClientID:           get("KEELSON_IDP_CLIENT_ID", ""),
 		IDPClientSecret:       getenv("KEELSON_IDP_CLIENT_SECRET"),
+		OAuthRedirectMode:     get("KEELSON_OAUTH_REDIRECT_MODE", "tokens"),
 		IngressAddr:           get("KEELSON_INGRESS_ADDR", ":8081"),
 		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
 		Engine:                get("KEELSON_ENGINE", "local"),
@@ -150,6 +153,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return c, &ConfigError{"KEELSON_CODEHOST_APP_PRIVATE_KEY", "cannot read key file " + c.CodehostAppPrivateKey[1:]}
 		}
 		c.CodehostAppPrivateKey = string(b)
+	}
+	if c.OAuthRedirectMode != "tokens" && c.OAuthRedirectMode != "code" {
+		return c, &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
 	}
 	switch c.Engine {
 	case "local":

@@ -1,8 +1,36 @@
 package main
 
-import "context"
+import (
+	"context"
 
-// wireOAuth builds the oauth module and registers its routes. Owned by the oauth module's engineer.
+	"github.com/keelson-dev/keelson/auth/oauth"
+)
+
+// wireOAuth builds the OAuth login and linking flows (/auth/codehost*,
+// /auth/idp*, /auth/oauth/exchange) on the auth module's accounts. Providers
+// without settings answer 503 on their routes; the idp is discovered at first
+// use, so it need not be up at start.
 func (a *App) wireOAuth(ctx context.Context) error {
+	svc, err := oauth.Register(a.API, oauth.Deps{
+		DB:           a.DB,
+		Accounts:     a.Auth,
+		Authn:        a.Authn,
+		Sealer:       a.Sealer,
+		Logger:       a.Log.With("module", "oauth"),
+		PublicURL:    a.Cfg.PublicURL,
+		FrontendURL:  a.Cfg.FrontendURL,
+		RedirectMode: a.Cfg.OAuthRedirectMode,
+		Codehost: oauth.CodehostConfig{
+			ClientID: a.Cfg.CodehostClientID, ClientSecret: a.Cfg.CodehostClientSecret,
+			WebURL: a.Cfg.CodehostWebURL, APIURL: a.Cfg.CodehostAPIURL,
+		},
+		IDP: oauth.IDPConfig{Issuer: a.Cfg.IDPIssuer, ClientID: a.Cfg.IDPClientID, ClientSecret: a.Cfg.IDPClientSecret},
+	})
+	if err != nil {
+		return err
+	}
+	a.migrate(oauth.Migrations())
+	a.OAuth = svc
+	a.CodehostAccounts = svc // codehost.LinkedAccounts: CodehostLogin
 	return nil
 }
