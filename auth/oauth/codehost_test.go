@@ -386,3 +386,33 @@ func TestRedirectModeCode(t *testing.T) {
 		}
 	})
 }
+
+func TestConcurrentCallbacksWithOneStateLogInOnce(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		cb := e.begin(newBrowser(t), "/auth/codehost")
+		cookie := "keelson_oauth_codehost=" + cb.Query().Get("state")
+		const n = 4
+		statuses := make(chan resp, n)
+		for range n {
+			go func() { statuses <- newBrowser(t).get(cb.String(), "Cookie", cookie) }()
+		}
+		ok, refused := 0, 0
+		for range n {
+			switch r := <-statuses; {
+			case r.status == http.StatusFound && strings.Contains(r.header.Get("Location"), "accessToken="):
+				ok++
+			case r.status == http.StatusBadRequest:
+				refused++
+			default:
+				t.Errorf("unexpected answer %d %s %s", r.status, r.header.Get("Location"), r.body)
+			}
+		}
+		if ok != 1 || refused != n-1 || e.gh.Exchanges() != 1 || e.count("auth_users") != 1 {
+			t.Fatalf("ok %d refused %d exchanges %d users %d", ok, refused, e.gh.Exchanges(), e.count("auth_users"))
+		}
+	})
+}
