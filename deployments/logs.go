@@ -217,6 +217,9 @@ func (l *Logs) write(lines []*LogLine) []*LogLine {
 			}
 		}
 	}
+	for _, ln := range lines {
+		ln.frame = appendLogFrame(nil, ln)
+	}
 	// One event per deployment per batch: a channel send per subscriber per
 	// batch, not per line, is what lets one producer feed a thousand streams.
 	start := 0

@@ -157,6 +157,10 @@ type LogLine struct {
 	Time         time.Time `bun:"ts,notnull"`
 	Stream       string    `bun:"stream,notnull"`
 	Message      string    `bun:"message,type:text,notnull"`
+
+	// frame is the line's SSE event, encoded once by the log writer and
+	// shared by every live stream (nil for lines read from the database).
+	frame []byte `bun:"-"`
 }
 
 // usage counts the deployments started per project and calendar month (UTC).

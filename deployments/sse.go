@@ -320,12 +320,32 @@ func (s *stream) line(ln *LogLine) error {
 	if !s.since.IsZero() && ln.Time.Before(s.since) {
 		return nil
 	}
-	ts := ln.Time.UTC()
-	if err := s.event(logEvent{Type: "log", Cursor: ln.Seq, Timestamp: &ts, Message: ln.Message, Stream: ln.Stream}, ln.Seq); err != nil {
+	s.deadline()
+	frame := ln.frame
+	if frame == nil {
+		frame = appendLogFrame(s.buf[:0], ln)
+		s.buf = frame
+	}
+	if _, err := s.w.Write(frame); err != nil {
 		return err
 	}
 	s.last = ln.Seq
 	return nil
+}
+
+// appendLogFrame appends the SSE event of a log line: its id: line and its
+// data: line (JSON keeps a message's newlines out of the framing).
+func appendLogFrame(b []byte, ln *LogLine) []byte {
+	ts := ln.Time.UTC()
+	j, err := json.Marshal(logEvent{Type: "log", Cursor: ln.Seq, Timestamp: &ts, Message: ln.Message, Stream: ln.Stream})
+	if err != nil { // cannot happen for these field types
+		j = []byte(`{"type":"log"}`)
+	}
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, ln.Seq, 10)
+	b = append(b, "\ndata: "...)
+	b = append(b, j...)
+	return append(b, '\n', '\n')
 }
 
 func (s *stream) done() error {
