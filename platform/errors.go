@@ -179,8 +179,14 @@ var installOnce sync.Once
 // and every host and test that serves Keelson modules should call it (NewAPI does).
 // Validation failures become 400 (Huma's default is 422), field values are never
 // echoed back (they may be passwords), and 5xx causes are logged, not sent.
+//
+// It also makes body validation case-sensitive (huma.ValidateStrictCasing):
+// by default Huma matches "NAME" to the property "name" as encoding/json
+// does, and validates only one of {"name":"ok","Name":"..."} while
+// encoding/json stores the other, so a value could skip its schema checks.
 func InstallErrorModel() {
 	installOnce.Do(func() {
+		huma.ValidateStrictCasing = true
 		huma.NewErrorWithContext = func(hctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
 			var ctx context.Context = context.Background()
 			if hctx != nil {

@@ -75,12 +75,30 @@ type App struct {
 	// code-host logins (the oauth module); set by wire_oauth.go.
 	PushDeployer     codehost.Deployer
 	CodehostAccounts codehost.LinkedAccounts
+
+	// LogStreams caps each user's concurrently open log streams (SSE); pass it
+	// as deployments.Deps.Streams. Set before any module is wired.
+	LogStreams *httpx.StreamLimit
 }
+
+// MaxLogStreamsPerUser is LogStreams' cap: a browser tab needs one or two;
+// a script looping without closing its streams is stopped here.
+const MaxLogStreamsPerUser = 20
+
+// maxJSONBody is the largest body limit of a JSON operation (PATCH
+// /projects/{id}/settings, 2 MiB), so httpx.CheckJSON sees every body a
+// handler can accept.
+const maxJSONBody = 2 << 20
+
+// isWebhook exempts the code host's webhook from httpx.CheckJSON: its body is
+// the provider's, verified by a signature over the raw bytes, and the
+// codehost module decodes and validates it itself.
+func isWebhook(r *http.Request) bool { return r.URL.Path == "/codehost/webhook" }
 
 // NewApp opens the database, builds and registers every module, and runs the
 // migrations and start-up hooks. Close releases everything.
 func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
-	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux()}
+	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(MaxLogStreamsPerUser, 5*time.Second)}
 	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -137,7 +155,8 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err erro
 			return nil, err
 		}
 	}
-	a.Handler = httpx.Middleware(log, a.mux)
+	a.Handler = httpx.Middleware(log, httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
+		httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux)))
 	return a, nil
 }
 
@@ -270,7 +289,11 @@ func (a *App) httpServer(h http.Handler) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       5 * time.Minute, // webhooks up to 25 MB on slow links
 		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: it would cut SSE log streams; streams heartbeat instead.
+		// Neither cuts an SSE stream: net/http clears the read deadline once
+		// the request is read (connReader.startBackgroundRead), and IdleTimeout
+		// counts only between requests (TestTimeoutsKeepStreamsOpen).
+		// No WriteTimeout: it would cut SSE log streams; streams heartbeat and
+		// set a deadline per write instead, so a stuck client is dropped.
 		ErrorLog: slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn),
 	}
 }

@@ -30,9 +30,11 @@ type JSONCheck struct {
 //   - bytes that are not UTF-8 (encoding/json turns them into U+FFFD),
 //   - NUL characters, raw or escaped as \u0000 (Postgres text rejects them),
 //   - lone UTF-16 surrogate escapes such as \ud800 (also turned into U+FFFD),
-//   - an object key given twice, e.g. {"name":"a","name":"b"}: parsers
-//     disagree on which one wins, so a proxy or validator may see another
-//     value than the handler; refusing is the only safe answer.
+//   - an object key given twice, e.g. {"name":"a","name":"b"}, or twice up
+//     to case, {"name":"a","Name":"b"} (encoding/json matches fields
+//     case-insensitively): parsers disagree on which one wins, so a proxy or
+//     validator may see another value than the handler; refusing is the only
+//     safe answer.
 //
 // Everything else (syntax errors, types, unknown fields) is left to the
 // handler's own decoding and validation. The body is put back for the
@@ -105,7 +107,7 @@ func JSONProblem(body []byte) string {
 	// surrogates; object keys are collected per object to find duplicates.
 	type frame struct {
 		object bool
-		keys   map[string]struct{}
+		keys   map[string]string // lower-cased key -> key as written
 	}
 	var stack []frame
 	wantKey := false
@@ -142,13 +144,17 @@ func JSONProblem(body []byte) string {
 					return ""
 				}
 				top := &stack[len(stack)-1]
-				if _, dup := top.keys[key]; dup {
-					return fmt.Sprintf("body: duplicate key %q", truncate(key, 64))
+				folded := strings.ToLower(key)
+				if prev, dup := top.keys[folded]; dup {
+					if prev == key {
+						return fmt.Sprintf("body: duplicate key %q", truncate(key, 64))
+					}
+					return fmt.Sprintf("body: duplicate key %q (as %q; keys differing only in case are the same field)", truncate(key, 64), truncate(prev, 64))
 				}
 				if top.keys == nil {
-					top.keys = map[string]struct{}{}
+					top.keys = map[string]string{}
 				}
-				top.keys[key] = struct{}{}
+				top.keys[folded] = key
 				wantKey = false
 			}
 			i = end
