@@ -20,6 +20,7 @@ import (
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/codehost"
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -61,8 +62,9 @@ type App struct {
 	Auth  *auth.Service  // wire_auth.go; also a.Authn
 	OAuth *oauth.Service // wire_oauth.go; also the codehost module's LinkedAccounts
 
-	Plans    *plans.Service    // wire_plans.go
-	Projects *projects.Service // wire_projects.go
+	Plans       *plans.Service       // wire_plans.go
+	Projects    *projects.Service    // wire_projects.go
+	Deployments *deployments.Service // wire_deployments.go
 	// ProjectTeardown and DeploymentCounter are set by wire_deployments.go
 	// (deployments is wired after projects, which uses them lazily).
 	ProjectTeardown   projects.Teardown

@@ -41,6 +41,7 @@ type Config struct {
 	IngressAddr     string // KEELSON_INGRESS_ADDR
 	AppsDomain      string // KEELSON_APPS_DOMAIN
 	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
+	GitCAFile       string // KEELSON_GIT_CA_FILE: PEM bundle git trusts for https clones (a private code host)
 	Regions         []string
 	Engine          string // KEELSON_ENGINE: local | temporal
 	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS
@@ -85,6 +86,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		IDPClientSecret:       getenv("KEELSON_IDP_CLIENT_SECRET"),
 		OAuthRedirectMode:     get("KEELSON_OAUTH_REDIRECT_MODE", "tokens"),
 		IngressAddr:           get("KEELSON_INGRESS_ADDR", ":8081"),
+		GitCAFile:             get("KEELSON_GIT_CA_FILE", ""),
 		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
 		Engine:                get("KEELSON_ENGINE", "local"),
 		TemporalAddress:       get("KEELSON_TEMPORAL_ADDRESS", ""),
