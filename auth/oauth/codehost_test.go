@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
 	"github.com/keelson-dev/keelson/platform/dbtest"
@@ -238,8 +239,23 @@ func TestCodehostEmailVerificationRules(t *testing.T) {
 			t.Fatal("an unverified email was linked to an existing account")
 		}
 
-		// A verified (non-primary) email of an existing account links to it.
-		ada, _ := e.password("ada@example.com")
+		// A verified email matching a password account is not linked: nobody
+		// verified that the registrant owns the address (pre-registration
+		// squatting). The owner logs in and connects instead.
+		squatted, _ := e.password("taken@example.com")
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 6, Login: "real-owner", Emails: []oauthtest.GitHubEmail{{Email: "taken@example.com", Primary: true, Verified: true}}})
+		e.gh.SignIn("real-owner")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrLinkRequiresLogin)
+		if login, _ := e.svc.CodehostLogin(ctx, squatted.ID); login != "" {
+			t.Fatalf("a password account with an unverified email was linked to %q", login)
+		}
+
+		// A verified (non-primary) email of an existing verified, password-less
+		// account (e.g. made by an earlier idp login) links to it.
+		ada, err := e.accounts.CreateUser(ctx, auth.CreateUserParams{Email: "ada@example.com", EmailVerified: true})
+		if err != nil {
+			t.Fatal(err)
+		}
 		e.gh.AddUser(oauthtest.GitHubUser{ID: 4, Login: "ada-gh", Emails: []oauthtest.GitHubEmail{
 			{Email: "ada-unverified@example.com", Primary: true}, {Email: "ADA@example.com", Verified: true},
 		}})
@@ -263,7 +279,7 @@ func TestCodehostEmailVerificationRules(t *testing.T) {
 		// The user declines at the provider.
 		e.gh.Deny(true)
 		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrAccessDenied)
-		if e.count("auth_users") != 2 || e.count("oauth_identities") != 1 {
+		if e.count("auth_users") != 3 || e.count("oauth_identities") != 1 {
 			t.Fatalf("users %d identities %d", e.count("auth_users"), e.count("oauth_identities"))
 		}
 	})

@@ -35,8 +35,10 @@
 //     such identity it links an existing account only by an email the
 //     provider says is verified (GitHub's /user/emails verified flag, any of
 //     the user's verified addresses, primary first; OIDC's email_verified).
-//     It does not link an account that has 2FA on (link_requires_login: log
-//     in with password and code, then connect) or that is already linked to
+//     It does not link an account that has 2FA on, nor a password account
+//     (its email was never verified by us, so whoever registered it may be
+//     squatting the address) (link_requires_login: log in with the password,
+//     then connect), nor one that is already linked to
 //     another identity of the same provider (account_already_linked).
 //     With no matching account it creates one, email marked verified, without
 //     a password, profile from the provider (name, username, avatar, and

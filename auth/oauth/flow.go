@@ -27,7 +27,7 @@ const (
 	ErrEmailInvalid           = "email_invalid"          // the provider's email is not a plain address
 	ErrAlreadyLinked          = "already_linked"         // the identity belongs to another user
 	ErrAccountLinked          = "account_already_linked" // the account is linked to another identity of this provider
-	ErrLinkRequiresLogin      = "link_requires_login"    // the account has 2FA: log in with it, then connect
+	ErrLinkRequiresLogin      = "link_requires_login"    // the account has 2FA or an unverified password login: log in with it, then connect
 	ErrAccessDenied           = "access_denied"          // the user declined at the provider
 	ErrProviderError          = "provider_error"         // the provider answered with another error
 	ErrExchangeFailed         = "exchange_failed"        // the code could not be traded (expired, replayed, provider down)
@@ -257,6 +257,12 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 		}
 		if u.TwoFactorEnabled {
 			return "", fail(ErrLinkRequiresLogin, errors.New("the matching account has 2FA on"))
+		}
+		// A password account's email was never verified by us: whoever registered
+		// it first may not own the address. Linking would let that squatter share
+		// the real owner's account, so the owner must log in and connect instead.
+		if u.HasPassword && !u.EmailVerified {
+			return "", fail(ErrLinkRequiresLogin, errors.New("the matching account has a password and an unverified email"))
 		}
 		if _, err := s.identityByUser(ctx, p.name(), u.ID); err == nil {
 			return "", fail(ErrAccountLinked, errors.New("the matching account is linked to another identity"))

@@ -99,9 +99,11 @@ func TestIDPTokenRefusals(t *testing.T) {
 		if e.count("oauth_identities") != 0 {
 			t.Fatal("an unverified idp email was linked")
 		}
-		// Honest tokens work; "true" as a string counts as verified (some providers send it so).
+		// Honest tokens ("true" as a string counts as verified: some providers
+		// send it so) still do not log into a password account whose email we
+		// never verified; its owner logs in with the password instead.
 		e.idp.Tamper(func(c map[string]any) { c["email_verified"] = "true" })
-		e.loggedIn(e.flow(newBrowser(t), "/auth/idp"))
+		e.refused(e.flow(newBrowser(t), "/auth/idp"), oauth.ErrLinkRequiresLogin)
 	})
 }
 
