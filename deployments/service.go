@@ -329,3 +329,12 @@ func (s *Service) DeploymentsThisMonth(ctx context.Context, ownerID string) (map
 
 // Logs returns the service's log hub (for engines and tests).
 func (s *Service) Logs() *Logs { return s.logs }
+
+// LogLines returns up to limit stored log lines of the owner's deployment
+// after the cursor afterSeq, in order (the stream route's backlog, unstreamed).
+func (s *Service) LogLines(ctx context.Context, ownerID, id string, afterSeq int64, limit int) ([]LogLine, error) {
+	if _, err := s.Get(ctx, ownerID, id); err != nil {
+		return nil, err
+	}
+	return s.store.LogList(ctx, LogListParams{DeploymentID: id, AfterSeq: afterSeq, Limit: limit})
+}
