@@ -27,8 +27,8 @@ type repoSource struct {
 	local  bool
 }
 
-// parseRepo validates a job's repository URL: https always, file:// and
-// absolute paths only when local repos are allowed.
+// parseRepo validates a job's repository URL: https always; http://, file://
+// and absolute paths only when local repos are allowed.
 func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 	if raw == "" {
 		return repoSource{}, errors.New("repository URL is empty")
@@ -55,6 +55,18 @@ func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 			return repoSource{}, errors.New("repository URL must not contain credentials; connect the code host instead")
 		}
 		return repoSource{url: u.String(), origin: "https://" + u.Host + "/"}, nil
+	case "http":
+		// Plain http only in dev and test set-ups (a local git server), like file://.
+		if !allowLocal {
+			return repoSource{}, errors.New("http:// repositories are not allowed on this server; use https:// (KEELSON_ALLOW_LOCAL_REPOS=true allows http for development)")
+		}
+		if u.Host == "" {
+			return repoSource{}, errors.New("repository URL has no host")
+		}
+		if u.User != nil {
+			return repoSource{}, errors.New("repository URL must not contain credentials; connect the code host instead")
+		}
+		return repoSource{url: u.String(), origin: "http://" + u.Host + "/"}, nil
 	case "file":
 		if !allowLocal {
 			return repoSource{}, errors.New("file:// repositories are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
@@ -75,7 +87,7 @@ func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *deployments.GitAuth) []string {
 	protocols := "https"
 	if r.cfg.AllowLocalRepos {
-		protocols = "https:file"
+		protocols = "https:http:file"
 	}
 	env := []string{
 		"PATH=" + r.cfg.Path,

@@ -344,7 +344,7 @@ func TestRepositoryURLsAreChecked(t *testing.T) {
 		"ssh://git@example.com/a/b.git":        `scheme "ssh" is not supported`,
 		"ext::sh -c touch% /tmp/pwned":         "not supported",
 		"git@example.com:a/b.git":              "not supported",
-		"http://example.com/a/b.git":           `scheme "http" is not supported`,
+		"http://example.com/a/b.git":           "http:// repositories are not allowed",
 		"https://user:tok@example.com/a/b.git": "must not contain credentials",
 		"":                                     "repository URL is empty",
 	} {
