@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -83,8 +84,9 @@ type App struct {
 	LogStreams *httpx.StreamLimit
 }
 
-// MaxLogStreamsPerUser is LogStreams' cap: a browser tab needs one or two;
-// a script looping without closing its streams is stopped here.
+// MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
+// a browser tab needs one or two; a script looping without closing its
+// streams is stopped here.
 const MaxLogStreamsPerUser = 20
 
 // maxJSONBody is the largest body limit of a JSON operation (PATCH
@@ -100,7 +102,7 @@ func isWebhook(r *http.Request) bool { return r.URL.Path == "/codehost/webhook" 
 // NewApp opens the database, builds and registers every module, and runs the
 // migrations and start-up hooks. Close releases everything.
 func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
-	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(MaxLogStreamsPerUser, 5*time.Second)}
+	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(cmp.Or(cfg.MaxLogStreams, MaxLogStreamsPerUser), 5*time.Second)}
 	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

@@ -42,6 +42,7 @@ type Config struct {
 	AppsDomain      string // KEELSON_APPS_DOMAIN
 	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
 	GitCAFile       string // KEELSON_GIT_CA_FILE: PEM bundle git trusts for https clones (a private code host)
+	MaxLogStreams   int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
 	Regions         []string
 	Engine          string // KEELSON_ENGINE: local | temporal
 	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS
@@ -113,6 +114,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return c, &ConfigError{"KEELSON_ALLOW_LOCAL_REPOS", fmt.Sprintf("%q is not true or false", v)}
 		}
 		c.AllowLocalRepos = b
+	}
+	c.MaxLogStreams = MaxLogStreamsPerUser
+	if v := getenv("KEELSON_MAX_LOG_STREAMS"); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 1_000_000 {
+			return c, &ConfigError{"KEELSON_MAX_LOG_STREAMS", fmt.Sprintf("%q is not a number from 1 to 1000000", v)}
+		}
+		c.MaxLogStreams = n
 	}
 	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {

@@ -562,3 +562,61 @@ func TestTimeoutsKeepStreamsOpen(t *testing.T) {
 		t.Fatalf("the stream was cut: %q", body)
 	}
 }
+
+// TestLogStreamCapPerUser: a user holding KEELSON_MAX_LOG_STREAMS open log
+// streams is refused another with 429 and Retry-After until one closes;
+// another user is not affected by the first one's streams.
+func TestLogStreamCapPerUser(t *testing.T) {
+	t.Parallel()
+	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_MAX_LOG_STREAMS": "0"}[k] }); err == nil ||
+		!strings.Contains(err.Error(), "KEELSON_MAX_LOG_STREAMS") {
+		t.Fatalf("KEELSON_MAX_LOG_STREAMS=0: %v", err)
+	}
+	ts := startServer(t, "", func(c *Config) { c.MaxLogStreams = 2 })
+	if ts.App.Ingress == nil { // set by wire_deployments.go
+		t.Skip("deployments are not wired")
+	}
+	alice := ts.signup(t, "alice@example.com")
+	// A build that takes long enough to hold streams open; cancelled at the end.
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	var p e2eProject
+	ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{"name": "Slow", "repoUrl": work, "framework": "go", "port": 8080}, &p)
+	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
+		"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "sleep 120"}, nil)
+	var trig struct{ DeploymentID string }
+	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &trig)
+	t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", alice, nil) })
+
+	open := func(token string) (*http.Response, error) {
+		req, _ := http.NewRequest("GET", ts.URL+"/deployments/"+trig.DeploymentID+"/logs", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return ts.Client.Do(req)
+	}
+	var held []*http.Response
+	for i := 0; i < 2; i++ {
+		resp, err := open(alice)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %v %v", i, err, resp)
+		}
+		held = append(held, resp)
+	}
+	resp, err := open(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third stream: %d %s (Retry-After %q)", resp.StatusCode, raw, resp.Header.Get("Retry-After"))
+	}
+	checkErrorModel(t, "third stream", resp.StatusCode, raw)
+	// Closing one frees its slot (once the server sees the disconnect).
+	held[0].Body.Close()
+	eventually(t, 10*time.Second, "a freed stream slot", func() bool { return ts.App.LogStreams.Open(ownerOf(t, ts, alice)) < 2 })
+	resp, err = open(alice)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("after closing one: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	held[1].Body.Close()
+}
