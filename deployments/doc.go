@@ -28,6 +28,11 @@
 //     ***), numbered per deployment, stored, then fanned out. The log stream's
 //     contract is in sse.go; browsers use POST /deployments/{id}/logs/token
 //     and ?token= (see token.go).
+//   - Logs across processes (API replicas and Temporal workers on one
+//     Postgres database): a sink's numbering survives lines another process
+//     stored for the same deployment, and Logs.LinesStored /
+//     DeploymentEnded / Resync, fed by deployments/pgnotify (LISTEN/NOTIFY),
+//     bring those lines to this process's streams in order.
 //   - Deleting a deployment cancels it if it runs, stops its app, removes its
 //     route (only if the route still points at it), its workspace, its logs
 //     and its record. TeardownProject does that for every deployment of a project.

@@ -3,6 +3,7 @@ package deployments
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/keelson-dev/keelson/platform"
 )
 
 // LogsConfig tunes Logs. Zero values take the defaults.
@@ -31,11 +34,21 @@ const MaxLineBytes = 16 << 10
 
 // Logs stores deployment log lines and fans them out to live streams.
 //
-// Sinks (one per deployment) mask secrets, number lines and queue them; one
-// writer goroutine stores queued lines in batches and only then publishes them
-// to subscribers, so a line a client saw can always be found again after a
-// reconnect. Publishing never blocks: a subscriber whose buffer is full is
-// dropped (Subscription.Lagged) and its stream refills from the database.
+// Sinks (one per deployment) mask secrets and queue lines; one writer
+// goroutine numbers queued lines, stores them in batches and only then
+// publishes them to subscribers, so a line a client saw can always be found
+// again after a reconnect. Publishing never blocks: a subscriber whose buffer
+// is full is dropped (Subscription.Lagged) and its stream refills from the
+// database.
+//
+// Several processes may write and read the same deployment's lines (API
+// replicas and workers on one Postgres database). Numbering stays unique: a
+// batch that collides with lines another process stored is numbered again
+// after them. Lines stored elsewhere reach this process's subscribers through
+// LinesStored (a Postgres NOTIFY, see deployments/pgnotify): the writer reads
+// them from the table and publishes them in sequence order, filling any gap
+// before a local line, so each deployment's subscribers see increasing,
+// gap-free sequence numbers (stored holes aside) without repeats.
 type Logs struct {
 	store *Store
 	log   *slog.Logger
@@ -44,17 +57,31 @@ type Logs struct {
 	qmu    sync.RWMutex // guards closed and sends on queue
 	closed bool
 	queue  chan logItem
+	wake   chan struct{} // buffered 1: remote work is waiting (LinesStored, DeploymentEnded, Resync)
 	done   chan struct{}
 
 	mu    sync.Mutex
 	sinks map[string]*Sink
 	subs  map[string]map[*Subscription]struct{}
+	// published is, per deployment that has subscribers, the highest
+	// sequence number published to them. Only the writer raises it.
+	published map[string]int64
+	remote    map[string]remoteWork // what other processes reported, for the writer
 }
 
 type logItem struct {
 	line  *LogLine
+	sink  *Sink         // the line's sink (numbers it)
 	flush chan struct{} // closed once every earlier line is stored and published
 	end   string        // publish Done to this deployment's subscribers
+}
+
+// remoteWork is what the writer owes a deployment's subscribers on behalf of
+// other processes.
+type remoteWork struct {
+	upTo   int64 // lines up to this seq are stored
+	end    bool  // the deployment reached a terminal status
+	resync bool  // re-read whatever is stored (a notification may have been lost)
 }
 
 // NewLogs starts the log writer. Call Close when done.
@@ -67,10 +94,13 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	}
 	l := &Logs{
 		store: store, log: cfg.Logger, cfg: cfg,
-		queue: make(chan logItem, cfg.QueueSize),
-		done:  make(chan struct{}),
-		sinks: map[string]*Sink{},
-		subs:  map[string]map[*Subscription]struct{}{},
+		queue:     make(chan logItem, cfg.QueueSize),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		sinks:     map[string]*Sink{},
+		subs:      map[string]map[*Subscription]struct{}{},
+		published: map[string]int64{},
+		remote:    map[string]remoteWork{},
 	}
 	go l.run()
 	return l
@@ -96,6 +126,8 @@ func (l *Logs) Close() {
 		}
 		delete(l.subs, id)
 	}
+	clear(l.published)
+	clear(l.remote)
 	l.mu.Unlock()
 }
 
@@ -128,7 +160,7 @@ func (l *Logs) Sink(ctx context.Context, deploymentID string) (*Sink, error) {
 	if s := l.sinks[deploymentID]; s != nil {
 		return s, nil
 	}
-	s = &Sink{logs: l, id: deploymentID, seq: seq, secrets: map[string]bool{}}
+	s = &Sink{logs: l, id: deploymentID, stored: seq, secrets: map[string]bool{}}
 	l.sinks[deploymentID] = s
 	return s, nil
 }
@@ -160,31 +192,39 @@ func (l *Logs) End(deploymentID string) { l.enqueue(logItem{end: deploymentID}) 
 
 func (l *Logs) run() {
 	defer close(l.done)
-	batch := make([]*LogLine, 0, l.cfg.BatchSize)
+	batch := make([]logItem, 0, l.cfg.BatchSize)
 	handle := func(it logItem) {
 		if it.line != nil {
-			batch = append(batch, it.line)
+			batch = append(batch, it)
 			return
 		}
 		// A marker: everything before it is stored and published first.
 		batch = l.write(batch)
 		l.mark(it)
 	}
-	for it := range l.queue {
-		handle(it)
-	drain: // take what is already waiting, up to a batch
-		for len(batch) < l.cfg.BatchSize {
-			select {
-			case it, ok := <-l.queue:
-				if !ok {
+	for {
+		select {
+		case it, ok := <-l.queue:
+			if !ok {
+				return
+			}
+			handle(it)
+		drain: // take what is already waiting, up to a batch
+			for len(batch) < l.cfg.BatchSize {
+				select {
+				case it, ok := <-l.queue:
+					if !ok {
+						break drain
+					}
+					handle(it)
+				default:
 					break drain
 				}
-				handle(it)
-			default:
-				break drain
 			}
+			batch = l.write(batch)
+		case <-l.wake:
+			l.catchUpRemote()
 		}
-		batch = l.write(batch)
 	}
 }
 
@@ -197,44 +237,299 @@ func (l *Logs) mark(it logItem) {
 	}
 }
 
-// write stores lines, then publishes them, and returns an empty batch to fill
-// next (subscribers keep the published one). A batch the database refuses is
-// retried line by line so one bad line cannot lose its neighbours.
-func (l *Logs) write(lines []*LogLine) []*LogLine {
-	if len(lines) == 0 {
-		return lines
-	}
-	rows := make([]LogLine, len(lines))
-	for i, ln := range lines {
-		rows[i] = *ln
+// write numbers and stores lines, then publishes them, and returns an empty
+// batch to fill next (subscribers keep the published lines). A batch that
+// collides with lines another process stored for the same deployment is
+// numbered again after them. A batch the database refuses otherwise is
+// retried line by line so one bad line cannot lose its neighbours; a line
+// that cannot be stored is logged and skipped (its number is reused).
+func (l *Logs) write(batch []logItem) []logItem {
+	if len(batch) == 0 {
+		return batch
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := l.store.LogInsert(ctx, rows); err != nil {
-		for _, r := range rows {
-			if err := l.store.LogInsert(ctx, []LogLine{r}); err != nil {
-				l.log.Error("store deployment log line", "deployment", r.DeploymentID, "seq", r.Seq, "err", err)
-			}
+	base := make(map[*Sink]int64, 1)
+	for _, it := range batch {
+		if _, ok := base[it.sink]; !ok {
+			base[it.sink] = it.sink.stored
 		}
 	}
-	for _, ln := range lines {
-		ln.frame = appendLogFrame(nil, ln)
+	number := func() []LogLine {
+		rows := make([]LogLine, len(batch))
+		for i, it := range batch {
+			it.sink.stored++
+			it.line.Seq = it.sink.stored
+			rows[i] = *it.line
+		}
+		return rows
+	}
+	stored := batch
+	err := l.store.LogInsert(ctx, number())
+	// Another process stored lines of one of these deployments: number on
+	// after them. Each lost race means the other writer stored its lines, so
+	// this ends; the context bounds it all the same.
+	for err != nil && errors.Is(err, platform.ErrConflict) && ctx.Err() == nil {
+		if rerr := l.renumberFrom(ctx, base); rerr != nil {
+			break
+		}
+		err = l.store.LogInsert(ctx, number())
+	}
+	if err != nil {
+		stored = l.writeEach(ctx, batch, base)
+	}
+	for _, it := range stored {
+		it.line.frame = appendLogFrame(nil, it.line)
 	}
 	// One event per deployment per batch: a channel send per subscriber per
 	// batch, not per line, is what lets one producer feed a thousand streams.
 	start := 0
-	for i := 1; i <= len(lines); i++ {
-		if i == len(lines) || lines[i].DeploymentID != lines[start].DeploymentID {
-			l.publish(lines[start].DeploymentID, LogEvent{Lines: slices.Clip(lines[start:i])})
+	for i := 1; i <= len(stored); i++ {
+		if i == len(stored) || stored[i].line.DeploymentID != stored[start].line.DeploymentID {
+			group := make([]*LogLine, i-start)
+			for j := range group {
+				group[j] = stored[start+j].line
+			}
+			l.publishStored(ctx, group)
 			start = i
 		}
 	}
-	return make([]*LogLine, 0, l.cfg.BatchSize)
+	return make([]logItem, 0, l.cfg.BatchSize)
+}
+
+// renumberFrom sets each sink's counter to its deployment's highest stored
+// seq (at least base), so the next numbering follows what others stored.
+func (l *Logs) renumberFrom(ctx context.Context, base map[*Sink]int64) error {
+	for s, b := range base {
+		m, err := l.store.LogMaxSeq(ctx, s.id)
+		if err != nil {
+			l.log.Error("read deployment log sequence", "deployment", s.id, "err", err)
+			return err
+		}
+		s.stored = max(m, b)
+		base[s] = s.stored
+	}
+	return nil
+}
+
+// writeEach stores lines one at a time and returns those stored.
+func (l *Logs) writeEach(ctx context.Context, batch []logItem, base map[*Sink]int64) []logItem {
+	for s, b := range base {
+		s.stored = b
+	}
+	stored := batch[:0:0]
+	for _, it := range batch {
+		var err error
+		for {
+			it.line.Seq = it.sink.stored + 1
+			err = l.store.LogInsert(ctx, []LogLine{*it.line})
+			if !errors.Is(err, platform.ErrConflict) || ctx.Err() != nil {
+				break
+			}
+			m, rerr := l.store.LogMaxSeq(ctx, it.sink.id)
+			if rerr != nil {
+				break
+			}
+			it.sink.stored = max(m, it.sink.stored)
+		}
+		if err != nil {
+			l.log.Error("store deployment log line", "deployment", it.line.DeploymentID, "seq", it.line.Seq, "err", err)
+			continue
+		}
+		it.sink.stored = it.line.Seq
+		stored = append(stored, it)
+	}
+	return stored
+}
+
+// publishStored publishes lines this process stored (one deployment, in
+// sequence order). Lines another process stored before them and that were not
+// published yet are read and published first, so subscribers see no gap.
+func (l *Logs) publishStored(ctx context.Context, lines []*LogLine) {
+	id := lines[0].DeploymentID
+	l.mu.Lock()
+	p, known := l.published[id]
+	has := len(l.subs[id]) > 0
+	l.mu.Unlock()
+	if !has {
+		return
+	}
+	if known && lines[0].Seq > p+1 {
+		l.fill(ctx, id, p, lines[0].Seq-1)
+	}
+	l.publishLines(id, lines)
+}
+
+// fill reads the deployment's stored lines after seq after (up to upTo when
+// upTo > 0) and publishes them.
+func (l *Logs) fill(ctx context.Context, id string, after, upTo int64) {
+	for {
+		rows, err := l.store.LogList(ctx, LogListParams{DeploymentID: id, AfterSeq: after, Limit: l.cfg.BatchSize})
+		if err != nil {
+			// The streams refill from the database themselves on the next gap or at the end.
+			l.log.Warn("read deployment log lines stored elsewhere", "deployment", id, "err", err)
+			return
+		}
+		lines := make([]*LogLine, 0, len(rows))
+		for i := range rows {
+			if upTo > 0 && rows[i].Seq > upTo {
+				break
+			}
+			rows[i].frame = appendLogFrame(nil, &rows[i])
+			lines = append(lines, &rows[i])
+		}
+		if len(lines) > 0 {
+			if !l.publishLines(id, lines) {
+				return
+			}
+			after = lines[len(lines)-1].Seq
+		}
+		if len(lines) < len(rows) || len(rows) < l.cfg.BatchSize {
+			return
+		}
+	}
+}
+
+// publishLines publishes the lines after the deployment's published mark and
+// raises the mark. It reports whether the deployment still has subscribers.
+func (l *Logs) publishLines(id string, lines []*LogLine) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.subs[id]) == 0 {
+		return false
+	}
+	if p, known := l.published[id]; known {
+		for len(lines) > 0 && lines[0].Seq <= p {
+			lines = lines[1:]
+		}
+	}
+	if len(lines) == 0 {
+		return true
+	}
+	l.publishLocked(id, LogEvent{Lines: slices.Clip(lines)})
+	if len(l.subs[id]) == 0 {
+		return false
+	}
+	l.published[id] = lines[len(lines)-1].Seq
+	return true
+}
+
+// LinesStored tells l that lines of the deployment up to seq are stored,
+// possibly by another process (a Postgres NOTIFY). If the deployment has
+// subscribers here, the writer reads the lines after the last one it
+// published and publishes them in order. It never blocks.
+func (l *Logs) LinesStored(deploymentID string, seq int64) {
+	l.mu.Lock()
+	if len(l.subs[deploymentID]) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	if p, known := l.published[deploymentID]; known && seq <= p {
+		l.mu.Unlock()
+		return // already published (e.g. this process stored them)
+	}
+	w := l.remote[deploymentID]
+	w.upTo = max(w.upTo, seq)
+	l.remote[deploymentID] = w
+	l.mu.Unlock()
+	l.poke()
+}
+
+// DeploymentEnded tells l that the deployment reached a terminal status,
+// possibly in another process: its subscribers here get the lines stored so
+// far, then Done. It never blocks.
+func (l *Logs) DeploymentEnded(deploymentID string) {
+	l.mu.Lock()
+	if len(l.subs[deploymentID]) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	w := l.remote[deploymentID]
+	w.end = true
+	l.remote[deploymentID] = w
+	l.mu.Unlock()
+	l.poke()
+}
+
+// Resync makes the writer re-read the stored lines of every deployment that
+// has subscribers here (for notifications lost while a listener reconnected).
+// It never blocks.
+func (l *Logs) Resync() {
+	l.mu.Lock()
+	if len(l.subs) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	for id := range l.subs {
+		w := l.remote[id]
+		w.resync = true
+		l.remote[id] = w
+	}
+	l.mu.Unlock()
+	l.poke()
+}
+
+func (l *Logs) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // already poked; the writer takes all remote work at once
+	}
+}
+
+// catchUpRemote does the work LinesStored, DeploymentEnded and Resync queued.
+func (l *Logs) catchUpRemote() {
+	l.mu.Lock()
+	work := l.remote
+	l.remote = map[string]remoteWork{}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, w := range work {
+		l.catchUp(ctx, id, w)
+	}
+}
+
+func (l *Logs) catchUp(ctx context.Context, id string, w remoteWork) {
+	l.mu.Lock()
+	p, known := l.published[id]
+	has := len(l.subs[id]) > 0
+	l.mu.Unlock()
+	if !has {
+		return
+	}
+	switch {
+	case known:
+		l.fill(ctx, id, p, 0)
+	case w.upTo > 0 || w.resync:
+		// Nothing published here yet: each stream replayed the table when it
+		// subscribed. Publishing the newest line is enough: a stream that
+		// finds a gap before it fills it from the table (stream.live), and
+		// later lines follow on from this one.
+		upTo := w.upTo
+		if upTo == 0 {
+			m, err := l.store.LogMaxSeq(ctx, id)
+			if err != nil {
+				l.log.Warn("read deployment log sequence", "deployment", id, "err", err)
+				break
+			}
+			upTo = m
+		}
+		if upTo > 0 {
+			l.fill(ctx, id, upTo-1, 0)
+		}
+	}
+	if w.end {
+		l.publish(id, LogEvent{Done: true})
+	}
 }
 
 func (l *Logs) publish(deploymentID string, ev LogEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.publishLocked(deploymentID, ev)
+}
+
+func (l *Logs) publishLocked(deploymentID string, ev LogEvent) {
 	for s := range l.subs[deploymentID] {
 		select {
 		case s.ch <- ev:
@@ -247,6 +542,7 @@ func (l *Logs) publish(deploymentID string, ev LogEvent) {
 	}
 	if len(l.subs[deploymentID]) == 0 {
 		delete(l.subs, deploymentID)
+		delete(l.published, deploymentID)
 	}
 }
 
@@ -303,20 +599,23 @@ func (s *Subscription) Close() {
 		delete(l.subs[s.id], s)
 		if len(l.subs[s.id]) == 0 {
 			delete(l.subs, s.id)
+			delete(l.published, s.id)
 		}
 		close(s.ch)
 	}
 }
 
 // Sink is one deployment's LogSink: it masks secret values, strips bytes a
-// database cannot store, numbers each line and queues it for storage and
+// database cannot store and queues each line for numbering, storage and
 // fan-out. Safe for concurrent use.
 type Sink struct {
 	logs *Logs
 	id   string
+	// stored is the last sequence number the writer gave this deployment's
+	// lines (or found stored). Only the writer goroutine touches it.
+	stored int64
 
 	mu      sync.Mutex
-	seq     int64
 	secrets map[string]bool
 	masker  *strings.Replacer
 	tail    []string // last lines of build/app output of the current step
@@ -377,18 +676,15 @@ func (s *Sink) Log(stream, line string) {
 	line = clean(line)
 	s.mu.Lock()
 	line = s.maskLocked(line)
-	s.seq++
-	ln := &LogLine{DeploymentID: s.id, Seq: s.seq, Time: now(), Stream: stream, Message: line}
+	ln := &LogLine{DeploymentID: s.id, Time: now(), Stream: stream, Message: line}
 	if stream != StreamSystem {
 		if len(s.tail) == tailLines {
 			s.tail = append(s.tail[:0], s.tail[1:]...)
 		}
 		s.tail = append(s.tail, line)
 	}
-	// Enqueue under mu so lines reach the queue in sequence order.
-	if !s.logs.enqueue(logItem{line: ln}) {
-		s.seq--
-	}
+	// Enqueue under mu so lines reach the queue (and are numbered) in order.
+	s.logs.enqueue(logItem{line: ln, sink: s})
 	s.mu.Unlock()
 }
 

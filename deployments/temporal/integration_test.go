@@ -384,10 +384,16 @@ func TestTemporalCancelMidBuild(t *testing.T) {
 	deploytest.Eventually(t, "the build process is gone", func() bool {
 		return errors.Is(syscall.Kill(buildPID, 0), syscall.ESRCH)
 	})
-	// Temporal agrees: the workflow ended cancelled.
-	desc, err := c.engine.cfg.Client.DescribeWorkflowExecution(context.Background(), d.WorkflowName, "")
-	require.NoError(t, err)
-	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, desc.GetWorkflowExecutionInfo().GetStatus())
+	// Temporal agrees: the workflow ended cancelled. (It ends just after its
+	// last activity recorded CANCELLED, which is what Cancel waits for.)
+	var status enumspb.WorkflowExecutionStatus
+	deploytest.Eventually(t, "the workflow ends", func() bool {
+		desc, err := c.engine.cfg.Client.DescribeWorkflowExecution(context.Background(), d.WorkflowName, "")
+		require.NoError(t, err)
+		status = desc.GetWorkflowExecutionInfo().GetStatus()
+		return status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, status)
 	st, err := c.svc.Status(context.Background(), spec.OwnerID, d.ID)
 	require.NoError(t, err)
 	require.Equal(t, deployments.StatusCancelled, st.Status)
