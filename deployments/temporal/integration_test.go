@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/deployments/process"
+	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
@@ -35,35 +35,7 @@ import (
 	"go.temporal.io/sdk/worker"
 )
 
-// cliVersion is the Temporal CLI .ci/temporal-cli.sh builds (keep in step).
-const cliVersion = "v1.5.1"
-
-// temporalCLI finds the Temporal CLI: KEELSON_TEST_TEMPORAL_CLI, else the
-// cache .ci/temporal-cli.sh fills. Without one the test skips (or fails with
-// KEELSON_TEST_REQUIRE_TEMPORAL=1). The SDK could download it, but CI has no
-// download site; building takes minutes, which is the CI script's job.
-func temporalCLI(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("KEELSON_TEST_TEMPORAL_CLI")
-	if path == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-		path = filepath.Join(cache, "keelson", "temporal-"+cliVersion, "temporal")
-	}
-	if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		reason := fmt.Sprintf("no Temporal CLI at %s (set KEELSON_TEST_TEMPORAL_CLI or run .ci/temporal-cli.sh)", path)
-		if os.Getenv("KEELSON_TEST_REQUIRE_TEMPORAL") == "1" {
-			t.Fatalf("Temporal required (KEELSON_TEST_REQUIRE_TEMPORAL=1): %s", reason)
-		}
-		t.Skip("skipping Temporal integration test: " + reason)
-	}
-	return path
-}
-
-func quietSDKLogger() sdklog.Logger { return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
+func quietSDKLogger() sdklog.Logger { return temporaltest.QuietLogger() }
 
 // syncBuffer collects the dev server's output for failure messages.
 type syncBuffer struct {
@@ -78,27 +50,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 
 // devServer starts a real Temporal development server (in-memory) for t.
-func devServer(t *testing.T) *testsuite.DevServer {
-	t.Helper()
-	cli := temporalCLI(t)
-	out := &syncBuffer{}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		ClientOptions: &client.Options{Namespace: "default", Logger: quietSDKLogger()},
-		LogLevel:      "error",
-		Stdout:        out,
-		Stderr:        out,
-	})
-	require.NoError(t, err, "start the Temporal dev server: %s", &out.b)
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil && t.Failed() {
-			t.Logf("dev server stop: %v; output:\n%s", err, &out.b)
-		}
-	})
-	return srv
-}
+func devServer(t *testing.T) *testsuite.DevServer { return temporaltest.StartDevServer(t) }
 
 // dial connects a new client to the dev server (as another process would).
 func dial(t *testing.T, srv *testsuite.DevServer) client.Client {

@@ -101,8 +101,10 @@ func isWebhook(r *http.Request) bool { return r.URL.Path == "/codehost/webhook" 
 
 // NewApp opens the database, builds and registers every module, and runs the
 // migrations and start-up hooks. Close releases everything.
-func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
-	a = &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(cmp.Or(cfg.MaxLogStreams, MaxLogStreamsPerUser), 5*time.Second)}
+func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
+	// a is not the named result: "return nil, err" must not nil it before
+	// the deferred Close runs.
+	a := &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(cmp.Or(cfg.MaxLogStreams, MaxLogStreamsPerUser), 5*time.Second)}
 	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -161,6 +163,14 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err erro
 	}
 	a.Handler = httpx.Middleware(log, httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
 		httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux)))
+	if !cfg.ServesAPI() {
+		// A worker (KEELSON_ROLE=worker) answers health checks only; the
+		// modules are built all the same (its deployments read projects).
+		health := http.NewServeMux()
+		health.Handle("GET /healthz", a.mux)
+		health.Handle("GET /readyz", a.mux)
+		a.Handler = httpx.Middleware(log, health)
+	}
 	return a, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Config is the reference server's configuration, read from the environment
@@ -45,8 +46,32 @@ type Config struct {
 	MaxLogStreams   int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
 	Regions         []string
 	Engine          string // KEELSON_ENGINE: local | temporal
-	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS
+	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
+	// TemporalNamespace is KEELSON_TEMPORAL_NAMESPACE (default "default").
+	TemporalNamespace string
+	// TemporalTaskQueue is KEELSON_TEMPORAL_TASK_QUEUE (default
+	// "keelson-deployments"): API replicas start workflows on it, workers poll it.
+	TemporalTaskQueue string
+	// Role is KEELSON_ROLE: all (default: API and deployment worker in one
+	// process), api (the API only: no runtime, no ingress, no worker) or
+	// worker (runs deployments and serves their apps on the ingress; its API
+	// address answers /healthz and /readyz only). api and worker need
+	// KEELSON_ENGINE=temporal and Postgres; the local engine runs as all.
+	Role string
 }
+
+// Roles of KEELSON_ROLE.
+const (
+	RoleAll    = "all"
+	RoleAPI    = "api"
+	RoleWorker = "worker"
+)
+
+// ServesAPI reports whether this process serves the API routes.
+func (c Config) ServesAPI() bool { return c.Role != RoleWorker }
+
+// RunsWorker reports whether this process runs deployment steps (and apps).
+func (c Config) RunsWorker() bool { return c.Role != RoleAPI }
 
 // ConfigError names the variable that stopped start-up.
 type ConfigError struct {
@@ -91,6 +116,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
 		Engine:                get("KEELSON_ENGINE", "local"),
 		TemporalAddress:       get("KEELSON_TEMPORAL_ADDRESS", ""),
+		TemporalNamespace:     get("KEELSON_TEMPORAL_NAMESPACE", "default"),
+		TemporalTaskQueue:     get("KEELSON_TEMPORAL_TASK_QUEUE", "keelson-deployments"),
+		Role:                  strings.ToLower(get("KEELSON_ROLE", RoleAll)),
 	}
 	for _, e := range strings.Split(getenv("KEELSON_ADMIN_EMAILS"), ",") {
 		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
@@ -174,8 +202,31 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		if c.TemporalAddress == "" {
 			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", "is required when KEELSON_ENGINE=temporal"}
 		}
+		if host, port, err := net.SplitHostPort(c.TemporalAddress); err != nil || host == "" {
+			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("%q is not host:port (e.g. temporal:7233)", c.TemporalAddress)}
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("port %q is not 1-65535", port)}
+		}
+		if !validNamespace(c.TemporalNamespace) {
+			return c, &ConfigError{"KEELSON_TEMPORAL_NAMESPACE", fmt.Sprintf("%q is not a namespace name (letters, digits, '.', '-', '_'; 2 to 255 characters)", c.TemporalNamespace)}
+		}
+		if err := checkTaskQueue(c.TemporalTaskQueue); err != nil {
+			return c, &ConfigError{"KEELSON_TEMPORAL_TASK_QUEUE", err.Error()}
+		}
 	default:
 		return c, &ConfigError{"KEELSON_ENGINE", fmt.Sprintf("%q is not local or temporal", c.Engine)}
+	}
+	switch c.Role {
+	case RoleAll:
+	case RoleAPI, RoleWorker:
+		if c.Engine != "temporal" {
+			return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs KEELSON_ENGINE=temporal: the local engine runs the API and the deployments in one process (KEELSON_ROLE=all)", c.Role)}
+		}
+		if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+			return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs a shared Postgres database (KEELSON_DATABASE_URL=postgres://...): API replicas and workers are separate processes", c.Role)}
+		}
+	default:
+		return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q is not all, api or worker", c.Role)}
 	}
 	if !validDomain(c.AppsDomain) {
 		return c, &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
@@ -187,6 +238,36 @@ func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	return nil
+}
+
+// validNamespace accepts Temporal namespace names.
+func validNamespace(ns string) bool {
+	if len(ns) < 2 || len(ns) > 255 {
+		return false
+	}
+	for _, r := range ns {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTaskQueue accepts task queue names workers can poll (each worker adds
+// "/worker/<host>-<pid>-<id>" for its own queue, so leave room for that).
+func checkTaskQueue(q string) error {
+	switch {
+	case len(q) > 200:
+		return fmt.Errorf("is longer than 200 characters")
+	case strings.HasPrefix(q, "/_sys/"):
+		return fmt.Errorf("%q uses Temporal's reserved /_sys/ prefix", q)
+	}
+	for _, r := range q {
+		if r <= ' ' || r == 0x7f || !unicode.IsPrint(r) {
+			return fmt.Errorf("%q has spaces or control characters", q)
+		}
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func run(log *slog.Logger) error {
 		}
 		log.Info("ingress listening", "addr", ingressL.Addr().String(), "apps_domain", cfg.AppsDomain)
 	}
-	log.Info("keelson listening", "addr", apiL.Addr().String(), "database", dbKind(cfg), "data_dir", cfg.DataDir,
-		"docs", cfg.PublicURL+"/docs")
+	log.Info("keelson listening", "addr", apiL.Addr().String(), "role", cfg.Role, "engine", cfg.Engine,
+		"database", dbKind(cfg), "data_dir", cfg.DataDir, "docs", cfg.PublicURL+"/docs")
 	err = app.Serve(ctx, apiL, ingressL)
 	log.Info("keelson stopped")
 	return err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -12,46 +12,80 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
+	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/deployments/process"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects"
 )
 
 // wireDeployments builds the deployments module: the ingress proxy (served on
-// KEELSON_INGRESS_ADDR by Serve), the process runtime, the embedded engine and
-// the routes. It hands projects the real teardown and monthly counts, and
-// codehost its push deployer. The engine starts after migrations (settling
-// deployments a previous run left mid-way and starting LIVE apps again) and
-// stops at shutdown before the runtime stops the apps.
+// KEELSON_INGRESS_ADDR by Serve), the process runtime, the engine and the
+// routes. It hands projects the real teardown and monthly counts, and
+// codehost its push deployer.
+//
+// With KEELSON_ENGINE=local (the default) the embedded engine runs here: it
+// starts after migrations (settling deployments a previous run left mid-way
+// and starting LIVE apps again) and stops at shutdown before the runtime
+// stops the apps. With KEELSON_ENGINE=temporal see wireTemporal: KEELSON_ROLE
+// decides whether this process starts workflows (api), runs them (worker) or
+// both (all).
+//
+// On Postgres the log hub also listens for lines other processes store
+// (deployments/pgnotify), so a log stream on this replica sees a build that
+// runs on a worker elsewhere.
 func (a *App) wireDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
-	if c.Engine != "" && c.Engine != "local" {
-		return &ConfigError{"KEELSON_ENGINE", "this server runs the local engine only (temporal is wired by deployments/temporal)"}
-	}
-	publicPort := 0
-	if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
-		publicPort, _ = strconv.Atoi(p)
-	}
-	router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log})
-	if err != nil {
-		return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
-	}
-	rt, err := process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, GitCAFile: c.GitCAFile,
-		Ingress: router, Logger: log})
-	if err != nil {
-		return err
-	}
 	store := deployments.NewStore(a.DB)
 	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log})
 	src := deploySource{a}
-	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a}, Logger: log,
-	})
-	if err != nil {
+	// What runs the steps here: the process runtime and the ingress serving
+	// its apps (every role but api).
+	var (
+		rt     *process.Runtime
+		router *ingress.Router
+	)
+	a.onClose(func(ctx context.Context) error {
+		// Runs after the engine stopped (closers run in reverse): the apps,
+		// then the log writer (the apps' last lines are stored).
+		var err error
+		if rt != nil {
+			err = rt.Close(ctx)
+		}
+		logs.Close()
+		if router != nil {
+			router.Close()
+		}
 		return err
+	})
+	if c.RunsWorker() {
+		publicPort := 0
+		if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
+			publicPort, _ = strconv.Atoi(p)
+		}
+		var err error
+		router, err = ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log})
+		if err != nil {
+			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
+		}
+		rt, err = process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, GitCAFile: c.GitCAFile,
+			Ingress: router, Logger: log})
+		if err != nil {
+			return err
+		}
+		a.Ingress = router
 	}
-	eng, err := local.New(local.Config{Store: store, Activities: acts, Logger: log})
+	var (
+		eng  deployments.Engine
+		acts *deployments.Activities
+		err  error
+	)
+	if c.Engine == "temporal" {
+		eng, acts, err = a.wireTemporal(ctx, store, logs, src, rt, log)
+	} else {
+		eng, acts, err = a.wireLocalEngine(store, logs, src, rt, log)
+	}
 	if err != nil {
 		return err
 	}
@@ -69,21 +103,81 @@ func (a *App) wireDeployments(ctx context.Context) error {
 		return err
 	}
 	a.migrate(deployments.Migrations())
+	if db.IsPostgres(a.DB) {
+		// Every role installs the triggers (workers' lines must notify);
+		// only processes with log streams listen.
+		a.migrate(pgnotify.Migrations())
+		if c.ServesAPI() {
+			a.listenLogs(logs, log)
+		}
+	}
 	a.Deployments = svc
-	a.Ingress = router
 	a.ProjectTeardown = svc
 	a.DeploymentCounter = svc
 	a.PushDeployer = deploymentsTrigger{svc}
-	a.onStart(eng.Start)
-	a.onClose(func(ctx context.Context) error {
-		// Engine first (running steps end; the next start settles them),
-		// then the apps, then the log writer (the apps' last lines are stored).
-		err := errors.Join(eng.Close(), rt.Close(ctx))
-		logs.Close()
-		router.Close()
-		return err
-	})
 	return nil
+}
+
+// wireLocalEngine builds the embedded engine (KEELSON_ROLE=all only; the
+// config refuses other roles with it).
+func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, src deploySource,
+	rt *process.Runtime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
+	if rt == nil {
+		return nil, nil, &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
+	}
+	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{
+		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a}, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := local.New(local.Config{Store: store, Activities: acts, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	a.onStart(eng.Start)
+	// Engine first at shutdown (running steps end; the next start settles
+	// them), then the runtime's apps (the closer wireDeployments registered).
+	a.onClose(func(context.Context) error { return eng.Close() })
+	return eng, acts, nil
+}
+
+// listenLogs feeds the log hub what other processes store (Postgres
+// LISTEN/NOTIFY) from start-up until shutdown.
+func (a *App) listenLogs(logs *deployments.Logs, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	started := false
+	a.onStart(func(context.Context) error {
+		started = true
+		go func() {
+			defer close(done)
+			for {
+				err := pgnotify.Listen(ctx, a.DB, logs, pgnotify.Config{Logger: log})
+				if ctx.Err() != nil {
+					return
+				}
+				// The first LISTEN failed (the database is away): streams
+				// still end from the database; try again shortly.
+				log.Warn("listen for deployment logs of other processes", "err", err)
+				t := time.NewTimer(5 * time.Second)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		return nil
+	})
+	a.onClose(func(context.Context) error {
+		cancel()
+		if started {
+			<-done
+		}
+		return nil
+	})
 }
 
 var (
