@@ -99,11 +99,15 @@ func TestRestartRecovery(t *testing.T) {
 		d = e2.waitStatus(oldLive, deployments.StatusCancelled)
 		assert.Equal(t, newLive, d.SupersededBy)
 		assert.False(t, e2.rt.Running(oldLive))
-		var restarted bool
-		for _, l := range e2.lines(live) {
-			restarted = restarted || strings.HasPrefix(l.Message, "app is running again at ")
-		}
-		assert.True(t, restarted)
+		// Logged after the route is set and the row updated: wait for it.
+		deploytest.Eventually(t, "the log says the app runs again", func() bool {
+			for _, l := range e2.lines(live) {
+				if strings.HasPrefix(l.Message, "app is running again at ") {
+					return true
+				}
+			}
+			return false
+		})
 
 		// No deployment is left mid-workflow.
 		ds, err := e2.store.DeploymentListByStatus(context.Background(), deployments.StatusQueued,
