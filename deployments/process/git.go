@@ -5,12 +5,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 )
@@ -24,6 +27,8 @@ var (
 type repoSource struct {
 	url    string // what git fetches from
 	origin string // scheme://host[:port]/ for https, "" for local repos
+	host   string // the URL's host name (no port) for network repos
+	port   string // the URL's port, defaulted from the scheme
 	local  bool
 }
 
@@ -54,7 +59,7 @@ func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 		if u.User != nil {
 			return repoSource{}, errors.New("repository URL must not contain credentials; connect the code host instead")
 		}
-		return repoSource{url: u.String(), origin: "https://" + u.Host + "/"}, nil
+		return repoSource{url: u.String(), origin: "https://" + u.Host + "/", host: u.Hostname(), port: portOr(u.Port(), "443")}, nil
 	case "http":
 		// Plain http only in dev and test set-ups (a local git server), like file://.
 		if !allowLocal {
@@ -66,7 +71,7 @@ func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 		if u.User != nil {
 			return repoSource{}, errors.New("repository URL must not contain credentials; connect the code host instead")
 		}
-		return repoSource{url: u.String(), origin: "http://" + u.Host + "/"}, nil
+		return repoSource{url: u.String(), origin: "http://" + u.Host + "/", host: u.Hostname(), port: portOr(u.Port(), "80")}, nil
 	case "file":
 		if !allowLocal {
 			return repoSource{}, errors.New("file:// repositories are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
@@ -84,7 +89,7 @@ func parseRepo(raw string, allowLocal bool) (repoSource, error) {
 // system or global config, no credential helper, no prompt, and only the
 // allowed transports. The credential, if any, is an extra header scoped to the
 // repository's origin, passed as environment config (never argv).
-func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *deployments.GitAuth) []string {
+func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *deployments.GitAuth, extra ...[2]string) []string {
 	protocols := "https"
 	if r.cfg.AllowLocalRepos {
 		protocols = "https:http:file"
@@ -111,6 +116,7 @@ func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *deployments.GitAuth
 		{"init.defaultBranch", "main"},
 		{"http.followRedirects", "initial"},
 	}
+	cfg = append(cfg, extra...)
 	if auth != nil && src.origin != "" {
 		cfg = append(cfg, [2]string{"http." + src.origin + ".extraHeader", "Authorization: Basic " + basicToken(auth)})
 	}
@@ -137,7 +143,18 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, 
 	if err := removeAll(ws.src); err != nil {
 		return "", fmt.Errorf("clearing the workspace: %w", err)
 	}
-	env := r.gitEnv(ws, src, job.GitAuth)
+	var pin [][2]string
+	if !src.local && !r.cfg.AllowLocalRepos && !r.cfg.AllowPrivateHosts {
+		// Resolve the host once, refuse private addresses, and make git connect
+		// to exactly the address checked (no DNS rebinding in between, no
+		// redirect to another host).
+		resolve, err := pinPublicAddr(ctx, src.host, src.port)
+		if err != nil {
+			return "", err
+		}
+		pin = [][2]string{{"http.curloptResolve", resolve}, {"http.followRedirects", "false"}}
+	}
+	env := r.gitEnv(ws, src, job.GitAuth, pin...)
 	git := func(args ...string) error {
 		cmd := exec.Command(r.cfg.GitPath, args...)
 		cmd.Dir, cmd.Env = ws.root, env
@@ -200,4 +217,43 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, 
 // basicToken is the base64 of an HTTP basic credential.
 func basicToken(a *deployments.GitAuth) string {
 	return base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))
+}
+
+func portOr(p, def string) string {
+	if p == "" {
+		return def
+	}
+	return p
+}
+
+// pinPublicAddr resolves host and answers a curl resolve entry host:port:ip
+// for its first address, or an error when the host resolves to nothing or to
+// any address that is not public (loopback, private, link-local, CGNAT,
+// unspecified, multicast): a repository URL must not reach into the server's
+// own network unless local repos are allowed.
+func pinPublicAddr(ctx context.Context, host, port string) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return "", fmt.Errorf("repository host %q does not resolve", host)
+	}
+	for _, a := range addrs {
+		if !publicAddr(a.Unmap()) {
+			return "", fmt.Errorf("repository host %q resolves to a non-public address (%s); only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", host, a.Unmap())
+		}
+	}
+	ip := addrs[0].Unmap()
+	ipText := ip.String()
+	if ip.Is6() {
+		ipText = "[" + ipText + "]"
+	}
+	return host + ":" + port + ":" + ipText, nil
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+func publicAddr(a netip.Addr) bool {
+	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() &&
+		!a.IsLinkLocalUnicast() && !cgnat.Contains(a)
 }

@@ -67,7 +67,12 @@ func TestGitAuthReachesTheServerButNeverTheWorkspaceArgvOrLogs(t *testing.T) {
 	require.NoError(t, os.WriteFile(wrapper,
 		[]byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '"+argvLog+"'\nexec '"+realGit+"' \"$@\"\n"), 0o700))
 
-	e := newEnv(t, func(c *Config) { c.AllowLocalRepos = false; c.GitCAFile = ca; c.GitPath = wrapper })
+	e := newEnv(t, func(c *Config) {
+		c.AllowLocalRepos = false
+		c.AllowPrivateHosts = true
+		c.GitCAFile = ca
+		c.GitPath = wrapper
+	})
 	job := deployments.Job{DeploymentID: platform.NewID(), ProjectSlug: "priv", RepoURL: srv.URL + "/app.git",
 		Framework: "static", GitAuth: &deployments.GitAuth{Username: user, Password: pass}}
 	logs := &sink{}

@@ -27,8 +27,13 @@ type Config struct {
 	DataDir string
 	// CacheDir holds the build caches shared by every deployment. Default <DataDir>/cache.
 	CacheDir string
-	// AllowLocalRepos allows file:// URLs and absolute paths as repositories.
+	// AllowLocalRepos allows file:// URLs and absolute paths as repositories
+	// (and http://, and hosts on private networks).
 	AllowLocalRepos bool
+	// AllowPrivateHosts allows https repositories whose host resolves to a
+	// loopback, private or link-local address (a code host on the LAN).
+	// Without it such hosts are refused and git is pinned to the address checked.
+	AllowPrivateHosts bool
 	// Ingress routes the apps' hosts. Required.
 	Ingress *ingress.Router
 	// Logger receives what operators need (crashes, give-ups). Default: discard.

@@ -346,6 +346,12 @@ func TestRepositoryURLsAreChecked(t *testing.T) {
 		"git@example.com:a/b.git":              "not supported",
 		"http://example.com/a/b.git":           "http:// repositories are not allowed",
 		"https://user:tok@example.com/a/b.git": "must not contain credentials",
+		"https://localhost/a/b.git":            "resolves to a non-public address (127.0.0.1)",
+		"https://127.0.0.1:8443/a/b.git":       "resolves to a non-public address",
+		"https://[::1]/a/b.git":                "resolves to a non-public address",
+		"https://169.254.169.254/latest":       "resolves to a non-public address",
+		"https://10.1.2.3/a/b.git":             "resolves to a non-public address",
+		"https://no-such-host.invalid/a.git":   "does not resolve",
 		"":                                     "repository URL is empty",
 	} {
 		job := deployments.Job{DeploymentID: platform.NewID(), RepoURL: url, Framework: "static"}

@@ -42,11 +42,14 @@ type Config struct {
 	IngressAddr     string // KEELSON_INGRESS_ADDR
 	AppsDomain      string // KEELSON_APPS_DOMAIN
 	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
-	GitCAFile       string // KEELSON_GIT_CA_FILE: PEM bundle git trusts for https clones (a private code host)
-	MaxLogStreams   int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
-	Regions         []string
-	Engine          string // KEELSON_ENGINE: local | temporal
-	TemporalAddress string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
+	// AllowPrivateRepoHosts (KEELSON_ALLOW_PRIVATE_REPO_HOSTS) lets https repos
+	// live on hosts that resolve to private addresses (a code host on the LAN).
+	AllowPrivateRepoHosts bool
+	GitCAFile             string // KEELSON_GIT_CA_FILE: PEM bundle git trusts for https clones (a private code host)
+	MaxLogStreams         int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
+	Regions               []string
+	Engine                string // KEELSON_ENGINE: local | temporal
+	TemporalAddress       string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
 	// TemporalNamespace is KEELSON_TEMPORAL_NAMESPACE (default "default").
 	TemporalNamespace string
 	// TemporalTaskQueue is KEELSON_TEMPORAL_TASK_QUEUE (default
@@ -135,6 +138,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if len(c.Regions) == 0 {
 		return c, &ConfigError{"KEELSON_REGIONS", "must list at least one region"}
+	}
+	if v := getenv("KEELSON_ALLOW_PRIVATE_REPO_HOSTS"); v != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return c, &ConfigError{"KEELSON_ALLOW_PRIVATE_REPO_HOSTS", fmt.Sprintf("%q is not true or false", v)}
+		}
+		c.AllowPrivateRepoHosts = b
 	}
 	if v := getenv("KEELSON_ALLOW_LOCAL_REPOS"); v != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))

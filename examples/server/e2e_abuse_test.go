@@ -487,23 +487,20 @@ func TestRepoURLsCannotReachPrivateAddresses(t *testing.T) {
 		if err != nil {
 			t.Skipf("no host name resolving to a private address here: %v", err)
 		}
+		// The project can be created (the name may resolve differently when it
+		// deploys), but its deployment fails at BUILD before git connects.
 		body := projectBody("Resolved")
 		body["repoUrl"] = "https://" + host + "/acme/x"
-		st, raw, _ := ts.do(t, "POST", "/projects", alice, body)
-		if !resolvedHostsGuarded {
-			t.Logf("KNOWN GAP (reported to the lead, issue 9): repoUrl %s resolves to a private address and answers %d; "+
-				"the guard belongs where git connects (deployments/process/git.go) and as an early check in projects/validate.go", body["repoUrl"], st)
-			return
-		}
-		if st != http.StatusBadRequest {
-			t.Errorf("repoUrl %s (a private address): %d %s, want 400", body["repoUrl"], st, raw)
+		var p struct{ ID string }
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, body, &p)
+		var tr struct{ DeploymentID string }
+		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &tr)
+		st, _ := waitDeployment(t, ts, alice, tr.DeploymentID)
+		if st.Status != "FAILED" || !strings.Contains(st.ErrorMessage, "non-public address") {
+			t.Fatalf("deploying %s (a private address): %s %q, want FAILED naming the non-public address", body["repoUrl"], st.Status, st.ErrorMessage)
 		}
 	})
 }
-
-// resolvedHostsGuarded turns the resolved-host check above into an
-// assertion once projects/deployments resolve repo hosts (see the report).
-const resolvedHostsGuarded = false
 
 // privateHostName finds a name of this machine that resolves to a loopback or
 // private address without DNS (/etc/hosts), other than "localhost" itself.

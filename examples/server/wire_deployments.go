@@ -69,7 +69,7 @@ func (a *App) wireDeployments(ctx context.Context) error {
 		if err != nil {
 			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 		}
-		rt, err = process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, GitCAFile: c.GitCAFile,
+		rt, err = process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
 			Ingress: router, Logger: log})
 		if err != nil {
 			return err
