@@ -26,6 +26,10 @@
 // describes the workflow to settle rows whose workflow ended without recording
 // it (terminated, timed out).
 //
+// Live logs: workers store lines in the shared database; a log stream on any
+// API replica gets them through deployments/pgnotify (Postgres LISTEN/NOTIFY),
+// which the reference server wires whenever the database is Postgres.
+//
 // What it is not: a scheduler. Deployments of one project are not serialised
 // across workers beyond the conditional state updates of deployments.Activities.
 package temporal
