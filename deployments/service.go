@@ -166,6 +166,17 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 	if err != nil {
 		return nil, "", err
 	}
+	if p.ProjectID != "" {
+		// Filtering by someone else's (or no) project is a 404, like every
+		// other route that names a project the caller cannot see.
+		spec, err := s.projects.ProjectForDeploy(ctx, p.ProjectID)
+		if errors.Is(err, platform.ErrNotFound) || (err == nil && p.OwnerID != "" && spec.OwnerID != p.OwnerID) {
+			return nil, "", platform.NotFound("project not found")
+		}
+		if err != nil {
+			return nil, "", err
+		}
+	}
 	size := p.Page.Size()
 	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerID: p.OwnerID, ProjectID: p.ProjectID, After: cur, Limit: size + 1})
 	if err != nil {
