@@ -1,7 +1,6 @@
 package temporal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,32 +29,14 @@ import (
 	"github.com/uptrace/bun"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 )
 
-func quietSDKLogger() sdklog.Logger { return temporaltest.QuietLogger() }
-
-// syncBuffer collects the dev server's output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// devServer starts a real Temporal development server (in-memory) for t.
-func devServer(t *testing.T) *testsuite.DevServer { return temporaltest.StartDevServer(t) }
-
 // dial connects a new client to the dev server (as another process would).
 func dial(t *testing.T, srv *testsuite.DevServer) client.Client {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: "default", Logger: quietSDKLogger()})
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: "default", Logger: temporaltest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
@@ -246,7 +227,7 @@ func goSpec(repo, slug string) deployments.DeploySpec {
 // TestTemporalDeploymentRunsToLive: the real dev server, the real process
 // runtime, a real git repository; on SQLite and Postgres.
 func TestTemporalDeploymentRunsToLive(t *testing.T) {
-	srv := devServer(t)
+	srv := temporaltest.StartDevServer(t)
 	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
 		projects := deploytest.NewProjects()
 		slug := "live-" + platform.NewID()[:8]
@@ -305,7 +286,7 @@ func TestTemporalDeploymentRunsToLive(t *testing.T) {
 // TestTemporalCancelMidBuild: cancelling during BUILD kills the build command
 // (a real process) and ends the deployment CANCELLED.
 func TestTemporalCancelMidBuild(t *testing.T) {
-	srv := devServer(t)
+	srv := temporaltest.StartDevServer(t)
 	bdb := dbtest.SQLite(t, deployments.Migrations())
 	projects := deploytest.NewProjects()
 	pidFile := filepath.Join(t.TempDir(), "build.pid")
@@ -395,7 +376,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt,
 		Projects: staticProjects{spec: deployments.DeploySpec{Slug: os.Getenv("HELPER_SLUG"), RepoURL: "https://example.test/app.git"}}})
 	require.NoError(t, err)
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("HELPER_HOSTPORT"), Namespace: "default", Logger: quietSDKLogger()})
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("HELPER_HOSTPORT"), Namespace: "default", Logger: temporaltest.QuietLogger()})
 	require.NoError(t, err)
 	w, err := NewWorker(c, os.Getenv("HELPER_QUEUE"), rt, WorkerConfig{Activities: acts, Store: store,
 		Options: worker.Options{StickyScheduleToStartTimeout: time.Second}})
@@ -409,7 +390,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 // on another worker, which finishes the deployment. Shares Postgres between
 // the two processes. The runtimes are scripted (the orchestration is under test).
 func TestTemporalWorkerKilledMidBuild(t *testing.T) {
-	srv := devServer(t)
+	srv := temporaltest.StartDevServer(t)
 	url := dbtest.PostgresURL(t)
 	ctx := context.Background()
 	bdb, err := db.Open(ctx, db.Options{URL: url})
@@ -424,7 +405,7 @@ func TestTemporalWorkerKilledMidBuild(t *testing.T) {
 	c := newCluster(t, srv, bdb, projects)
 
 	marker := filepath.Join(t.TempDir(), "building")
-	out := &syncBuffer{}
+	out := &temporaltest.SyncBuffer{}
 	helper := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1", "-test.timeout=10m")
 	helper.Env = append(os.Environ(), helperEnv+"=1", "HELPER_DB_URL="+url, "HELPER_MARKER="+marker,
 		"HELPER_SLUG="+spec.Slug, "HELPER_HOSTPORT="+srv.FrontendHostPort(), "HELPER_QUEUE="+c.queue)

@@ -298,21 +298,8 @@ func TestDeploymentsE2EServerStopsMidBuild(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice := ts.signup(t, "alice@example.com")
-		gate := filepath.Join(t.TempDir(), "gate")
-		_, bare := newRepo(t, goApp("resumed"))
-		var p struct {
-			ID   string `json:"id"`
-			Slug string `json:"slug"`
-		}
-		ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{
-			"name": "Slow Build", "repoUrl": "file://" + bare, "framework": "go", "port": 8080,
-		}, &p)
-		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
-			"region": "local", "planName": "free", "envVars": []any{},
-			// The build waits for the gate file: the server is stopped while it waits.
-			"buildCommand": "echo waiting for the gate; while [ ! -f " + gate + " ]; do sleep 0.1; done; go build -o app .",
-			"startCommand": "./app",
-		}, nil)
+		// The server is stopped while the build waits at the gate.
+		p, gate := gatedGoProject(t, ts, alice, "Slow Build", "resumed")
 		var tr struct {
 			DeploymentID string `json:"deploymentId"`
 		}
@@ -342,6 +329,24 @@ func TestDeploymentsE2EServerStopsMidBuild(t *testing.T) {
 			t.Fatalf("app says %q", got)
 		}
 	})
+}
+
+// gatedGoProject creates a project of a local repo holding goApp(version)
+// whose build prints "waiting for the gate" and waits until the returned gate
+// file exists, so a test can act while a deployment is mid-BUILD.
+func gatedGoProject(t *testing.T, ts *testServer, token, name, version string) (p struct{ ID, Slug string }, gate string) {
+	t.Helper()
+	gate = filepath.Join(t.TempDir(), "gate")
+	_, bare := newRepo(t, goApp(version))
+	ts.doJSON(t, http.StatusCreated, "POST", "/projects", token, map[string]any{
+		"name": name, "repoUrl": "file://" + bare, "framework": "go", "port": 8080,
+	}, &p)
+	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", token, map[string]any{
+		"region": "local", "planName": "free", "envVars": []any{},
+		"buildCommand": "echo waiting for the gate; while [ ! -f " + gate + " ]; do sleep 0.1; done; go build -o app .",
+		"startCommand": "./app",
+	}, nil)
+	return p, gate
 }
 
 // ownerOf returns the user id behind token.

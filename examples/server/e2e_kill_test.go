@@ -108,20 +108,7 @@ func TestDeploymentSurvivesServerKill(t *testing.T) {
 	})
 
 	alice := ts.signup(t, "alice@example.com")
-	gate := filepath.Join(t.TempDir(), "gate")
-	_, bare := newRepo(t, goApp("after-kill"))
-	var p struct {
-		ID   string `json:"id"`
-		Slug string `json:"slug"`
-	}
-	ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{
-		"name": "Killed Build", "repoUrl": "file://" + bare, "framework": "go", "port": 8080,
-	}, &p)
-	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
-		"region": "local", "planName": "free", "envVars": []any{},
-		"buildCommand": "echo waiting for the gate; while [ ! -f " + gate + " ]; do sleep 0.1; done; go build -o app .",
-		"startCommand": "./app",
-	}, nil)
+	p, gate := gatedGoProject(t, ts, alice, "Killed Build", "after-kill")
 	var tr struct {
 		DeploymentID string `json:"deploymentId"`
 	}

@@ -55,19 +55,20 @@ func CLI(t testing.TB) string {
 // QuietLogger is an SDK logger that discards everything.
 func QuietLogger() sdklog.Logger { return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
-// syncBuffer collects the dev server's output for failure messages.
-type syncBuffer struct {
+// SyncBuffer collects a child process's output (for failure messages); it is
+// safe for concurrent writes.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -78,7 +79,7 @@ func (s *syncBuffer) String() string {
 func StartDevServer(t testing.TB) *testsuite.DevServer {
 	t.Helper()
 	cli := CLI(t)
-	out := &syncBuffer{}
+	out := &SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
