@@ -1,7 +1,9 @@
 package oauth_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/uptrace/bun"
 )
@@ -298,15 +301,22 @@ func TestCodehostConnect(t *testing.T) {
 		bob, bobTok := e.password("bob@example.com")
 
 		// No token, a bad token: 401, and no redirect to the provider.
-		for _, path := range []string{"/auth/codehost/connect", "/auth/codehost/connect?token=not-a-jwt"} {
-			if r := newBrowser(t).get(e.url + path); r.status != http.StatusUnauthorized || !strings.Contains(r.message(), "token") {
-				t.Fatalf("%s: %d %s", path, r.status, r.body)
-			}
+		if r := newBrowser(t).get(e.url + "/auth/codehost/connect"); r.status != http.StatusUnauthorized || !strings.Contains(r.message(), "token") {
+			t.Fatalf("connect without a token: %d %s", r.status, r.body)
+		}
+		if r := newBrowser(t).postWithToken(e.url+"/auth/codehost/connect", "not-a-jwt", nil); r.status != http.StatusUnauthorized {
+			t.Fatalf("ticket with a bad token: %d %s", r.status, r.body)
+		}
+		// The access token as a query parameter is refused outright.
+		if r := newBrowser(t).get(e.url + "/auth/codehost/connect?token=" + aliceTok); r.status != http.StatusBadRequest || !strings.Contains(r.message(), "ticket") {
+			t.Fatalf("connect with ?token=: %d %s", r.status, r.body)
 		}
 
-		// The token as a query parameter (a browser following a link).
+		// A browser: a ticket from POST (Bearer), opened in the same browser.
 		e.gh.SignIn("octocat")
-		u := e.flow(newBrowser(t), "/auth/codehost/connect?token="+aliceTok)
+		b := newBrowser(t)
+		tk := e.ticket(b, aliceTok)
+		u := e.flow(b, tk)
 		if u.Path != "/settings/connected-accounts" || u.Query().Get("codehost") != "connected" || u.Query().Get("accessToken") != "" {
 			t.Fatalf("connect ended on %s", u)
 		}
@@ -314,7 +324,11 @@ func TestCodehostConnect(t *testing.T) {
 			t.Fatalf("alice's link %q", login)
 		}
 		if strings.Contains(e.logs.String(), aliceTok) {
-			t.Fatal("the token query parameter reached the logs")
+			t.Fatal("the access token reached the logs")
+		}
+		// The ticket works once.
+		if r := b.get(e.url + tk); r.status != http.StatusBadRequest || !strings.Contains(r.message(), "ticket") {
+			t.Fatalf("replayed ticket: %d %s", r.status, r.body)
 		}
 		// Logging in through the code host now lands in alice's account.
 		if got := e.loggedIn(e.flow(newBrowser(t), "/auth/codehost")); got != alice.ID {
@@ -335,7 +349,8 @@ func TestCodehostConnect(t *testing.T) {
 
 		// Alice connects another code-host account: it replaces the first.
 		e.gh.SignIn("octo-work")
-		if u = e.flow(newBrowser(t), "/auth/codehost/connect?token="+aliceTok); u.Query().Get("codehost") != "connected" {
+		b = newBrowser(t)
+		if u = e.flow(b, e.ticket(b, aliceTok)); u.Query().Get("codehost") != "connected" {
 			t.Fatalf("reconnect ended on %s", u)
 		}
 		if login, _ := e.svc.CodehostLogin(ctx, alice.ID); login != "octo-work" {
@@ -429,6 +444,129 @@ func TestConcurrentCallbacksWithOneStateLogInOnce(t *testing.T) {
 		}
 		if ok != 1 || refused != n-1 || e.gh.Exchanges() != 1 || e.count("auth_users") != 1 {
 			t.Fatalf("ok %d refused %d exchanges %d users %d", ok, refused, e.gh.Exchanges(), e.count("auth_users"))
+		}
+	})
+}
+
+// TestConnectTicketForcedLinking is attack 3 of issue 14: Mallory gets a
+// connect ticket for her own account and gets it opened in Victor's browser
+// (a link, an <img>, a redirect), where Victor is signed in to the code host.
+// Nothing may be linked: the ticket works only with the cookie of the browser
+// that asked for it. Before the fix the link carried ?token=<Mallory's token>
+// and Victor's code-host account ended up in Mallory's Keelson account.
+func TestConnectTicketForcedLinking(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		ctx := context.Background()
+		e.gh.AddUser(octo) // Victor's code-host account
+		e.gh.SignIn("octocat")
+		mallory, malloryTok := e.password("mallory@example.com")
+		victor, victorTok := e.password("victor@example.com")
+
+		// Mallory asks for a ticket from her own machine.
+		attacker := newBrowser(t)
+		ticketURL := e.ticket(attacker, malloryTok)
+		before := e.count("oauth_identities")
+
+		// Victor's browser opens it: no cookie for it there.
+		victim := newBrowser(t)
+		r := victim.get(e.url + ticketURL)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.message(), "ticket") || r.header.Get("Location") != "" {
+			t.Fatalf("attacker's ticket in the victim's browser: %d %s (Location %q)", r.status, r.body, r.header.Get("Location"))
+		}
+		// Victor's browser holding a cookie of its own (he asked for a ticket
+		// himself earlier) fares no better with Mallory's ticket.
+		e.ticket(victim, victorTok)
+		if r := victim.get(e.url + ticketURL); r.status != http.StatusBadRequest {
+			t.Fatalf("attacker's ticket with the victim's own connect cookie: %d %s", r.status, r.body)
+		}
+		// Nor does a browser sending Mallory's ticket with a made-up cookie.
+		if r := newBrowser(t).get(e.url+ticketURL, "Cookie", "keelson_connect=made-up"); r.status != http.StatusBadRequest {
+			t.Fatalf("attacker's ticket with a forged cookie: %d %s", r.status, r.body)
+		}
+		// The old form of the attack: the access token in the link.
+		if r := victim.get(e.url + "/auth/codehost/connect?token=" + malloryTok); r.status != http.StatusBadRequest {
+			t.Fatalf("?token= in the victim's browser: %d %s", r.status, r.body)
+		}
+		if n := e.count("oauth_identities"); n != before {
+			t.Fatalf("identities %d, want %d: something was linked", n, before)
+		}
+		if e.gh.Exchanges() != 0 || e.count("oauth_states") != 0 {
+			t.Fatal("a refused ticket started a flow at the code host")
+		}
+		for _, id := range []string{mallory.ID, victor.ID} {
+			if login, _ := e.svc.CodehostLogin(ctx, id); login != "" {
+				t.Fatalf("user %s got linked to %q", id, login)
+			}
+		}
+		// Victor's next "log in with the code host" does not land in Mallory's
+		// account (it is refused: his email matches a password account).
+		u := e.flow(newBrowser(t), "/auth/codehost")
+		if u.Query().Get("accessToken") != "" && e.userIDOf(u.Query().Get("accessToken")) == mallory.ID {
+			t.Fatal("the victim's code-host login landed in the attacker's account")
+		}
+
+		// Mallory's ticket still works in her own browser (it was never used up)...
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 666, Login: "mallory-gh", Emails: []oauthtest.GitHubEmail{{Email: "m@evil.example", Primary: true, Verified: true}}})
+		e.gh.SignIn("mallory-gh")
+		if u := e.flow(attacker, ticketURL); u.Query().Get("codehost") != "connected" {
+			t.Fatalf("ticket in its own browser: %s", u)
+		}
+		// ...and a ticket expires after 5 minutes.
+		b := newBrowser(t)
+		late := e.ticket(b, victorTok)
+		e.clock.Advance(oauth.ConnectTicketTTL + time.Second)
+		if r := b.get(e.url + late); r.status != http.StatusBadRequest {
+			t.Fatalf("expired ticket: %d %s", r.status, r.body)
+		}
+	})
+}
+
+func TestConnectTicketCookie(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		for _, c := range []struct {
+			public string
+			want   []string
+			not    string
+		}{
+			{"", []string{"keelson_connect=", "HttpOnly", "SameSite=Lax", "Path=/auth/codehost/connect", "Max-Age=300"}, "Secure"},
+			{"https://api.keelson.example", []string{"__Host-keelson_connect=", "HttpOnly", "SameSite=Lax", "Path=/;", "Secure", "Max-Age=300"}, "Domain"},
+		} {
+			e := newEnv(t, bdb, func(d *oauth.Deps) {
+				if c.public != "" {
+					d.PublicURL = c.public
+				}
+			})
+			_, tok := e.password(platform.NewID() + "@example.com")
+			r := newBrowser(t).postWithToken(e.url+"/auth/codehost/connect", tok, nil)
+			if r.status != http.StatusOK || r.header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("POST /auth/codehost/connect: %d %s", r.status, r.body)
+			}
+			var body struct {
+				Ticket, ConnectURL string
+				ExpiresAt          time.Time
+			}
+			if err := json.Unmarshal(r.body, &body); err != nil || len(body.Ticket) < 40 {
+				t.Fatalf("ticket answer %s", r.body)
+			}
+			base := cmp.Or(c.public, e.url)
+			if body.ConnectURL != base+"/auth/codehost/connect?ticket="+body.Ticket {
+				t.Fatalf("connectUrl %q", body.ConnectURL)
+			}
+			ck := r.header.Get("Set-Cookie") + ";"
+			for _, w := range c.want {
+				if !strings.Contains(ck, w) {
+					t.Errorf("%s: cookie %q lacks %q", cmp.Or(c.public, "http"), ck, w)
+				}
+			}
+			if strings.Contains(ck, c.not) || strings.Contains(ck, body.Ticket) {
+				t.Errorf("cookie %q has %q or the ticket itself", ck, c.not)
+			}
+			if n, _ := bdb.NewSelect().Table("oauth_connect_tickets").Where("id = ?", body.Ticket).Count(context.Background()); n != 0 {
+				t.Error("the ticket is stored in clear")
+			}
 		}
 	})
 }

@@ -55,6 +55,7 @@ func fail(code string, err error) *flowError { return &flowError{code: code, err
 type redirect struct {
 	location string
 	cookie   *http.Cookie
+	cookies  []*http.Cookie // more cookies to set (or clear)
 }
 
 func (s *Service) cookieName(p provider) string { return "keelson_oauth_" + p.name() }
@@ -67,9 +68,10 @@ func (s *Service) stateCookie(p provider, value string, maxAge int) *http.Cookie
 }
 
 // start begins a flow at provider p: it records the state (with the sealed
-// PKCE verifier, the nonce, and the connecting user in connect mode), binds it
-// to the browser with a cookie, and redirects to the provider.
-func (s *Service) start(ctx context.Context, p provider, mode, userID string) (*redirect, error) {
+// PKCE verifier, the nonce, and the connecting user and where a successful
+// connect ends in connect mode), binds it to the browser with a cookie, and
+// redirects to the provider.
+func (s *Service) start(ctx context.Context, p provider, mode, userID, next string) (*redirect, error) {
 	if err := unavailable(p); err != nil {
 		return nil, err
 	}
@@ -91,7 +93,7 @@ func (s *Service) start(ctx context.Context, p provider, mode, userID string) (*
 	now := s.now()
 	if err := s.stateInsert(ctx, &stateRow{
 		ID: hashToken(state), Provider: p.name(), Mode: mode, UserID: userID, Verifier: sealed, Nonce: nonce,
-		CreatedAt: now, ExpiresAt: now.Add(s.d.StateTTL),
+		Next: next, CreatedAt: now, ExpiresAt: now.Add(s.d.StateTTL),
 	}); err != nil {
 		return nil, err
 	}
@@ -176,6 +178,9 @@ func (s *Service) finish(ctx context.Context, p provider, st *stateRow, in callb
 	if st.Mode == modeConnect {
 		if err := s.connect(ctx, p, st.UserID, pr, sealedToken); err != nil {
 			return "", err
+		}
+		if st.Next != "" {
+			return st.Next, nil // set by another module when it issued the ticket (IssueConnectTicket)
 		}
 		return s.d.FrontendURL + "/settings/connected-accounts?" + url.Values{p.name(): {"connected"}}.Encode(), nil
 	}

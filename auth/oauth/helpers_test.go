@@ -229,6 +229,27 @@ func (e *env) begin(b *browser, path string, hdr ...string) *url.URL {
 	return cb
 }
 
+// ticket asks for a connect ticket with token from browser b (which keeps the
+// binding cookie) and answers the path and query of its connectUrl.
+func (e *env) ticket(b *browser, token string) string {
+	e.t.Helper()
+	r := b.postWithToken(e.url+"/auth/codehost/connect", token, nil)
+	if r.status != http.StatusOK {
+		e.t.Fatalf("POST /auth/codehost/connect: %d %s", r.status, r.body)
+	}
+	var out struct {
+		ConnectURL string `json:"connectUrl"`
+	}
+	if err := json.Unmarshal(r.body, &out); err != nil {
+		e.t.Fatal(err)
+	}
+	u, err := url.Parse(out.ConnectURL)
+	if err != nil || u.Query().Get("ticket") == "" {
+		e.t.Fatalf("connectUrl %q", out.ConnectURL)
+	}
+	return u.Path + "?" + u.RawQuery
+}
+
 // flow runs a whole flow from the start route and answers the frontend URL it ends on.
 func (e *env) flow(b *browser, path string, hdr ...string) *url.URL {
 	e.t.Helper()

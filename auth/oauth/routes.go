@@ -14,7 +14,7 @@ import (
 type redirectOutput struct {
 	Status         int
 	Location       string `header:"Location" doc:"Where the browser goes next: the provider's authorization page (start routes) or the frontend (callbacks)"`
-	SetCookie      string `header:"Set-Cookie" doc:"The short-lived HttpOnly, SameSite=Lax cookie that binds the OAuth state to this browser (set by start routes, cleared by callbacks)"`
+	SetCookie      []string `header:"Set-Cookie" doc:"The short-lived HttpOnly, SameSite=Lax cookie that binds the OAuth state to this browser (set by start routes, cleared by callbacks); the connect route also clears its ticket cookie"`
 	CacheControl   string `header:"Cache-Control" doc:"no-store: the redirect may carry tokens"`
 	ReferrerPolicy string `header:"Referrer-Policy" doc:"no-referrer: tokens in the URL must not leak to other sites"`
 }
@@ -24,15 +24,30 @@ func toOutput(r *redirect) *redirectOutput {
 		Status: http.StatusFound, Location: r.location,
 		CacheControl: "no-store", ReferrerPolicy: "no-referrer",
 	}
-	if r.cookie != nil {
-		out.SetCookie = r.cookie.String()
+	for _, c := range append([]*http.Cookie{r.cookie}, r.cookies...) {
+		if c != nil {
+			out.SetCookie = append(out.SetCookie, c.String())
+		}
 	}
 	return out
 }
 
 type connectInput struct {
 	Authorization string `header:"Authorization" hidden:"true"`
-	Token         string `query:"token" maxLength:"4096" doc:"The access token itself, for browsers: a redirect or link cannot carry an Authorization header. Use a fresh (short-lived) access token; it is checked like the Bearer header and never logged. Send either this or Authorization: Bearer."`
+	Ticket        string `query:"ticket" maxLength:"256" doc:"A one-time connect ticket from POST /auth/codehost/connect, opened in the browser that asked for it (its cookie must come along). Send either this or Authorization: Bearer."`
+	Token         string `query:"token" maxLength:"4096" doc:"No longer accepted (answers 400): a link carrying an access token let any page link a visitor's code-host account to the token's owner. Use ticket."`
+	Cookie        string `cookie:"keelson_connect" doc:"Binds ticket to this browser (set by POST /auth/codehost/connect; __Host-keelson_connect on https)"`
+	HostCookie    string `cookie:"__Host-keelson_connect" hidden:"true"`
+}
+
+type connectTicketInput struct {
+	Authorization string `header:"Authorization" hidden:"true"`
+}
+
+type connectTicketOutput struct {
+	SetCookie    string `header:"Set-Cookie" doc:"HttpOnly, SameSite=Lax cookie binding the ticket to this browser"`
+	CacheControl string `header:"Cache-Control"`
+	Body         *ConnectTicket
 }
 
 // The two callback inputs differ only in their cookie's name. (Huma reads no
@@ -88,7 +103,7 @@ func (s *Service) Register(api huma.API) error {
 			"browser by a short-lived cookie. 503 names the missing settings when the code host is not configured. " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
-		r, err := s.start(ctx, s.codehost, modeLogin, "")
+		r, err := s.start(ctx, s.codehost, modeLogin, "", "")
 		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
@@ -99,35 +114,63 @@ func (s *Service) Register(api huma.API) error {
 		OperationID: "oauth-codehost-connect", Method: http.MethodGet, Path: "/auth/codehost/connect",
 		Summary: "Link a code-host account to the current user (browser redirect)", Tags: tags,
 		DefaultStatus: http.StatusFound, Security: platform.Bearer(),
-		Description: "Needs the caller's access token: as Authorization: Bearer, or, because a browser cannot send " +
-			"a header when it follows a link or redirect, as the token query parameter. Redirects to the code host's " +
+		Description: "For a browser: ?ticket= from POST /auth/codehost/connect, opened in the browser that asked " +
+			"for it (the ticket's cookie must come along; otherwise 400 and nothing is linked). For other clients: " +
+			"Authorization: Bearer. The token query parameter is refused (400). Redirects to the code host's " +
 			"authorization page; the connect metadata (who is connecting) is kept server-side with the state. " + connectDoc,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *connectInput) (*redirectOutput, error) {
 		if err := unavailable(s.codehost); err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
-		tok, ok := platform.BearerToken(in.Authorization)
-		if !ok {
-			tok = in.Token
+		if in.Token != "" {
+			return nil, platform.HTTPError(ctx, platform.Invalid("query token: no longer accepted; "+
+				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser"))
 		}
-		if tok == "" {
-			return nil, platform.HTTPError(ctx, platform.Unauthorized(
-				"missing access token: send Authorization: Bearer <accessToken> or ?token=<accessToken>"))
-		}
-		p, err := s.d.Authn.Authenticate(ctx, tok)
-		if err != nil {
-			var pe *platform.Error
-			if !errors.As(err, &pe) && errors.Is(err, platform.ErrUnauthorized) {
-				err = platform.Unauthorized("invalid or expired access token")
+		if in.Ticket != "" {
+			cookie := in.Cookie
+			if s.secure() {
+				cookie = in.HostCookie // on https only the __Host- cookie, which no subdomain can set
 			}
+			r, err := s.startConnectWithTicket(ctx, in.Ticket, cookie)
+			if err != nil {
+				return nil, platform.HTTPError(ctx, err)
+			}
+			return toOutput(r), nil
+		}
+		p, err := s.authenticate(ctx, in.Authorization)
+		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
-		r, err := s.start(ctx, s.codehost, modeConnect, p.UserID)
+		r, err := s.start(ctx, s.codehost, modeConnect, p.UserID, "")
 		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
 		return toOutput(r), nil
+	})
+
+	huma.Register(api, huma.Operation{
+		OperationID: "oauth-codehost-connect-ticket", Method: http.MethodPost, Path: "/auth/codehost/connect",
+		Summary: "Get a one-time ticket that links a code-host account to the current user", Tags: tags,
+		Security: platform.Bearer(),
+		Description: "Call it from the browser that will do the linking (credentials included: the answer sets an " +
+			"HttpOnly cookie binding the ticket to that browser), then send that browser to connectUrl " +
+			"(GET /auth/codehost/connect?ticket=...). The ticket works once, for 5 minutes, and only with its cookie: " +
+			"a ticket opened in any other browser links nothing. A newer ticket replaces the cookie of an older one.",
+		Errors: []int{http.StatusUnauthorized, http.StatusServiceUnavailable},
+	}, func(ctx context.Context, in *connectTicketInput) (*connectTicketOutput, error) {
+		if err := unavailable(s.codehost); err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		p, err := s.authenticate(ctx, in.Authorization)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		t, err := s.IssueConnectTicket(ctx, p.UserID, "")
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &connectTicketOutput{SetCookie: t.Cookie.String(), CacheControl: "no-store", Body: t}, nil
 	})
 
 	huma.Register(api, huma.Operation{
@@ -153,7 +196,7 @@ func (s *Service) Register(api huma.API) error {
 			"settings, or says the provider cannot be reached. " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
-		r, err := s.start(ctx, s.idp, modeLogin, "")
+		r, err := s.start(ctx, s.idp, modeLogin, "", "")
 		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
@@ -189,4 +232,22 @@ func (s *Service) Register(api huma.API) error {
 		return &exchangeOutput{CacheControl: "no-store", Body: tp}, nil
 	})
 	return nil
+}
+
+// authenticate checks an Authorization: Bearer header.
+func (s *Service) authenticate(ctx context.Context, header string) (platform.Principal, error) {
+	tok, ok := platform.BearerToken(header)
+	if !ok {
+		return platform.Principal{}, platform.Unauthorized(
+			"missing access token: send Authorization: Bearer <accessToken> (browsers: open the connectUrl of POST /auth/codehost/connect)")
+	}
+	p, err := s.d.Authn.Authenticate(ctx, tok)
+	if err != nil {
+		var pe *platform.Error
+		if !errors.As(err, &pe) && errors.Is(err, platform.ErrUnauthorized) {
+			err = platform.Unauthorized("invalid or expired access token")
+		}
+		return platform.Principal{}, err
+	}
+	return p, nil
 }

@@ -42,6 +42,22 @@ type stateRow struct {
 	UserID    string     `bun:"user_id,notnull,default:''"` // connect mode: who is connecting
 	Verifier  string     `bun:"verifier,notnull"`           // sealed PKCE code verifier
 	Nonce     string     `bun:"nonce,notnull,default:''"`   // OIDC nonce
+	Next      string     `bun:"next_url,notnull,default:''"` // connect mode: where success ends (IssueConnectTicket)
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+}
+
+// stateRowV1 is oauth_states as migration 0001 created it (0002 adds next_url).
+type stateRowV1 struct {
+	bun.BaseModel `bun:"table:oauth_states"`
+
+	ID        string     `bun:"id,pk,type:varchar(64)"`
+	Provider  string     `bun:"provider,notnull,type:varchar(20)"`
+	Mode      string     `bun:"mode,notnull,type:varchar(10)"`
+	UserID    string     `bun:"user_id,notnull,default:''"`
+	Verifier  string     `bun:"verifier,notnull"`
+	Nonce     string     `bun:"nonce,notnull,default:''"`
 	CreatedAt time.Time  `bun:"created_at,notnull"`
 	ExpiresAt time.Time  `bun:"expires_at,notnull"`
 	UsedAt    *time.Time `bun:"used_at"`
@@ -63,12 +79,15 @@ func Migrations() db.MigrationSet {
 	return db.MigrationSet{Module: "oauth", Migrations: []db.Migration{{
 		ID: "0001_init",
 		Up: db.Steps(
-			db.CreateTables((*identityRow)(nil), (*stateRow)(nil), (*exchangeRow)(nil)),
+			db.CreateTables((*identityRow)(nil), (*stateRowV1)(nil), (*exchangeRow)(nil)),
 			db.CreateIndex((*identityRow)(nil), "oauth_identities_subject_uq", true, "provider", "issuer", "provider_user_id"),
 			db.CreateIndex((*identityRow)(nil), "oauth_identities_user_uq", true, "provider", "user_id"),
 			db.CreateIndex((*stateRow)(nil), "oauth_states_expires_idx", false, "expires_at"),
 			db.CreateIndex((*exchangeRow)(nil), "oauth_exchange_codes_expires_idx", false, "expires_at"),
 		),
+	}, {
+		ID: "0002_connect_tickets",
+		Up: migrateConnectTickets,
 	}}}
 }
 
@@ -95,6 +114,7 @@ func (s *Service) purgeExpired(ctx context.Context) {
 	if _, err := s.db.NewDelete().Model((*exchangeRow)(nil)).Where("expires_at < ?", cut).Exec(ctx); err != nil {
 		s.log.WarnContext(ctx, "purge expired exchange codes", "err", err)
 	}
+	s.purgeConnectTickets(ctx, cut)
 }
 
 func (s *Service) stateInsert(ctx context.Context, r *stateRow) error {

@@ -91,6 +91,33 @@ func (b *oauthBrowser) finish(cb string) *url.URL {
 	return h.loc
 }
 
+// connectTicket asks for a connect ticket as token from this browser (which
+// keeps its cookie) and answers the path and query of its connectUrl.
+func (b *oauthBrowser) connectTicket(token string) string {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.ts.URL+"/auth/codehost/connect", nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		ConnectURL string `json:"connectUrl"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != http.StatusOK {
+		b.t.Fatalf("POST /auth/codehost/connect: %d %v", res.StatusCode, err)
+	}
+	u, err := url.Parse(out.ConnectURL)
+	if err != nil || u.Query().Get("ticket") == "" {
+		b.t.Fatalf("connectUrl %q", out.ConnectURL)
+	}
+	return u.Path + "?" + u.RawQuery
+}
+
 func (b *oauthBrowser) flow(path string, hdr ...string) *url.URL {
 	b.t.Helper()
 	return b.finish(b.begin(path, hdr...))
@@ -188,7 +215,8 @@ func TestOAuthE2E(t *testing.T) {
 		// Connect mode: the owner links linus's code-host account? It is linus's
 		// already: refused, with a clear status.
 		f.gh.SignIn("linus")
-		u = newOAuthBrowser(t, ts).flow("/auth/codehost/connect?token=" + owner)
+		ob := newOAuthBrowser(t, ts)
+		u = ob.flow(ob.connectTicket(owner))
 		if u.Path != "/settings/connected-accounts" || u.Query().Get("codehost") != "error" || u.Query().Get("reason") != "already_linked" {
 			t.Fatalf("connecting another user's identity ended on %s", u)
 		}
@@ -259,7 +287,7 @@ func TestOAuthE2E(t *testing.T) {
 		}
 		ts.doJSON(t, http.StatusOK, "GET", "/openapi.json", "", nil, &doc)
 		for path, param := range map[string]string{
-			"/auth/codehost/callback": "state", "/auth/idp/callback": "state", "/auth/codehost/connect": "token",
+			"/auth/codehost/callback": "state", "/auth/idp/callback": "state", "/auth/codehost/connect": "ticket",
 		} {
 			op := doc.Paths[path]["get"]
 			found := false
