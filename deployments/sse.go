@@ -25,7 +25,10 @@ import (
 //
 // Where the backlog starts: the Last-Event-ID header (a reconnecting
 // EventSource) wins, then since (an RFC 3339 time: lines at or after it), then
-// after (a cursor); none means from the first line.
+// after (a cursor); none means from the first line. A resume (Last-Event-ID or
+// after) at or past the last line of a terminal deployment (LIVE, FAILED,
+// CANCELLED) is answered 204 No Content: nothing more will come on this
+// stream, and 204 is what makes a browser's EventSource stop reconnecting.
 //
 // LIVE is terminal for the stream: a stream of a LIVE deployment sends what
 // the app logged so far, then done. Open it again (with after=<last cursor>)
@@ -101,8 +104,9 @@ func (h *handlers) logsAuth(api huma.API, auth platform.Authenticator) func(huma
 
 // streamStart is where a stream's backlog begins.
 type streamStart struct {
-	after int64
-	since time.Time
+	after  int64
+	since  time.Time
+	resume bool // after comes from after= or Last-Event-ID (not since)
 }
 
 func parseStart(in *logsInput) (streamStart, error) {
@@ -135,11 +139,11 @@ func parseStart(in *logsInput) (streamStart, error) {
 	}
 	switch {
 	case in.LastEventID != "":
-		st.after = last
+		st.after, st.resume = last, true
 	case in.Since != "":
 		st.since = since.UTC()
 	default:
-		st.after = after
+		st.after, st.resume = after, in.After != ""
 	}
 	return st, nil
 }
@@ -153,6 +157,18 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 	start, err := parseStart(in)
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)
+	}
+	if start.resume && d.Status.Terminal() {
+		// A reconnecting EventSource would otherwise replay ready and done
+		// every few seconds for as long as its token lasts: 204 is the one
+		// answer that stops it (WHATWG HTML, "server-sent events").
+		last, err := h.svc.store.LogMaxSeq(ctx, d.ID)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		if start.after >= last {
+			return &huma.StreamResponse{Body: func(hctx huma.Context) { hctx.SetStatus(http.StatusNoContent) }}, nil
+		}
 	}
 	release := func() {}
 	if h.streams != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -186,9 +187,28 @@ func TestLogStreamBacklogAfterSinceAndLastEventID(t *testing.T) {
 		require.Equal(t, "ready", s.nextEvent().Type)
 		assert.Equal(t, want, s.logsUntilDone(), "since wins over after")
 
-		s = e.openLogs("/deployments/"+id+"/logs?after="+strconv.FormatInt(n, 10), alice, nil)
+		// A resume at or past the last line of a finished deployment is 204:
+		// an EventSource stops reconnecting instead of replaying ready+done
+		// every few seconds.
+		for _, c := range []struct {
+			query  string
+			header http.Header
+		}{
+			{"after=" + strconv.FormatInt(n, 10), nil},
+			{"after=" + strconv.FormatInt(n+1000, 10), nil},
+			{"", http.Header{"Last-Event-ID": {strconv.FormatInt(n, 10)}}},
+			{"after=1", http.Header{"Last-Event-ID": {strconv.FormatInt(n, 10)}}},
+		} {
+			s = e.openLogs("/deployments/"+id+"/logs?"+c.query, alice, c.header)
+			assert.Equal(t, http.StatusNoContent, s.res.StatusCode, "%s %v", c.query, c.header)
+			body, _ := io.ReadAll(s.res.Body)
+			assert.Empty(t, body)
+		}
+		// One line short of the end still streams that line, then done.
+		s = e.openLogs("/deployments/"+id+"/logs", alice, http.Header{"Last-Event-ID": {strconv.FormatInt(n-1, 10)}})
+		require.Equal(t, 200, s.res.StatusCode)
 		require.Equal(t, "ready", s.nextEvent().Type)
-		assert.Empty(t, s.logsUntilDone())
+		assert.Equal(t, []int64{n}, s.logsUntilDone())
 
 		for _, c := range []struct {
 			query, header, want string
