@@ -19,6 +19,11 @@ type JSONCheck struct {
 	// runs. A longer body is passed on unchecked: the operation's own limit
 	// (Huma's MaxBodyBytes, default 1 MiB) answers 413 for it. Default 1 MiB.
 	MaxBytes int64
+	// MaxDepth is the deepest nesting of objects and arrays accepted; a
+	// deeper body is answered 400 before any decoder sees it (a 2 MiB
+	// "nesting bomb" costs a recursive decoder and validator seconds of CPU).
+	// Default MaxJSONDepth.
+	MaxDepth int
 	// Skip exempts requests, e.g. a webhook verified by a signature over its
 	// raw bytes whose payload the provider, not our client, chose.
 	Skip func(*http.Request) bool
@@ -36,6 +41,9 @@ type JSONCheck struct {
 //     validator may see another value than the handler; refusing is the only
 //     safe answer.
 //
+//   - objects and arrays nested deeper than MaxDepth, found by a scan that
+//     stops at the first level too deep.
+//
 // Everything else (syntax errors, types, unknown fields) is left to the
 // handler's own decoding and validation. The body is put back for the
 // handler unchanged.
@@ -43,6 +51,10 @@ func CheckJSON(c JSONCheck, next http.Handler) http.Handler {
 	max := c.MaxBytes
 	if max <= 0 {
 		max = 1 << 20
+	}
+	depth := c.MaxDepth
+	if depth <= 0 {
+		depth = MaxJSONDepth
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || !isJSON(r.Header.Get("Content-Type")) ||
@@ -63,7 +75,7 @@ func CheckJSON(c JSONCheck, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if msg := JSONProblem(buf); msg != "" {
+		if msg := JSONProblemDepth(buf, depth); msg != "" {
 			writeError(w, http.StatusBadRequest, msg)
 			return
 		}
@@ -88,10 +100,18 @@ func isJSON(ct string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
+// MaxJSONDepth is CheckJSON's default nesting limit: far deeper than any
+// request body of the API, far shallower than what makes decoding costly.
+const MaxJSONDepth = 64
+
 // JSONProblem returns what is wrong with body in the sense of CheckJSON (a
 // message naming the problem and where it is), or "" when nothing is. It does
-// not report syntax errors, which the decoder names better.
-func JSONProblem(body []byte) string {
+// not report syntax errors, which the decoder names better. Nesting is
+// limited to MaxJSONDepth.
+func JSONProblem(body []byte) string { return JSONProblemDepth(body, MaxJSONDepth) }
+
+// JSONProblemDepth is JSONProblem with a nesting limit of maxDepth levels.
+func JSONProblemDepth(body []byte, maxDepth int) string {
 	if !utf8.Valid(body) {
 		i := 0
 		for i < len(body) {
@@ -115,12 +135,12 @@ func JSONProblem(body []byte) string {
 		switch c := body[i]; c {
 		case 0:
 			return fmt.Sprintf("body: NUL character at byte %d is not allowed", i)
-		case '{':
-			stack = append(stack, frame{object: true})
-			wantKey = true
-		case '[':
-			stack = append(stack, frame{})
-			wantKey = false
+		case '{', '[':
+			if len(stack) >= maxDepth {
+				return fmt.Sprintf("body: JSON nested deeper than %d levels (at byte %d)", maxDepth, i)
+			}
+			stack = append(stack, frame{object: c == '{'})
+			wantKey = c == '{'
 		case '}', ']':
 			if len(stack) > 0 {
 				stack = stack[:len(stack)-1]

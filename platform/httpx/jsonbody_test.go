@@ -28,6 +28,12 @@ func TestJSONProblem(t *testing.T) {
 		`[{"x":1},{"y":[{"z":1,"z":1}]}]`: `duplicate key "z"`,
 		`{"a":{"x":1},"a":2}`:             `duplicate key "a"`,
 	}
+	// Nesting: 64 levels pass, 65 do not, whatever mix of objects and arrays;
+	// brackets inside strings do not count.
+	bad[strings.Repeat(`{"a":`, 65)+"1"+strings.Repeat("}", 65)] = "nested deeper than 64 levels"
+	bad[strings.Repeat(`[`, 65)+strings.Repeat("]", 65)] = "nested deeper than 64 levels"
+	bad[strings.Repeat(`[{"a":`, 40)] = "nested deeper than 64 levels (at byte 192)"
+	bad[strings.Repeat(`{"a":`, 900_000)] = "nested deeper than 64 levels" // the 4.5 MB bomb, unterminated
 	for body, want := range bad {
 		if got := httpx.JSONProblem([]byte(body)); !strings.Contains(got, want) || !strings.HasPrefix(got, "body: ") {
 			t.Errorf("%q: got %q, want a message naming %s", body, got, want)
@@ -41,6 +47,10 @@ func TestJSONProblem(t *testing.T) {
 		`{"unterminated`, // syntax errors are the decoder's to report
 		`{"bad":"\u12"}`,
 		``,
+		strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64),
+		strings.Repeat(`[`, 64) + strings.Repeat("]", 64),
+		`{"s":"` + strings.Repeat(`[{`, 1000) + `"}`,
+		strings.Repeat(`[1],`, 10000) + "[1]", // many siblings, shallow
 	}
 	for _, body := range good {
 		if got := httpx.JSONProblem([]byte(body)); got != "" {
@@ -78,6 +88,15 @@ func TestCheckJSON(t *testing.T) {
 			e.Error != "Bad Request" || !strings.Contains(e.Message, "NUL") || rec.Header().Get("Content-Type") != "application/json" {
 			t.Fatalf("content type %q: %d %s", ct, rec.Code, rec.Body)
 		}
+	}
+	// MaxDepth: a nesting bomb is refused before the handler decodes it.
+	deep := httpx.CheckJSON(httpx.JSONCheck{MaxDepth: 3}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran for a body nested too deep")
+	}))
+	rec := httptest.NewRecorder()
+	deep.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{"a":[{"b":[1]}]}`)))
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "body: JSON nested deeper than 3 levels") {
+		t.Fatalf("nested body: %d %s", rec.Code, rec.Body)
 	}
 	// A good body reaches the handler byte for byte.
 	if rec := send("/x", "application/json", `{"name":"ok"}`); rec.Code != 204 || seen != `{"name":"ok"}` {
