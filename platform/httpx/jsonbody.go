@@ -32,6 +32,7 @@ type JSONCheck struct {
 // CheckJSON answers 400 in the error model for a JSON request body (a JSON
 // Content-Type, or none) that encoding/json would silently alter or that no
 // database can store faithfully:
+//
 //   - bytes that are not UTF-8 (encoding/json turns them into U+FFFD),
 //   - NUL characters, raw or escaped as \u0000 (Postgres text rejects them),
 //   - lone UTF-16 surrogate escapes such as \ud800 (also turned into U+FFFD),
@@ -40,7 +41,6 @@ type JSONCheck struct {
 //     case-insensitively): parsers disagree on which one wins, so a proxy or
 //     validator may see another value than the handler; refusing is the only
 //     safe answer.
-//
 //   - objects and arrays nested deeper than MaxDepth, found by a scan that
 //     stops at the first level too deep.
 //
