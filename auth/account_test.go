@@ -23,15 +23,15 @@ func TestRegister(t *testing.T) {
 			"name": "Ada", "company": "Analytical", "codehostUsername": "ada",
 		}), http.StatusCreated, &u)
 		for _, k := range []string{"id", "email", "name", "username", "bio", "company", "location", "website",
-			"codehostUsername", "image", "role", "twoFactorEnabled", "createdAt", "updatedAt"} {
+			"codehostUsername", "image", "role", "twoFactorEnabled", "emailVerified", "createdAt", "updatedAt"} {
 			if _, ok := u[k]; !ok {
 				t.Errorf("register response lacks %q: %v", k, u)
 			}
 		}
-		if len(u) != 14 {
+		if len(u) != 15 {
 			t.Errorf("register response has extra fields: %v", u)
 		}
-		if u["email"] != "ada@example.com" || u["name"] != "Ada" || u["role"] != "USER" || u["twoFactorEnabled"] != false {
+		if u["email"] != "ada@example.com" || u["name"] != "Ada" || u["role"] != "USER" || u["twoFactorEnabled"] != false || u["emailVerified"] != false {
 			t.Errorf("register response: %v", u)
 		}
 		if !platform.ValidID(u["id"].(string)) {
@@ -48,9 +48,15 @@ func TestRegister(t *testing.T) {
 			t.Errorf("stored hash %q is not argon2id with OWASP parameters", hash)
 		}
 
-		// An email listed in AdminEmails (any case) gets the ADMIN role.
-		if admin := e.register("boss@example.com"); admin.Role != platform.RoleAdmin {
-			t.Errorf("admin email got role %q", admin.Role)
+		// An email listed in AdminEmails (any case) is ADMIN only once verified.
+		if admin := e.register("boss@example.com"); admin.Role != platform.RoleUser || admin.EmailVerified {
+			t.Errorf("unverified admin email got role %q (verified %v)", admin.Role, admin.EmailVerified)
+		}
+		e.verify("boss@example.com")
+		var me User
+		e.want(e.do("GET", "/auth/me", e.tokens("boss@example.com").AccessToken, nil), http.StatusOK, &me)
+		if me.Role != platform.RoleAdmin || !me.EmailVerified {
+			t.Errorf("verified admin email: role %q verified %v", me.Role, me.EmailVerified)
 		}
 
 		// Every rejected request answers 400/409 naming the problem and changes nothing.
@@ -150,13 +156,20 @@ func TestAuthenticateRejectsBadTokens(t *testing.T) {
 			t.Fatalf("good token: %+v %v", p, err)
 		}
 		now := e.clock.Now()
+		goodClaims, err := e.svc.parseAccess(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := e.tokens("ada@example.com") // another session, revoked below
+		otherClaims, _ := e.svc.parseAccess(other.AccessToken)
+		e.want(e.do("POST", "/auth/logout", other.AccessToken, map[string]any{"refreshToken": other.RefreshToken}), http.StatusOK, nil)
 		claims := func(mut func(*accessClaims)) *accessClaims {
 			c := &accessClaims{
 				RegisteredClaims: jwt.RegisteredClaims{
 					Issuer: "keelson", Subject: u.ID, Audience: jwt.ClaimStrings{"keelson-api"},
 					IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute)),
 				},
-				Role: "USER", Type: "access",
+				Role: "USER", Type: "access", Fam: goodClaims.Fam,
 			}
 			if mut != nil {
 				mut(c)
@@ -174,17 +187,20 @@ func TestAuthenticateRejectsBadTokens(t *testing.T) {
 			t.Fatalf("hand-made valid token refused: %v", err)
 		}
 		bad := map[string]string{
-			"alg none":       sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(nil)),
-			"HS384":          sign(jwt.SigningMethodHS384, testSecret, claims(nil)),
-			"other key":      sign(jwt.SigningMethodHS256, []byte("another-secret-0123456789abcdef0123"), claims(nil)),
-			"wrong issuer":   sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Issuer = "evil" })),
-			"wrong audience": sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Audience = jwt.ClaimStrings{"other"} })),
-			"no exp":         sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.ExpiresAt = nil })),
-			"expired":        sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.ExpiresAt = jwt.NewNumericDate(now.Add(-time.Second)) })),
-			"not access":     sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Type = "refresh" })),
-			"unknown user":   sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Subject = platform.NewID() })),
-			"old session":    sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.SV = 7 })),
-			"role forged":    "",
+			"alg none":        sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(nil)),
+			"HS384":           sign(jwt.SigningMethodHS384, testSecret, claims(nil)),
+			"other key":       sign(jwt.SigningMethodHS256, []byte("another-secret-0123456789abcdef0123"), claims(nil)),
+			"wrong issuer":    sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Issuer = "evil" })),
+			"no session":      sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Fam = "" })),
+			"unknown session": sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Fam = platform.NewID() })),
+			"revoked session": sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Fam = otherClaims.Fam })),
+			"wrong audience":  sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Audience = jwt.ClaimStrings{"other"} })),
+			"no exp":          sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.ExpiresAt = nil })),
+			"expired":         sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.ExpiresAt = jwt.NewNumericDate(now.Add(-time.Second)) })),
+			"not access":      sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Type = "refresh" })),
+			"unknown user":    sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.Subject = platform.NewID() })),
+			"old session":     sign(jwt.SigningMethodHS256, testSecret, claims(func(c *accessClaims) { c.SV = 7 })),
+			"role forged":     "",
 		}
 		delete(bad, "role forged")
 		for name, tok := range bad {
@@ -255,20 +271,26 @@ func TestProfile(t *testing.T) {
 			t.Errorf("rejected PATCH changed the profile:\n%s\n%s", snapshot, now)
 		}
 
-		// Email: normalized; a taken one (any case) is 409 and changes nothing.
-		e.wantErr(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "TAKEN@example.com", "name": "X"}), 409, "email")
-		e.want(e.do("GET", "/auth/me", tok, nil), http.StatusOK, &got)
-		if got.Email != "ada@example.com" || *got.Name != "Ada L" {
-			t.Errorf("409 PATCH changed the profile: %+v", got)
+		// Email: a new one needs the password; it is normalized and takes
+		// effect when the link mailed to it is redeemed.
+		e.want(e.do("PATCH", "/auth/me", tok, map[string]any{"email": " Ada.New@Example.com", "currentPassword": testPassword}), http.StatusOK, &got)
+		if got.Email != "ada@example.com" {
+			t.Errorf("email changed before the new address was verified: %q", got.Email)
 		}
-		e.want(e.do("PATCH", "/auth/me", tok, map[string]any{"email": " Ada.New@Example.com"}), http.StatusOK, &got)
-		if got.Email != "ada.new@example.com" {
-			t.Errorf("email %q", got.Email)
+		e.verify("ada.new@example.com")
+		e.want(e.do("GET", "/auth/me", tok, nil), http.StatusOK, &got)
+		if got.Email != "ada.new@example.com" || !got.EmailVerified {
+			t.Errorf("after the link: email %q verified %v", got.Email, got.EmailVerified)
 		}
 		e.want(e.login("ada.new@example.com", testPassword, ""), http.StatusOK, nil)
-		// Moving onto an admin address (unverified) would grant ADMIN: refused.
-		e.wantErr(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "boss@example.com"}), 403, "email")
-		// The same email again is not a conflict with oneself.
+		// A taken address (any case): the request looks the same; the link answers 409 and changes nothing.
+		e.want(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "TAKEN@example.com", "currentPassword": testPassword, "name": "X"}), http.StatusOK, nil)
+		e.wantErr(e.do("POST", "/auth/verify-email", "", map[string]any{"token": e.emailLink("taken@example.com")}), 409, "email")
+		e.want(e.do("GET", "/auth/me", tok, nil), http.StatusOK, &got)
+		if got.Email != "ada.new@example.com" {
+			t.Errorf("409 link changed the email: %+v", got)
+		}
+		// The same email again is not a change: no password needed.
 		e.want(e.do("PATCH", "/auth/me", tok, map[string]any{"email": "ada.new@example.com"}), http.StatusOK, nil)
 	})
 }

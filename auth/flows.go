@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"errors"
-	"net/url"
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -103,9 +102,10 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 	return s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
 }
 
-// ForgotPassword mails a reset link when email belongs to an account. It
-// answers nil either way, so callers cannot tell whether the account exists
-// (mail failures are logged, not returned).
+// ForgotPassword queues a reset link for email. The request does the same
+// work whether or not an account has that address (check the limits, queue a
+// job); the job looks the account up, stores the token and mails the link off
+// the request path. It answers nil either way (mail failures are logged).
 func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
 	n, err := normalizeEmail(email)
 	if err != nil {
@@ -117,32 +117,7 @@ func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
 	if err := s.allow(n, "forgot-acct:", s.d.Limits.ForgotPerAccount); err != nil {
 		return err
 	}
-	row, err := s.userRow(ctx, s.db, "email", n)
-	if errors.Is(err, platform.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	raw, hash := newOpaqueToken()
-	now := s.now()
-	rr := &resetRow{ID: platform.NewID(), Hash: hash, UserID: row.ID, CreatedAt: now, ExpiresAt: now.Add(s.d.ResetTTL)}
-	if _, err := s.db.NewInsert().Model(rr).Exec(ctx); err != nil {
-		return db.Translate(err)
-	}
-	link := s.d.FrontendURL + "/reset-password?token=" + url.QueryEscape(raw)
-	m := Mail{
-		To:      row.Email,
-		Subject: "Reset your Keelson password",
-		Text: "Someone asked to reset the password of your Keelson account.\n\n" +
-			"To choose a new password, open this link within " + s.d.ResetTTL.String() + ":\n\n" + link + "\n\n" +
-			"If it was not you, ignore this mail: your password stays as it is.\n",
-	}
-	if err := s.d.Mailer.Send(ctx, m); err != nil {
-		// The error text comes from the mail server, never holds the token.
-		s.log.ErrorContext(ctx, "password reset mail not sent", "user_id", row.ID, "err", err)
-	}
-	return nil
+	return s.queue("reset-password", s.forgotJob(n))
 }
 
 var errBadReset = platform.Invalid("token: invalid or expired reset token")
@@ -192,46 +167,74 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 // a field alone, an empty string clears it (email cannot be cleared).
 type ProfilePatch struct {
 	Email, Name, Username, Bio, Company, Location, Website, CodehostUsername, Image *string
+	// CurrentPassword and TwoFactorCode prove an email change (see reauthenticate).
+	CurrentPassword, TwoFactorCode string
+	// Session is the caller's session (refresh-token family): an email change
+	// ends every other session.
+	Session string
 }
 
-// UpdateProfile applies p to the user. A taken email answers 409.
+// UpdateProfile applies p to the user. A new email does not take effect here:
+// it needs proof (current password, or 2FA code) in p, else 400/403 and
+// nothing changes; then the link mailed to the new address makes it the
+// email (VerifyEmail), the old address is told, and every other session of
+// the account ends now. Whether the new address is taken is not checked here
+// (same work either way); redeeming the link answers 409 then.
 func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p ProfilePatch) (*User, error) {
-	q := s.db.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID).Set("updated_at = ?", s.now())
+	cur, err := s.userRow(ctx, s.db, "id", userID)
+	if err != nil {
+		return nil, err
+	}
+	newEmail := ""
 	if p.Email != nil {
 		e, err := normalizeEmail(*p.Email)
 		if err != nil {
 			return nil, platform.Invalid("email: " + err.Error())
 		}
-		cur, err := s.userRow(ctx, s.db, "id", userID)
-		if err != nil {
-			return nil, err
-		}
-		if cur.Email != e {
-			// Admin addresses grant a role and email changes are unverified:
-			// moving onto one would be a privilege escalation.
-			if s.admins[e] {
-				return nil, platform.Forbidden("email: cannot change to an address listed in KEELSON_ADMIN_EMAILS")
+		if e != cur.Email {
+			newEmail = e
+			if err := s.reauthenticate(ctx, cur, p.CurrentPassword, p.TwoFactorCode); err != nil {
+				return nil, err
 			}
-			q = q.Set("email = ?", e).Set("email_verified = ?", false)
 		}
 	}
-	for col, v := range map[string]*string{
-		"name": p.Name, "username": p.Username, "bio": p.Bio, "company": p.Company, "location": p.Location,
-		"website": p.Website, "codehost_username": p.CodehostUsername, "image": p.Image,
-	} {
-		if v != nil {
-			q = q.Set("? = ?", bun.Ident(col), opt(*v))
+	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		if newEmail != "" {
+			if err := s.consumeReauthCode(ctx, tx, cur, p.TwoFactorCode); err != nil {
+				return err
+			}
+			if err := revokeOtherSessions(ctx, tx, userID, p.Session, now); err != nil {
+				return err
+			}
 		}
-	}
-	res, err := q.Exec(ctx)
+		q := tx.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID).Set("updated_at = ?", now)
+		for col, v := range map[string]*string{
+			"name": p.Name, "username": p.Username, "bio": p.Bio, "company": p.Company, "location": p.Location,
+			"website": p.Website, "codehost_username": p.CodehostUsername, "image": p.Image,
+		} {
+			if v != nil {
+				q = q.Set("? = ?", bun.Ident(col), opt(*v))
+			}
+		}
+		res, err := q.Exec(ctx)
+		if err != nil {
+			return db.Translate(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return platform.NotFound("user not found")
+		}
+		return nil
+	})
 	if err != nil {
-		if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
-			return nil, emailTaken(err)
-		}
 		return nil, err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return nil, platform.NotFound("user not found")
+	if newEmail != "" {
+		s.limiter.refund("reauth-user:" + userID)
+		if err := s.queue("change-email", s.changeJob(userID, cur.Email, newEmail)); err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "email change requested; other sessions ended", "user_id", userID)
 	}
 	return s.UserByID(ctx, userID)
 }

@@ -34,6 +34,8 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("auth-refresh", http.MethodPost, "/auth/refresh", "Trade a refresh token for a new token pair", pub), s.handleRefresh)
 	huma.Register(api, op("auth-forgot-password", http.MethodPost, "/auth/forgot-password", "Mail a password-reset link", pub), s.handleForgot)
 	huma.Register(api, op("auth-reset-password", http.MethodPost, "/auth/reset-password", "Set a new password with a reset token", pub), s.handleReset)
+	huma.Register(api, op("auth-verify-email", http.MethodPost, "/auth/verify-email", "Redeem a mailed email link (verification or email change)", pub), s.handleVerifyEmail)
+	huma.Register(api, op("auth-verify-email-resend", http.MethodPost, "/auth/verify-email/resend", "Mail a new verification link to the account's address", prot), s.handleResendVerification)
 
 	huma.Register(api, op("auth-2fa-setup", http.MethodPost, "/auth/2fa/setup", "Generate a TOTP secret", prot), s.handleSetup)
 	huma.Register(api, op("auth-2fa-verify", http.MethodPost, "/auth/2fa/verify", "Enable 2FA with a TOTP code", prot), s.handleVerify)
@@ -131,6 +133,11 @@ func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userO
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)
 	}
+	// The verification mail is queued; a full queue does not undo the account
+	// (POST /auth/verify-email/resend sends another link).
+	if err := s.queue("verify-email", s.verifyJob(u.ID, u.Email)); err != nil {
+		s.log.WarnContext(ctx, "verification mail not queued", "user_id", u.ID, "err", err)
+	}
 	return &userOutput{Body: u}, nil
 }
 
@@ -221,6 +228,33 @@ func (s *Service) handleReset(ctx context.Context, in *resetInput) (*ackOutput, 
 	return &ackOutput{Body: Ack{OK: true, Message: "Password changed. Log in with the new password."}}, nil
 }
 
+// ---- email verification ----
+
+type verifyEmailInput struct {
+	Body struct {
+		Token string `json:"token" minLength:"1" maxLength:"256" doc:"The token from the mailed link <FrontendURL>/verify-email?token=..."`
+	}
+}
+
+func (s *Service) handleVerifyEmail(ctx context.Context, in *verifyEmailInput) (*ackOutput, error) {
+	kind, err := s.VerifyEmail(ctx, in.Body.Token)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	msg := "Email address verified."
+	if kind == emailKindChange {
+		msg = "Email address changed and verified."
+	}
+	return &ackOutput{Body: Ack{OK: true, Message: msg}}, nil
+}
+
+func (s *Service) handleResendVerification(ctx context.Context, _ *struct{}) (*ackOutput, error) {
+	if err := s.ResendVerification(ctx, principal(ctx).UserID); err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &ackOutput{Body: Ack{OK: true, Message: "A verification link is on its way to your address."}}, nil
+}
+
 // ---- 2FA ----
 
 type setupOutput struct{ Body TwoFactorSetup }
@@ -282,6 +316,8 @@ type patchBody struct {
 	Website          *string `json:"website,omitempty" maxLength:"2048"`
 	CodehostUsername *string `json:"codehostUsername,omitempty" maxLength:"100"`
 	Image            *string `json:"image,omitempty" maxLength:"2048"`
+	CurrentPassword  string  `json:"currentPassword,omitempty" maxLength:"128" doc:"Required with a new email (accounts with a password)"`
+	TwoFactorCode    string  `json:"twoFactorCode,omitempty" maxLength:"32" doc:"Required with a new email when 2FA is on (and the only proof for accounts without a password): a fresh TOTP or recovery code"`
 }
 
 func (b *patchBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
@@ -291,13 +327,23 @@ func (b *patchBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
 	return emailField(b.Email, pb, "email")
 }
 
-type patchInput struct{ Body patchBody }
+type patchInput struct {
+	Authorization string `header:"Authorization" hidden:"true"`
+	Body          patchBody
+}
 
 func (s *Service) handleUpdateMe(ctx context.Context, in *patchInput) (*userOutput, error) {
 	b := in.Body
+	session := ""
+	if tok, ok := platform.BearerToken(in.Authorization); ok {
+		if c, err := s.parseAccess(tok); err == nil {
+			session = c.Fam
+		}
+	}
 	u, err := s.UpdateProfile(ctx, principal(ctx).UserID, ProfilePatch{
 		Email: b.Email, Name: b.Name, Username: b.Username, Bio: b.Bio, Company: b.Company, Location: b.Location,
 		Website: b.Website, CodehostUsername: b.CodehostUsername, Image: b.Image,
+		CurrentPassword: b.CurrentPassword, TwoFactorCode: b.TwoFactorCode, Session: session,
 	})
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)

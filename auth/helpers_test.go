@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -120,8 +121,43 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*Deps)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	e.svc, e.api = svc, api
 	return e
+}
+
+// settle waits until every queued mail job has run.
+func (e *env) settle() {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.svc.mq.pending.Load() != 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatal("mail queue did not drain within 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// mailsTo settles the queue and answers the mails sent to addr.
+func (e *env) mailsTo(addr string) []Mail {
+	e.t.Helper()
+	e.settle()
+	var out []Mail
+	for _, m := range e.mail.all() {
+		if m.To == addr {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // do sends a request; token "" means none. headers are "Name: value".
@@ -225,3 +261,41 @@ func (e *env) wantErr(resp *httptest.ResponseRecorder, status int, contains stri
 }
 
 type httptestResp = httptest.ResponseRecorder
+
+// resets settles the queue and answers the password-reset mails, in order.
+func (e *env) resets() []Mail {
+	e.t.Helper()
+	e.settle()
+	var out []Mail
+	for _, m := range e.mail.all() {
+		if strings.Contains(m.Text, "/reset-password?token=") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// emailLink settles the queue and answers the token of the latest
+// /verify-email link mailed to addr.
+func (e *env) emailLink(addr string) string {
+	e.t.Helper()
+	ms := e.mailsTo(addr)
+	const marker = "/verify-email?token="
+	for i := len(ms) - 1; i >= 0; i-- {
+		if j := strings.Index(ms[i].Text, marker); j >= 0 {
+			tok, err := url.QueryUnescape(strings.Fields(ms[i].Text[j+len(marker):])[0])
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			return tok
+		}
+	}
+	e.t.Fatalf("no verification link mailed to %s", addr)
+	return ""
+}
+
+// verify redeems the latest link mailed to addr.
+func (e *env) verify(addr string) {
+	e.t.Helper()
+	e.want(e.do("POST", "/auth/verify-email", "", map[string]any{"token": e.emailLink(addr)}), http.StatusOK, nil)
+}

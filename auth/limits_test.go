@@ -95,7 +95,7 @@ func TestForgotAndRegisterLimits(t *testing.T) {
 				t.Error("no Retry-After")
 			}
 		}
-		if n := len(e.mail.all()); n != 2 {
+		if n := len(e.resets()); n != 2 {
 			t.Errorf("%d mails sent, want 2", n)
 		}
 	})

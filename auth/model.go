@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -23,7 +24,7 @@ type User struct {
 	Image            *string       `json:"image" doc:"Avatar URL"`
 	Role             platform.Role `json:"role" enum:"USER,ADMIN"`
 	TwoFactorEnabled bool          `json:"twoFactorEnabled"`
-	EmailVerified    bool          `json:"-"`
+	EmailVerified    bool          `json:"emailVerified" doc:"Whether the owner proved the email by its mailed link (POST /auth/verify-email); unverified accounts are never ADMIN and never linked by email"`
 	HasPassword      bool          `json:"-"`
 	CreatedAt        time.Time     `json:"createdAt"`
 	UpdatedAt        time.Time     `json:"updatedAt"`
@@ -97,6 +98,52 @@ type recoveryRow struct {
 	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
 }
 
+// emailTokenRow is one mailed email link: a verification of the account's
+// address (kind verify) or the confirmation of a new one (kind change).
+type emailTokenRow struct {
+	bun.BaseModel `bun:"table:auth_email_tokens"`
+
+	ID        string     `bun:"id,pk,type:varchar(36)"`
+	Hash      string     `bun:"hash,notnull,type:varchar(64)"`
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	Kind      string     `bun:"kind,notnull,type:varchar(16)"`
+	Email     string     `bun:"email,notnull"` // the address the link was mailed to
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
+// Kinds of email tokens.
+const (
+	emailKindVerify = "verify"
+	emailKindChange = "change"
+)
+
+// rateRow is one token bucket of the rate limits, shared by every replica
+// on the database. Tokens is what is left at LastNS (unix nanoseconds).
+type rateRow struct {
+	bun.BaseModel `bun:"table:auth_rate_limits"`
+
+	Key    string  `bun:"key,pk,type:varchar(300)"`
+	Tokens float64 `bun:"tokens,notnull"`
+	LastNS int64   `bun:"last_ns,notnull"`
+}
+
+// loginSourceRow records that a client address logged in successfully to an
+// account (SHA-256 of user id and address): failures from such an address
+// do not count towards the account's login limit.
+type loginSourceRow struct {
+	bun.BaseModel `bun:"table:auth_login_sources"`
+
+	UserID   string    `bun:"user_id,pk,type:varchar(36)"`
+	Source   string    `bun:"source,pk,type:varchar(64)"`
+	LastSeen time.Time `bun:"last_seen,notnull"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
 // Migrations are the auth module's tables, for db.Migrate.
 func Migrations() db.MigrationSet {
 	return db.MigrationSet{Module: "auth", Migrations: []db.Migration{{
@@ -111,16 +158,30 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex((*resetRow)(nil), "auth_reset_tokens_user_idx", false, "user_id"),
 			db.CreateIndex((*recoveryRow)(nil), "auth_recovery_codes_user_idx", false, "user_id"),
 		),
+	}, {
+		ID: "0002_verification_limits",
+		Up: db.Steps(
+			db.CreateTables((*emailTokenRow)(nil), (*rateRow)(nil), (*loginSourceRow)(nil)),
+			db.CreateIndex((*emailTokenRow)(nil), "auth_email_tokens_hash_uq", true, "hash"),
+			db.CreateIndex((*emailTokenRow)(nil), "auth_email_tokens_user_idx", false, "user_id"),
+			db.CreateIndex((*rateRow)(nil), "auth_rate_limits_last_idx", false, "last_ns"),
+			// The role is derived from the verified email at every request;
+			// a role stored at sign-up grants nothing any more.
+			func(ctx context.Context, idb bun.IDB) error {
+				_, err := idb.NewUpdate().Model((*userRow)(nil)).Set("role = ?", "USER").Where("role <> ?", "USER").Exec(ctx)
+				return err
+			},
+		),
 	}}}
 }
 
+// toUser shows the stored account. The role is derived here, at every read
+// (so at every authenticated request): ADMIN only while the email is verified
+// and listed in admins (KEELSON_ADMIN_EMAILS) now.
 func (r *userRow) toUser(admins map[string]bool) *User {
-	role := platform.Role(r.Role)
-	if admins[r.Email] {
+	role := platform.RoleUser
+	if r.EmailVerified && admins[r.Email] {
 		role = platform.RoleAdmin
-	}
-	if role != platform.RoleAdmin {
-		role = platform.RoleUser
 	}
 	return &User{
 		ID: r.ID, Email: r.Email, Name: r.Name, Username: r.Username, Bio: r.Bio, Company: r.Company,

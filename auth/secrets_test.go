@@ -37,7 +37,7 @@ func TestNoSecretsInResponses(t *testing.T) {
 		e.do("POST", "/auth/refresh", "", map[string]any{"refreshToken": pair.RefreshToken})
 		e.do("POST", "/auth/refresh", "", map[string]any{"refreshToken": pair.RefreshToken}) // reuse
 		e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "ada@example.com"})
-		rt := resetToken(t, e.mail.all()[0])
+		rt := resetToken(t, e.resets()[0])
 		e.do("POST", "/auth/reset-password", "", map[string]any{"token": rt, "newPassword": "x", "confirmPassword": "y"})
 		e.do("POST", "/auth/reset-password", "", map[string]any{"token": rt, "newPassword": "newpass1", "confirmPassword": "newpass1"})
 		e.do("POST", "/auth/2fa/disable", tok, map[string]any{"code": "000000"})

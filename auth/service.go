@@ -73,6 +73,16 @@ type Deps struct {
 	RefreshTTL time.Duration
 	// ResetTTL is the lifetime of a password-reset token. Default 30m, at most 1h.
 	ResetTTL time.Duration
+	// VerifyTTL is the lifetime of an email verification (or email change)
+	// link. Default 24h, at most 7 days.
+	VerifyTTL time.Duration
+	// MailQueueSize bounds the mails waiting to be sent. Default 1000; a full
+	// queue answers 503 to the request that would add one.
+	MailQueueSize int
+	// MailWorkers is how many mails are sent at once. Default 2.
+	MailWorkers int
+	// MailTimeout bounds one mail job (store the token, send). Default 1m.
+	MailTimeout time.Duration
 	// TOTPIssuer names the service in authenticator apps. Default "Keelson".
 	TOTPIssuer string
 
@@ -106,6 +116,10 @@ func (d Deps) withDefaults() Deps {
 	d.AccessTTL = cmp.Or(d.AccessTTL, 15*time.Minute)
 	d.RefreshTTL = cmp.Or(d.RefreshTTL, 30*24*time.Hour)
 	d.ResetTTL = cmp.Or(d.ResetTTL, 30*time.Minute)
+	d.VerifyTTL = cmp.Or(d.VerifyTTL, 24*time.Hour)
+	d.MailQueueSize = cmp.Or(d.MailQueueSize, 1000)
+	d.MailWorkers = cmp.Or(d.MailWorkers, 2)
+	d.MailTimeout = cmp.Or(d.MailTimeout, time.Minute)
 	d.TOTPIssuer = cmp.Or(d.TOTPIssuer, "Keelson")
 	d.FrontendURL = strings.TrimRight(cmp.Or(d.FrontendURL, "http://localhost:3000"), "/")
 	d.PasswordHashConcurrency = cmp.Or(d.PasswordHashConcurrency, max(2, runtime.NumCPU()))
@@ -135,6 +149,12 @@ func (d Deps) validate() error {
 	if d.AccessTTL < 0 || d.RefreshTTL < 0 || d.ResetTTL < 0 {
 		errs = append(errs, errors.New("token lifetimes must not be negative"))
 	}
+	if d.VerifyTTL < 0 || d.VerifyTTL > 7*24*time.Hour {
+		errs = append(errs, errors.New("VerifyTTL must be from 0 (default 24h) to 7 days"))
+	}
+	if d.MailQueueSize < 0 || d.MailWorkers < 0 || d.MailTimeout < 0 {
+		errs = append(errs, errors.New("MailQueueSize, MailWorkers and MailTimeout must not be negative"))
+	}
 	if d.ResetTTL > time.Hour {
 		errs = append(errs, errors.New("ResetTTL must be at most 1h"))
 	}
@@ -163,6 +183,7 @@ type Service struct {
 	hasher  *hasher
 	limiter *limiter
 	admins  map[string]bool
+	mq      *mailQueue
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -182,6 +203,7 @@ func New(d Deps) (*Service, error) {
 		d: d, db: d.DB, log: d.Logger, hasher: h,
 		limiter: newLimiter(d.Clock.Now, d.Limits.MaxKeys),
 		admins:  map[string]bool{},
+		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 	}
 	for _, e := range d.AdminEmails {
 		n, _ := normalizeEmail(e)
@@ -189,6 +211,18 @@ func New(d Deps) (*Service, error) {
 	}
 	return s, nil
 }
+
+// Start starts the mail senders: mails (verification links, reset links,
+// notices) are queued by requests and sent in the background. Mails queued
+// before Start wait for it.
+func (s *Service) Start(context.Context) error {
+	s.mq.start()
+	return nil
+}
+
+// Close stops taking mail, sends what is queued until ctx ends (then cancels
+// the rest) and returns once every sender goroutine has.
+func (s *Service) Close(ctx context.Context) error { return s.mq.close(ctx) }
 
 // Register builds the service from d and adds its routes to api. It is
 // New followed by (*Service).Register; the host keeps the service to hand
@@ -254,9 +288,6 @@ func (s *Service) CreateUser(ctx context.Context, p CreateUserParams) (*User, er
 		Name: opt(p.Name), Username: opt(p.Username), Image: opt(p.Image), CodehostUsername: opt(p.CodehostUsername),
 		Bio: opt(p.Bio), Company: opt(p.Company), Location: opt(p.Location), Website: opt(p.Website),
 		Role: string(platform.RoleUser), CreatedAt: now, UpdatedAt: now,
-	}
-	if s.admins[email] {
-		row.Role = string(platform.RoleAdmin)
 	}
 	if _, err := s.db.NewInsert().Model(row).Exec(ctx); err != nil {
 		if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {

@@ -117,15 +117,19 @@ func TestLogout(t *testing.T) {
 		var p TokenPair
 		e.want(e.refresh(a1.RefreshToken), http.StatusOK, &p)
 
-		// With refreshToken: that session ends; other sessions and other users' tokens stay.
+		// With refreshToken: that session ends, its access tokens too (at
+		// once); other sessions and other users' tokens stay.
 		e.want(e.do("POST", "/auth/logout", a1.AccessToken, map[string]any{"refreshToken": p.RefreshToken}), http.StatusOK, nil)
 		e.wantErr(e.refresh(p.RefreshToken), 401, "")
-		e.want(e.do("POST", "/auth/logout", a1.AccessToken, map[string]any{"refreshToken": b.RefreshToken}), http.StatusOK, nil)
+		e.wantErr(e.do("GET", "/auth/me", a1.AccessToken, nil), 401, "invalid or expired access token")
+		e.wantErr(e.do("GET", "/auth/me", p.AccessToken, nil), 401, "invalid or expired access token")
+		e.want(e.do("POST", "/auth/logout", a2.AccessToken, map[string]any{"refreshToken": b.RefreshToken}), http.StatusOK, nil)
 		e.want(e.refresh(b.RefreshToken), http.StatusOK, nil)
+		e.want(e.do("GET", "/auth/me", b.AccessToken, nil), http.StatusOK, nil)
 		e.want(e.refresh(a2.RefreshToken), http.StatusOK, nil)
 
 		e.wantErr(e.do("POST", "/auth/logout", "", nil), 401, "")
-		e.wantErr(e.do("POST", "/auth/logout", a1.AccessToken, map[string]any{"other": 1}), 400, "other")
+		e.wantErr(e.do("POST", "/auth/logout", a2.AccessToken, map[string]any{"other": 1}), 400, "other")
 	})
 }
 
@@ -158,7 +162,7 @@ func TestPasswordReset(t *testing.T) {
 		if unknown.Code != 200 || known.Code != 200 || unknown.Body.String() != known.Body.String() {
 			t.Fatalf("forgot-password: unknown %d %s, known %d %s", unknown.Code, unknown.Body, known.Code, known.Body)
 		}
-		mails := e.mail.all()
+		mails := e.resets()
 		if len(mails) != 1 || mails[0].To != "ada@example.com" {
 			t.Fatalf("mails %+v", mails)
 		}
@@ -170,7 +174,7 @@ func TestPasswordReset(t *testing.T) {
 			t.Fatal("reset token not 32 bytes or not stored hashed")
 		}
 		e.want(e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "ada@example.com"}), http.StatusOK, nil)
-		tok2 := resetToken(t, e.mail.all()[1])
+		tok2 := resetToken(t, e.resets()[1])
 
 		// Validation failures name the field and use nothing up.
 		e.wantErr(e.do("POST", "/auth/reset-password", "", map[string]any{"token": tok1, "newPassword": "newpass1", "confirmPassword": "other11"}),
@@ -198,7 +202,7 @@ func TestPasswordReset(t *testing.T) {
 
 		// Tokens expire after ResetTTL (30m).
 		e.want(e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "ada@example.com"}), http.StatusOK, nil)
-		tok3 := resetToken(t, e.mail.all()[2])
+		tok3 := resetToken(t, e.resets()[2])
 		e.clock.Advance(30*time.Minute + time.Second)
 		e.wantErr(e.do("POST", "/auth/reset-password", "", map[string]any{"token": tok3, "newPassword": "again12", "confirmPassword": "again12"}), 400, "token")
 
@@ -234,7 +238,8 @@ func TestForgotPasswordMailFailure(t *testing.T) {
 		if known.Code != 200 || known.Body.String() != unknown.Body.String() {
 			t.Fatalf("known %d %s unknown %s", known.Code, known.Body, unknown.Body)
 		}
-		if !strings.Contains(e.logs.String(), "password reset mail not sent") {
+		e.settle()
+		if l := e.logs.String(); !strings.Contains(l, "mail job failed") || !strings.Contains(l, "reset-password") {
 			t.Error("mail failure not logged")
 		}
 	})

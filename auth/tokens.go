@@ -33,9 +33,12 @@ type accessClaims struct {
 	// SV is the user's session version: a password reset bumps it, ending
 	// every access token issued before.
 	SV int64 `json:"sv"`
+	// Fam is the session (refresh-token family) the token belongs to: when the
+	// session is revoked (logout, reuse, email change) the token stops working.
+	Fam string `json:"fam"`
 }
 
-func (s *Service) signAccess(u *userRow) (string, error) {
+func (s *Service) signAccess(u *userRow, family string) (string, error) {
 	now := s.now()
 	c := accessClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -50,6 +53,7 @@ func (s *Service) signAccess(u *userRow) (string, error) {
 		Role: string(u.toUser(s.admins).Role),
 		Type: tokenTypeAccess,
 		SV:   u.SessionVersion,
+		Fam:  family,
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.d.JWTSecret)
 }
@@ -58,23 +62,19 @@ var errBadToken = platform.Unauthorized("invalid or expired access token")
 
 // Authenticate implements platform.Authenticator: it accepts an HS256 access
 // token of this issuer and audience, unexpired, of type "access", whose user
-// still exists with the same session version. The role comes from the user as
-// stored now, so a demotion takes effect at once.
+// still exists with the same session version and whose session (refresh-token
+// family) is not revoked. The role is derived from the user as stored now
+// (verified email listed in AdminEmails), so a change takes effect at once.
 func (s *Service) Authenticate(ctx context.Context, token string) (platform.Principal, error) {
-	var c accessClaims
-	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.d.JWTSecret, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithIssuer(s.d.Issuer),
-		jwt.WithAudience(s.d.Audience),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(),
-		jwt.WithTimeFunc(s.now),
-	)
-	if err != nil || c.Type != tokenTypeAccess || !platform.ValidID(c.Subject) {
-		return platform.Principal{}, errBadToken
+	c, err := s.parseAccess(token)
+	if err != nil {
+		return platform.Principal{}, err
 	}
-	row, err := s.userRow(ctx, s.db, "id", c.Subject)
-	if errors.Is(err, platform.ErrNotFound) {
+	row := new(userRow)
+	err = s.db.NewSelect().Model(row).Where("id = ?", c.Subject).
+		Where("EXISTS (SELECT 1 FROM auth_refresh_tokens AS rt WHERE rt.family_id = ? AND rt.user_id = ? AND rt.revoked_at IS NULL)", c.Fam, c.Subject).
+		Scan(ctx)
+	if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
 		return platform.Principal{}, errBadToken
 	}
 	if err != nil {
@@ -85,6 +85,23 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	}
 	u := row.toUser(s.admins)
 	return platform.Principal{UserID: u.ID, Email: u.Email, Role: u.Role}, nil
+}
+
+// parseAccess checks an access token's signature and claims (not the store).
+func (s *Service) parseAccess(token string) (accessClaims, error) {
+	var c accessClaims
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.d.JWTSecret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(s.d.Issuer),
+		jwt.WithAudience(s.d.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(s.now),
+	)
+	if err != nil || c.Type != tokenTypeAccess || !platform.ValidID(c.Subject) || !platform.ValidID(c.Fam) {
+		return accessClaims{}, errBadToken
+	}
+	return c, nil
 }
 
 // newOpaqueToken returns 32 random bytes, base64url, and their SHA-256 hex,
@@ -121,7 +138,7 @@ func (s *Service) issue(ctx context.Context, idb bun.IDB, u *userRow, family str
 	if _, err := idb.NewInsert().Model(rt).Exec(ctx); err != nil {
 		return TokenPair{}, db.Translate(err)
 	}
-	access, err := s.signAccess(u)
+	access, err := s.signAccess(u, family)
 	if err != nil {
 		return TokenPair{}, err
 	}

@@ -102,7 +102,7 @@ func TestTwoFactor(t *testing.T) {
 
 		// A password reset leaves 2FA on.
 		e.want(e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "ada@example.com"}), http.StatusOK, nil)
-		rt := resetToken(t, e.mail.all()[0])
+		rt := resetToken(t, e.resets()[0])
 		e.want(e.do("POST", "/auth/reset-password", "", map[string]any{"token": rt, "newPassword": "newpass1", "confirmPassword": "newpass1"}), http.StatusOK, nil)
 		if b := e.wantErr(e.login("ada@example.com", "newpass1", ""), 401, ""); b.Code != "TWO_FACTOR_REQUIRED" {
 			t.Errorf("after reset: %+v", b)

@@ -263,11 +263,13 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 		if u.TwoFactorEnabled {
 			return "", fail(ErrLinkRequiresLogin, errors.New("the matching account has 2FA on"))
 		}
-		// A password account's email was never verified by us: whoever registered
-		// it first may not own the address. Linking would let that squatter share
-		// the real owner's account, so the owner must log in and connect instead.
-		if u.HasPassword && !u.EmailVerified {
-			return "", fail(ErrLinkRequiresLogin, errors.New("the matching account has a password and an unverified email"))
+		// An account whose email was never verified (by its mailed link) may
+		// belong to whoever registered the address first, not its owner.
+		// Linking would let that squatter share the real owner's account, so
+		// unverified accounts are never linked by email: the owner verifies the
+		// address (or logs in) and connects instead.
+		if !u.EmailVerified {
+			return "", fail(ErrLinkRequiresLogin, errors.New("the matching account's email is not verified"))
 		}
 		if _, err := s.identityByUser(ctx, p.name(), u.ID); err == nil {
 			return "", fail(ErrAccountLinked, errors.New("the matching account is linked to another identity"))

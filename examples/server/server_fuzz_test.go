@@ -44,7 +44,8 @@ func newFuzzApp(f *testing.F) *fuzzApp {
 	cfg.AllowLocalRepos = true
 	cfg.AdminEmails = []string{"admin@example.com"}
 	cfg.IngressAddr = "127.0.0.1:0"
-	app, err := NewApp(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	logs := &syncBuffer{} // holds the dev-mode mails: the admin verifies its address by the link
+	app, err := NewApp(context.Background(), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -55,6 +56,7 @@ func newFuzzApp(f *testing.F) *fuzzApp {
 	})
 	fa := &fuzzApp{app: app, ids: map[string]string{}}
 	fa.admin = fa.signup(f, "admin@example.com")
+	fa.mustJSON(f, "POST", "/auth/verify-email", "", map[string]any{"token": loggedLink(f, logs, "admin@example.com", "/verify-email?token=")}, nil)
 	fa.user = fa.signup(f, "user@example.com")
 	var me struct{ ID string }
 	fa.mustJSON(f, "GET", "/auth/me", fa.user, nil, &me)

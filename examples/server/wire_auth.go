@@ -32,6 +32,10 @@ func (a *App) wireAuth(ctx context.Context) error {
 		return err
 	}
 	a.migrate(auth.Migrations())
+	// The mail senders start after the migrations and stop at shutdown,
+	// sending what is queued (within the shutdown deadline).
+	a.onStart(svc.Start)
+	a.onClose(svc.Close)
 	a.Auth = svc
 	a.Authn = svc
 	return nil
