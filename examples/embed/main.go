@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -64,6 +65,18 @@ func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
 		bdb.Close()
 		return nil, nil, err
 	}
+	// auth mails (verification and reset links) go through a background
+	// queue: start its senders, and stop them (sending what is queued) on release.
+	if err := authSvc.Start(ctx); err != nil {
+		bdb.Close()
+		return nil, nil, err
+	}
+	release := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = authSvc.Close(cctx)
+		bdb.Close()
+	}
 
 	// A route of our own, protected by Keelson's bearer authenticator.
 	type helloOutput struct {
@@ -80,7 +93,7 @@ func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
 		out.Body.Message = "hello, " + p.Email
 		return out, nil
 	})
-	return httpx.Middleware(o.Log, mux), func() { bdb.Close() }, nil
+	return httpx.Middleware(o.Log, mux), release, nil
 }
 
 func main() {
