@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,9 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	}
 	if _, err := os.Stat(filepath.Join(ws.src, ".git")); err != nil {
 		return "", fmt.Errorf("deployment %s has not been built (no workspace)", job.DeploymentID)
+	}
+	if err := checkOutputDir(ws.src); err != nil {
+		return "", err
 	}
 
 	r.mu.Lock()
@@ -265,21 +269,18 @@ func (a *app) supervise(p *proc) {
 	}
 }
 
-// startStatic serves the checkout (or its dist/public/build) in-process.
+// startStatic serves the checkout (or its dist/public/build) in-process. The
+// checkout is opened as an os.Root and the served directory is opened inside
+// it, so neither the choice of directory (a repository's `dist -> /`) nor any
+// file served (a symlink to the data dir) can leave the checkout.
 func (a *app) startStatic() (string, error) {
-	dir := a.dir
-	for _, sub := range []string{"dist", "public", "build"} {
-		if fi, err := os.Stat(filepath.Join(a.dir, sub)); err == nil && fi.IsDir() {
-			dir = filepath.Join(a.dir, sub)
-			break
-		}
-	}
 	fail := func(err error) (string, error) {
 		a.r.forget(a)
 		close(a.done)
+		a.out.system(err.Error())
 		return "", err
 	}
-	root, err := os.OpenRoot(dir) // confines symlinks to the directory
+	root, dir, err := openStaticRoot(a.dir)
 	if err != nil {
 		return fail(fmt.Errorf("static site: %w", err))
 	}
@@ -305,9 +306,43 @@ func (a *app) startStatic() (string, error) {
 		defer root.Close()
 		_ = srv.Serve(l)
 	}()
-	a.out.system(fmt.Sprintf("serving %s in-process on %s", strings.TrimPrefix(dir, filepath.Dir(a.dir)+"/"), a.upstream()))
+	a.out.system(fmt.Sprintf("serving %s in-process on %s", dir, a.upstream()))
 	close(a.ready)
 	return a.upstream(), nil
+}
+
+// openStaticRoot opens the first of dist/, public/, build/ that is a directory
+// inside the checkout, else the checkout itself, and names it for the log. A
+// candidate that is a symlink resolving outside the checkout is refused, not
+// skipped: the repository asked for it, so the deployment fails and says why.
+func openStaticRoot(checkout string) (*os.Root, string, error) {
+	top, err := os.OpenRoot(checkout)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, sub := range []string{"dist", "public", "build"} {
+		fi, err := top.Lstat(sub)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			// Follow it only inside the checkout.
+			if fi, err = top.Stat(sub); err != nil {
+				top.Close()
+				return nil, "", fmt.Errorf("%s/ is a symlink that leaves the checkout or leads nowhere; it is not served", sub)
+			}
+		}
+		if !fi.IsDir() {
+			continue
+		}
+		root, err := top.OpenRoot(sub)
+		top.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("opening %s/: %w", sub, err)
+		}
+		return root, sub + "/", nil
+	}
+	return top, "the checkout", nil
 }
 
 // staticHandler serves root, never a dot-segment (.git, .env).

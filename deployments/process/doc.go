@@ -40,8 +40,13 @@
 //
 // The static server runs inside the server process (no child process): it
 // serves the first of dist/, public/, build/ that exists, else the checkout,
-// and never serves a path with a dot-segment (so not .git). Any other
-// framework needs explicit commands.
+// and never serves a path with a dot-segment (so not .git). The checkout is
+// opened as an os.Root and the served directory inside it: a dist/ (or
+// public/, build/) that is a symlink leading out of the checkout fails Start
+// with a message saying so, and a served file or directory that links out of
+// the served directory answers 404. Any other framework needs explicit
+// commands. A checkout whose .keelson (where the go preset writes its binary)
+// is a symlink or a file is refused by Build and Start.
 //
 // Start: the app gets a free loopback port in PORT and counts as started when
 // GET http://127.0.0.1:PORT/ gets any HTTP response (even a 404 or 500) within

@@ -1,7 +1,11 @@
 package process
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/keelson-dev/keelson/deployments"
@@ -49,4 +53,24 @@ func startCommand(job deployments.Job) (cmd string, static bool, err error) {
 		return "", false, fmt.Errorf("no start command is set and framework %q has no preset (presets: go, node, static)", job.Framework)
 	}
 	return p.start, p.static, nil
+}
+
+// outputDir is where presets put what they build, inside the checkout.
+const outputDir = ".keelson"
+
+// checkOutputDir refuses a checkout whose .keelson is anything but a plain
+// directory: a repository committing `.keelson -> /elsewhere` would otherwise
+// make the go preset write its binary outside the checkout and start whatever
+// the link points at.
+func checkOutputDir(checkout string) error {
+	fi, err := os.Lstat(filepath.Join(checkout, outputDir))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking %s/: %w", outputDir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("the repository's %s is not a directory (it is reserved for build output; a symlink there is refused)", outputDir)
+	}
+	return nil
 }

@@ -277,6 +277,10 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 		return "", times, maskErr(out.mask, err)
 	}
 
+	if err := checkOutputDir(ws.src); err != nil {
+		return "", times, err
+	}
+
 	start = time.Now()
 	if cmdline == "" {
 		out.system("no build command (" + job.Framework + " preset)")
