@@ -145,14 +145,9 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, 
 	}
 	var pin [][2]string
 	if !src.local && !r.cfg.AllowLocalRepos && !r.cfg.AllowPrivateHosts {
-		// Resolve the host once, refuse private addresses, and make git connect
-		// to exactly the address checked (no DNS rebinding in between, no
-		// redirect to another host).
-		resolve, err := pinPublicAddr(ctx, src.host, src.port)
-		if err != nil {
+		if pin, err = r.pinPublic(ctx, src); err != nil {
 			return "", err
 		}
-		pin = [][2]string{{"http.curloptResolve", resolve}, {"http.followRedirects", "false"}}
 	}
 	env := r.gitEnv(ws, src, job.GitAuth, pin...)
 	git := func(args ...string) error {
@@ -226,29 +221,50 @@ func portOr(p, def string) string {
 	return p
 }
 
-// pinPublicAddr resolves host and answers a curl resolve entry host:port:ip
-// for its first address, or an error when the host resolves to nothing or to
-// any address that is not public (loopback, private, link-local, CGNAT,
-// unspecified, multicast): a repository URL must not reach into the server's
-// own network unless local repos are allowed.
-func pinPublicAddr(ctx context.Context, host, port string) (string, error) {
+// pinPublic is the git config that keeps a clone on a public address: the
+// host is resolved once, every address it resolves to must be public
+// (not loopback, private, link-local, CGNAT, unspecified or multicast: a
+// repository URL must not reach into the server's own network unless local
+// repos or private hosts are allowed), and git is pinned to the address
+// checked (no DNS rebinding in between) with redirects off (no hop to another
+// host). A host that is an IP literal (https://203.0.113.7/, https://[2001:db8::1]/)
+// is checked but needs no pin: curl connects to the literal without DNS, and
+// its resolve list could not even name an IPv6 literal host.
+func (r *Runtime) pinPublic(ctx context.Context, src repoSource) ([][2]string, error) {
+	noRedirects := [2]string{"http.followRedirects", "false"}
+	if ip, err := netip.ParseAddr(src.host); err == nil {
+		if !publicAddr(ip.Unmap()) {
+			return nil, fmt.Errorf("repository host %s is a non-public address; only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", src.host)
+		}
+		return [][2]string{noRedirects}, nil
+	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
+	addrs, err := r.lookupIP(rctx, src.host)
 	if err != nil || len(addrs) == 0 {
-		return "", fmt.Errorf("repository host %q does not resolve", host)
+		return nil, fmt.Errorf("repository host %q does not resolve", src.host)
 	}
 	for _, a := range addrs {
 		if !publicAddr(a.Unmap()) {
-			return "", fmt.Errorf("repository host %q resolves to a non-public address (%s); only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", host, a.Unmap())
+			return nil, fmt.Errorf("repository host %q resolves to a non-public address (%s); only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", src.host, a.Unmap())
 		}
 	}
-	ip := addrs[0].Unmap()
-	ipText := ip.String()
+	return [][2]string{{"http.curloptResolve", resolveEntry(src.host, src.port, addrs[0])}, noRedirects}, nil
+}
+
+// resolveEntry is a curl resolve entry HOST:PORT:ADDRESS pinning a host name
+// to ip; curl wants an IPv6 address in brackets.
+func resolveEntry(host, port string, ip netip.Addr) string {
+	ip = ip.Unmap()
+	text := ip.String()
 	if ip.Is6() {
-		ipText = "[" + ipText + "]"
+		text = "[" + text + "]"
 	}
-	return host + ":" + port + ":" + ipText, nil
+	return host + ":" + port + ":" + text
+}
+
+func lookupIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
 var cgnat = netip.MustParsePrefix("100.64.0.0/10")

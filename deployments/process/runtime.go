@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,12 +88,13 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	closed   bool
-	apps     map[string]*app               // deploymentID -> running app
-	builds   map[string]context.CancelFunc // deploymentID -> running build
-	locks    map[string]*idLock            // deploymentID -> workspace lock
-	ports    map[int]string                // ports handed to apps -> deploymentID
-	health   *http.Client                  // probes started apps
-	portFree func(port int) bool           // whether a restarted app may keep its port (a seam for tests)
+	apps     map[string]*app                                              // deploymentID -> running app
+	builds   map[string]context.CancelFunc                                // deploymentID -> running build
+	locks    map[string]*idLock                                           // deploymentID -> workspace lock
+	ports    map[int]string                                               // ports handed to apps -> deploymentID
+	health   *http.Client                                                 // probes started apps
+	portFree func(port int) bool                                          // whether a restarted app may keep its port (a seam for tests)
+	lookupIP func(ctx context.Context, host string) ([]netip.Addr, error) // resolves repository hosts (a seam for tests)
 }
 
 var _ deployments.Runtime = (*Runtime)(nil)
@@ -125,7 +127,7 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{
 		cfg: cfg, base: base, cancel: cancel,
 		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
-		locks: map[string]*idLock{}, ports: map[int]string{}, portFree: portFree,
+		locks: map[string]*idLock{}, ports: map[int]string{}, portFree: portFree, lookupIP: lookupIP,
 		health: &http.Client{
 			// No keep-alive: no connection (or goroutine) outlives a probe.
 			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
