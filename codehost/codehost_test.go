@@ -170,7 +170,6 @@ func TestNotConfigured(t *testing.T) {
 		{http.MethodGet, "/codehost/connect", user},
 		{http.MethodGet, "/codehost/repositories", user},
 		{http.MethodGet, "/codehost/app/callback?installation_id=1&state=x", ""},
-		{http.MethodPost, "/codehost/webhook", ""},
 	} {
 		body := bytes.NewReader([]byte(`{"zen":"hi"}`))
 		status, resp, _ := e.do(c.method, c.path, c.token, body, map[string]string{
@@ -180,6 +179,14 @@ func TestNotConfigured(t *testing.T) {
 			!strings.Contains(string(resp), "KEELSON_CODEHOST_WEBHOOK_SECRET") {
 			t.Errorf("%s %s: %d %s, want 503 naming the missing settings", c.method, c.path, status, resp)
 		}
+	}
+	// The webhook still takes repository webhooks; one no project's secret
+	// signs is a 401 that stores nothing.
+	status, resp, _ := e.do(http.MethodPost, "/codehost/webhook", "", bytes.NewReader([]byte(`{"zen":"hi"}`)), map[string]string{
+		"X-GitHub-Event": "ping", "X-Hub-Signature-256": codehost.Sign("", []byte(`{"zen":"hi"}`)),
+	})
+	if status != http.StatusUnauthorized || !strings.Contains(string(resp), "webhookSecret") {
+		t.Errorf("unconfigured webhook: %d %s, want 401 naming the project's webhookSecret", status, resp)
 	}
 	if n := e.count("codehost_deliveries"); n != 0 {
 		t.Fatalf("unconfigured webhook stored %d deliveries", n)

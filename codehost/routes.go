@@ -46,7 +46,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-webhook", Method: http.MethodPost, Path: "/codehost/webhook",
 		Summary:     "Receive a code-host webhook delivery",
-		Description: "Authenticated by x-hub-signature-256 (sha256=HMAC of the raw body with the app's webhook secret). A repeated delivery id is acknowledged and not processed again.",
+		Description: "Authenticated by x-hub-signature-256 (sha256=HMAC of the raw body with the app's webhook secret) or, for a repository webhook of GitHub, Gitea/Forgejo or GitLab, by the webhookSecret of a project using the payload's repository (X-Hub-Signature-256, X-Gitea-Signature, X-Gitlab-Token); such a delivery acts on the projects whose secret signed it only. A repeated delivery id is acknowledged and not processed again.",
 		Tags:        tags, MaxBodyBytes: MaxWebhookBytes,
 	}, s.webhook)
 	// Huma marks a raw body required and would answer an empty one 400 before
@@ -262,7 +262,8 @@ type deliveriesInput struct {
 // DeliveryOut is one webhook delivery of the delivery log.
 type DeliveryOut struct {
 	ID             string        `json:"id"`
-	DeliveryID     string        `json:"deliveryId" doc:"The provider's delivery id (X-GitHub-Delivery)"`
+	DeliveryID     string        `json:"deliveryId" doc:"The provider's delivery id (X-GitHub-Delivery, X-Gitea-Delivery, X-Gitlab-Event-UUID; sha256:<hash of the body> when none)"`
+	Source         string        `json:"source" enum:"app,github,gitea,gitlab" doc:"app: the code-host app; otherwise the host of a repository webhook authenticated by the project's webhookSecret"`
 	Event          string        `json:"event"`
 	Action         string        `json:"action,omitempty"`
 	Repository     string        `json:"repository,omitempty" doc:"owner/name, for push events"`
@@ -277,7 +278,7 @@ type DeliveryOut struct {
 // DecisionOut is what a delivery did for one project.
 type DecisionOut struct {
 	ProjectID    string `json:"projectId"`
-	Decision     string `json:"decision" doc:"deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, failed"`
+	Decision     string `json:"decision" doc:"deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed"`
 	DeploymentID string `json:"deploymentId,omitempty"`
 	Detail       string `json:"detail,omitempty"`
 }
@@ -326,7 +327,7 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	}
 	for _, r := range rows {
 		d := DeliveryOut{
-			ID: r.ID, DeliveryID: r.DeliveryID, Event: r.Event, Action: r.Action, Repository: r.Repository,
+			ID: r.ID, DeliveryID: r.DeliveryID, Source: r.Source, Event: r.Event, Action: r.Action, Repository: r.Repository,
 			InstallationID: r.InstallationID, ReceivedAt: r.ReceivedAt.UTC(), SignatureValid: r.SignatureValid,
 			Status: r.Status, Detail: r.Detail, Decisions: byDelivery[r.ID],
 		}

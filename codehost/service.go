@@ -27,8 +27,9 @@ type Deps struct {
 	// WebhookSecret verifies webhook signatures.
 	WebhookSecret string
 	// Missing names the settings that are not configured (e.g.
-	// "KEELSON_CODEHOST_APP_ID"). When non-empty every route answers 503 naming
-	// them, and the webhook processes nothing.
+	// "KEELSON_CODEHOST_APP_ID"). When non-empty every app route answers 503
+	// naming them; the webhook still takes repository webhooks signed with a
+	// project's webhookSecret.
 	Missing []string
 	// StateKey signs install states (at least 32 bytes; derive it from the
 	// server's secret key).
@@ -37,6 +38,17 @@ type Deps struct {
 	FrontendURL string
 	// Projects finds the projects a push concerns.
 	Projects ProjectLookup
+	// Secrets, optional, reads projects' webhook secrets: without it only the
+	// app's deliveries are accepted.
+	Secrets ProjectSecrets
+	// Statuses, optional, posts commit statuses for push deployments of app
+	// installations (the GitHub adapter implements it).
+	Statuses CommitStatuses
+	// Results, needed with Statuses, tells how a deployment ended.
+	Results DeploymentResults
+	// StatusPollInterval is how often ended deployments are looked for to
+	// post their final commit status. Default 5 s.
+	StatusPollInterval time.Duration
 	// Deployer starts push deployments.
 	Deployer Deployer
 	// Accounts, optional, reports users' linked provider logins.
@@ -72,6 +84,9 @@ func (d Deps) validate() error {
 	if u, err := url.Parse(d.FrontendURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, errors.New("FrontendURL must be an http(s) URL"))
 	}
+	if d.Statuses != nil && d.Results == nil {
+		errs = append(errs, errors.New("Results is required with Statuses"))
+	}
 	if len(d.Missing) == 0 {
 		if d.Provider == nil {
 			errs = append(errs, errors.New("Provider is required when nothing is Missing"))
@@ -92,6 +107,7 @@ func (d Deps) withDefaults() Deps {
 	}
 	d.StateTTL = cmp.Or(d.StateTTL, 10*time.Minute)
 	d.PollInterval = cmp.Or(d.PollInterval, 30*time.Second)
+	d.StatusPollInterval = cmp.Or(d.StatusPollInterval, 5*time.Second)
 	d.FrontendURL = strings.TrimRight(d.FrontendURL, "/")
 	return d
 }

@@ -81,6 +81,12 @@ type deliveryRow struct {
 	Payload        []byte     `bun:"payload"`
 	ReceivedAt     time.Time  `bun:"received_at,notnull"`
 	ProcessedAt    *time.Time `bun:"processed_at"`
+	// Source is SourceApp or the host of a repository webhook; a repository
+	// webhook's row belongs to the one project (and owner) whose
+	// webhookSecret authenticated it.
+	Source    string `bun:"source,notnull,type:varchar(16)"`
+	ProjectID string `bun:"project_id,notnull,type:varchar(36)"`
+	OwnerID   string `bun:"owner_id,notnull,type:varchar(36)"`
 }
 
 type decisionRow struct {
@@ -111,7 +117,47 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_delivery_project", true, "delivery_row_id", "project_id"),
 			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_owner", false, "owner_id", "delivery_row_id"),
 		),
+	}, {
+		// Repository webhooks: a delivery row per authenticated project, so
+		// de-duplication is per (delivery id, project); app rows keep "".
+		ID: "0002_repository_webhooks",
+		Up: db.Steps(
+			addColumn("codehost_deliveries", "source", "VARCHAR(16) NOT NULL DEFAULT 'app'"),
+			addColumn("codehost_deliveries", "project_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
+			addColumn("codehost_deliveries", "owner_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
+			execStep("DROP INDEX IF EXISTS codehost_deliveries_delivery_id"),
+			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_delivery_project", true, "delivery_id", "project_id"),
+			db.CreateTables((*statusRow)(nil)),
+			db.CreateIndex((*statusRow)(nil), "codehost_commit_statuses_open", false, "done", "id"),
+		),
 	}}}
+}
+
+// addColumn adds a column unless the table has it: 0001 creates the table
+// from today's model, so a fresh database has it already.
+func addColumn(table, column, def string) func(ctx context.Context, idb bun.IDB) error {
+	return func(ctx context.Context, idb bun.IDB) error {
+		var n int
+		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
+		if db.IsPostgres(idb) {
+			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
+		}
+		if err := idb.NewRaw(q, table, column).Scan(ctx, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		_, err := idb.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
+		return err
+	}
+}
+
+func execStep(stmt string) func(ctx context.Context, idb bun.IDB) error {
+	return func(ctx context.Context, idb bun.IDB) error {
+		_, err := idb.ExecContext(ctx, stmt)
+		return err
+	}
 }
 
 // store is the module's storage edge: every database error is translated here.
@@ -192,6 +238,9 @@ func (s store) installationStatus(ctx context.Context, id int64) (string, error)
 
 // insertDelivery stores a new delivery; a repeated delivery id is ErrConflict.
 func (s store) insertDelivery(ctx context.Context, d *deliveryRow) error {
+	if d.Source == "" {
+		d.Source = SourceApp
+	}
 	_, err := s.db.NewInsert().Model(d).Exec(ctx)
 	return db.Translate(err)
 }

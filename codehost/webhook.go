@@ -21,7 +21,22 @@ type webhookInput struct {
 	Delivery    string `header:"X-GitHub-Delivery" doc:"Unique delivery id; a repeated id is acknowledged and not processed again"`
 	Signature   string `header:"X-Hub-Signature-256" doc:"sha256=<hex HMAC-SHA256 of the raw body with the webhook secret>"`
 	ContentType string `header:"Content-Type"`
-	RawBody     []byte // read raw (octet-stream in OpenAPI) so nothing parses it before the signature check
+
+	// Repository webhooks of Gitea, Forgejo and Gogs (which also send the
+	// X-GitHub-* twins and X-Hub-Signature-256) and of GitLab.
+	GiteaEvent       string `header:"X-Gitea-Event" doc:"Gitea: event name"`
+	GiteaDelivery    string `header:"X-Gitea-Delivery" doc:"Gitea: delivery id"`
+	GiteaSignature   string `header:"X-Gitea-Signature" doc:"Gitea: hex HMAC-SHA256 of the raw body with the project's webhookSecret"`
+	ForgejoEvent     string `header:"X-Forgejo-Event" doc:"Forgejo: event name"`
+	ForgejoDelivery  string `header:"X-Forgejo-Delivery" doc:"Forgejo: delivery id"`
+	ForgejoSignature string `header:"X-Forgejo-Signature" doc:"Forgejo: hex HMAC-SHA256 of the raw body"`
+	GogsEvent        string `header:"X-Gogs-Event" doc:"Gogs (sent by Gitea too): event name"`
+	GogsDelivery     string `header:"X-Gogs-Delivery" doc:"Gogs: delivery id"`
+	GogsSignature    string `header:"X-Gogs-Signature" doc:"Gogs: hex HMAC-SHA256 of the raw body"`
+	GitLabEvent      string `header:"X-Gitlab-Event" doc:"GitLab: event, e.g. Push Hook"`
+	GitLabToken      string `header:"X-Gitlab-Token" doc:"GitLab: the project's webhookSecret, sent as is"`
+	GitLabEventUUID  string `header:"X-Gitlab-Event-UUID" doc:"GitLab: delivery id"`
+	RawBody          []byte // read raw (octet-stream in OpenAPI) so nothing parses it before the signature check
 }
 
 type webhookOutput struct {
@@ -36,15 +51,11 @@ var (
 )
 
 func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
-	if err := s.configured(); err != nil {
-		return nil, platform.HTTPError(ctx, err)
-	}
-	// The signature first, on the raw bytes: nothing else is looked at for an
-	// unsigned request, and nothing is stored.
-	if !VerifySignature(s.d.WebhookSecret, in.RawBody, in.Signature) {
-		platform.Logger(ctx).WarnContext(ctx, "codehost: webhook with a missing or invalid signature",
-			"has_signature", in.Signature != "", "bytes", len(in.RawBody))
-		return nil, platform.HTTPError(ctx, platform.Unauthorized("x-hub-signature-256: missing or invalid signature"))
+	// The app's signature first, on the raw bytes. Anything it does not sign
+	// is a repository webhook, authenticated by a project's webhookSecret or
+	// refused (401, nothing stored).
+	if s.configured() != nil || in.source() == SourceGitLab || !VerifySignature(s.d.WebhookSecret, in.RawBody, in.Signature) {
+		return s.repositoryWebhook(ctx, in)
 	}
 	event := in.Event
 	if event == "" {

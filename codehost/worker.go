@@ -55,15 +55,21 @@ func (s *Service) run(ctx context.Context) {
 	defer close(s.done)
 	tick := time.NewTicker(s.d.PollInterval)
 	defer tick.Stop()
+	statusTick := time.NewTicker(s.d.StatusPollInterval)
+	defer statusTick.Stop()
 	for {
 		if _, err := s.ProcessPending(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.ErrorContext(ctx, "codehost: process deliveries", "err", err)
+		}
+		if _, err := s.ReportStatuses(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.ErrorContext(ctx, "codehost: report commit statuses", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
 		case <-tick.C:
+		case <-statusTick.C:
 		}
 	}
 }
@@ -73,9 +79,6 @@ func (s *Service) run(ctx context.Context) {
 // error stays pending for the next pass. The worker calls it; hosts without a
 // worker may call it themselves.
 func (s *Service) ProcessPending(ctx context.Context) (int, error) {
-	if s.configured() != nil {
-		return 0, nil
-	}
 	finished, after := 0, ""
 	var errs []error
 	for ctx.Err() == nil {
@@ -101,6 +104,12 @@ func (s *Service) ProcessPending(ctx context.Context) (int, error) {
 // process acts on one delivery and marks it processed or failed. It returns
 // an error (leaving it pending) only for failures worth retrying.
 func (s *Service) process(ctx context.Context, row *deliveryRow) error {
+	if row.ProjectID != "" {
+		return s.processRepoHook(ctx, row)
+	}
+	if s.configured() != nil {
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "the code-host app is not configured", s.now())
+	}
 	ev, err := s.d.Provider.ParseEvent(row.Event, row.Payload)
 	if err != nil {
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload: "+err.Error(), s.now())
@@ -301,6 +310,9 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 	}
 	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
 		return "", err
+	}
+	if decision == DecisionDeployed {
+		s.statusStarted(ctx, ev, proj.OwnerID, depID)
 	}
 	return decision, nil
 }

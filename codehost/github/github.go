@@ -9,6 +9,7 @@
 package github
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rsa"
@@ -329,9 +330,25 @@ func (e *APIError) Unwrap() error {
 }
 
 func (c *Client) do(ctx context.Context, method, rawURL, authz string, out any) (http.Header, error) {
-	req, err := http.NewRequestWithContext(ctx, method, rawURL, nil)
+	return c.send(ctx, method, rawURL, authz, nil, out)
+}
+
+// send makes one API call; a non-nil in is sent as its JSON body.
+func (c *Client) send(ctx context.Context, method, rawURL, authz string, in, out any) (http.Header, error) {
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("github: encode request: %w", err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, reqBody)
 	if err != nil {
 		return nil, fmt.Errorf("github: build request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("X-GitHub-Api-Version", APIVersion)

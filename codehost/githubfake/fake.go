@@ -5,8 +5,9 @@
 // webhook payloads and delivers them signed, the way GitHub does.
 //
 // It serves only what Keelson calls: GET /app/installations/{id},
-// POST /app/installations/{id}/access_tokens and GET /installation/repositories
-// (with Link pagination). It is test code's dependency, never production's.
+// POST /app/installations/{id}/access_tokens, GET /installation/repositories
+// (with Link pagination) and POST /repos/{owner}/{repo}/statuses/{sha}
+// (recorded, see Statuses). It is test code's dependency, never production's.
 package githubfake
 
 import (
@@ -63,6 +64,7 @@ type Server struct {
 	tokens        map[string]minted
 	mints         map[int64]int
 	calls         map[string]int
+	statuses      statusBook
 }
 
 // Installation is a fake installation.
@@ -130,6 +132,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("GET /app/installations/{id}", s.getInstallation)
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.createToken)
 	mux.HandleFunc("GET /installation/repositories", s.listRepos)
+	mux.HandleFunc("POST /repos/{owner}/{repo}/statuses/{sha}", s.createStatus)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL

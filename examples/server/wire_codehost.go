@@ -11,6 +11,7 @@ import (
 	"github.com/keelson-dev/keelson/codehost/github"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/projects"
 )
 
 // wireCodehost builds the code-host app integration (GitHub) and registers its
@@ -32,6 +33,7 @@ func (a *App) wireCodehost(ctx context.Context) error {
 		StateKey:    mac.Sum(nil),
 		FrontendURL: c.FrontendURL,
 		Projects:    projectRepos{a},
+		Secrets:     projectRepos{a},
 		Deployer:    pushDeployer{a},
 		Log:         a.Log.With("module", "codehost"),
 		Missing:     github.Missing(c.CodehostAppID, c.CodehostAppSlug, c.CodehostAppPrivateKey, c.CodehostWebhookSecret),
@@ -56,8 +58,10 @@ func (a *App) wireCodehost(ctx context.Context) error {
 			return &ConfigError{"KEELSON_CODEHOST_APP_SLUG", err.Error()}
 		}
 		d.Provider, d.WebhookSecret = prov, c.CodehostWebhookSecret
+		d.Statuses, d.Results = prov, deploymentResults{a}
 	} else {
-		a.Log.Info("code-host app not configured: /codehost routes answer 503", "missing", d.Missing)
+		a.Log.Info("code-host app not configured: its /codehost routes answer 503; repository webhooks signed with a project's webhookSecret are accepted",
+			"missing", d.Missing)
 	}
 	svc, err := codehost.New(d)
 	if err != nil {
@@ -93,6 +97,44 @@ func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, 
 		}
 	}
 	return out, nil
+}
+
+// WebhookSecret implements codehost.ProjectSecrets through the projects module.
+func (p projectRepos) WebhookSecret(ctx context.Context, projectID string) (string, error) {
+	if p.a.Projects == nil {
+		return "", errors.New("projects module not wired")
+	}
+	return p.a.Projects.WebhookSecret(ctx, projectID)
+}
+
+var (
+	_ codehost.ProjectSecrets = (*projects.Service)(nil)
+	_ codehost.ProjectSecrets = projectRepos{}
+)
+
+// deploymentResults adapts the deployments module to codehost.DeploymentResults
+// (the final commit status of a push deployment). a.Deployments is looked up
+// when used.
+type deploymentResults struct{ a *App }
+
+func (r deploymentResults) DeploymentResult(ctx context.Context, ownerID, id string) (*codehost.DeploymentResult, error) {
+	if r.a.Deployments == nil {
+		return nil, platform.Unavailable("the deployments module is not wired")
+	}
+	d, err := r.a.Deployments.Get(ctx, ownerID, id)
+	if err != nil {
+		return nil, err
+	}
+	res := &codehost.DeploymentResult{Ended: d.Status.Terminal(), Succeeded: d.Status == deployments.StatusLive}
+	switch {
+	case d.Status == deployments.StatusLive:
+		res.URL = d.DeployedURL
+	case d.Status == deployments.StatusCancelled:
+		res.Error = "the deployment was cancelled"
+	case res.Ended:
+		res.Error = d.ErrorMessage
+	}
+	return res, nil
 }
 
 // pushDeployer hands push deployments to a.PushDeployer, looked up when used.

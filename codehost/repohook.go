@@ -1,0 +1,472 @@
+package codehost
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// Sources of a delivery: the app, or a repository webhook of one of the hosts
+// self-hosters use. A repository webhook is authenticated by a project's
+// webhookSecret and acts on that project only.
+const (
+	SourceApp    = "app"
+	SourceGitHub = "github"
+	SourceGitea  = "gitea" // Gitea, Forgejo and Gogs share one format
+	SourceGitLab = "gitlab"
+)
+
+// DecisionNotPush is recorded for a repository webhook's event that deploys
+// nothing (a ping, a tag push, an issue event).
+const DecisionNotPush = "not a push"
+
+// errRepoHookAuth is the one answer to every repository webhook that no
+// project's secret authenticates: the same words whether or not a project
+// uses the repository, so the answer tells nothing about other accounts.
+var errRepoHookAuth = platform.Unauthorized("x-hub-signature-256: missing or invalid signature; a repository webhook must be signed " +
+	"(X-Hub-Signature-256 or X-Gitea-Signature) with, or carry as X-Gitlab-Token, the webhookSecret of a project using its repository")
+
+// ProjectSecrets reads a project's webhook secret, to authenticate repository
+// webhooks. The projects module implements it.
+type ProjectSecrets interface {
+	// WebhookSecret returns the plaintext webhookSecret of an ACTIVE project
+	// ("" when it has none); platform.ErrNotFound when the project is not active.
+	WebhookSecret(ctx context.Context, projectID string) (string, error)
+}
+
+// source says which host sent the delivery, from the headers only that host sends.
+func (in *webhookInput) source() string {
+	switch {
+	case in.GitLabEvent != "":
+		return SourceGitLab
+	case in.GiteaEvent != "" || in.ForgejoEvent != "" || in.GogsEvent != "":
+		return SourceGitea
+	}
+	return SourceGitHub
+}
+
+// eventName is the delivery's event in lower case ("push", "ping", ...).
+func (in *webhookInput) eventName(source string) string {
+	switch source {
+	case SourceGitLab:
+		// "Push Hook" -> push, "Tag Push Hook" -> tag_push, "Merge Request Hook" -> merge_request.
+		e := strings.ToLower(strings.TrimSpace(in.GitLabEvent))
+		e = strings.TrimSuffix(e, " hook")
+		return strings.ReplaceAll(e, " ", "_")
+	case SourceGitea:
+		return firstOf(in.ForgejoEvent, in.GiteaEvent, in.GogsEvent, in.GitHubEvent)
+	}
+	return firstOf(in.Event, in.GitHubEvent)
+}
+
+// deliveryID is the host's id of the delivery ("" when it sent none).
+func (in *webhookInput) deliveryID(source string) string {
+	switch source {
+	case SourceGitLab:
+		return in.GitLabEventUUID
+	case SourceGitea:
+		return firstOf(in.ForgejoDelivery, in.GiteaDelivery, in.GogsDelivery, in.Delivery)
+	}
+	return in.Delivery
+}
+
+// verifiedBy reports whether secret authenticates the delivery, in the way its
+// host signs: GitLab sends the secret itself as X-Gitlab-Token; Gitea, Forgejo
+// and Gogs a bare hex HMAC-SHA256 (and GitHub's header too); GitHub
+// X-Hub-Signature-256. Comparisons are constant-time; an empty secret never
+// verifies.
+func (in *webhookInput) verifiedBy(source, secret string, body []byte) bool {
+	if secret == "" {
+		return false
+	}
+	if source == SourceGitLab {
+		// Hash both so neither the length nor a prefix leaks through timing.
+		a, b := sha256.Sum256([]byte(in.GitLabToken)), sha256.Sum256([]byte(secret))
+		return in.GitLabToken != "" && hmac.Equal(a[:], b[:])
+	}
+	if source == SourceGitea {
+		for _, h := range []string{in.ForgejoSignature, in.GiteaSignature, in.GogsSignature} {
+			h = strings.TrimSpace(h)
+			if h == "" {
+				continue
+			}
+			if !strings.HasPrefix(h, "sha256=") {
+				h = "sha256=" + h
+			}
+			if VerifySignature(secret, body, h) {
+				return true
+			}
+		}
+	}
+	return VerifySignature(secret, body, in.Signature)
+}
+
+// repositoryWebhook handles a delivery the app's secret does not sign: a
+// repository webhook. The payload is read (bounded by the route's body limit)
+// only to find the projects using its repository; each one whose
+// webhookSecret authenticates the delivery gets its own delivery row, so a
+// delivery acts only on the projects whose secret signed it. None: 401 and
+// nothing stored.
+func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
+	log := platform.Logger(ctx)
+	source := in.source()
+	reject := func(why string) (*webhookOutput, error) {
+		log.WarnContext(ctx, "codehost: repository webhook not authenticated", "source", source, "why", why, "bytes", len(in.RawBody))
+		return nil, platform.HTTPError(ctx, errRepoHookAuth)
+	}
+	if s.d.Secrets == nil {
+		return reject("no project secrets wired")
+	}
+	payload, err := webhookPayload(in.ContentType, in.RawBody)
+	if err != nil {
+		return reject("body is not a JSON payload")
+	}
+	var p hookPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return reject("body does not decode")
+	}
+	urls, repoID := p.identity()
+	if len(urls) == 0 && repoID == "" {
+		return reject("payload names no repository")
+	}
+	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, wrap("repository webhook: projects", err))
+	}
+	var signed []RepoProject
+	for _, proj := range projects {
+		secret, err := s.d.Secrets.WebhookSecret(ctx, proj.ProjectID)
+		if errors.Is(err, platform.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, platform.HTTPError(ctx, wrap("repository webhook: project secret", err))
+		}
+		if in.verifiedBy(source, secret, in.RawBody) {
+			signed = append(signed, proj)
+		}
+	}
+	if len(signed) == 0 {
+		return reject("no project's webhookSecret authenticates it")
+	}
+	event := in.eventName(source)
+	if !validEvent.MatchString(event) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("event header (X-GitHub-Event, X-Gitea-Event or X-Gitlab-Event): required, an event name"))
+	}
+	deliveryID := in.deliveryID(source)
+	if deliveryID == "" {
+		sum := sha256.Sum256(append([]byte(event+"\n"), in.RawBody...))
+		deliveryID = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	if !validDelivery.MatchString(deliveryID) {
+		return nil, platform.HTTPError(ctx, platform.Invalid("delivery id header (X-GitHub-Delivery, X-Gitea-Delivery or X-Gitlab-Event-UUID): at most 100 letters, digits, '.', '_', ':' or '-'"))
+	}
+	stored := false
+	for _, proj := range signed {
+		row := &deliveryRow{
+			ID: platform.NewID(), DeliveryID: deliveryID, Event: event, SignatureValid: true,
+			Source: source, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID,
+			Repository: clean(p.fullName(), 255),
+			Status:     DeliveryPending, Payload: append([]byte(nil), payload...), ReceivedAt: s.now(),
+		}
+		switch err := s.store.insertDelivery(ctx, row); {
+		case isConflict(err):
+			// A redelivery for this project: acknowledged, not processed again.
+		case err != nil:
+			return nil, platform.HTTPError(ctx, err)
+		default:
+			stored = true
+		}
+	}
+	if stored {
+		s.notify()
+	}
+	out := &webhookOutput{}
+	out.Body.OK = true
+	return out, nil
+}
+
+// processRepoHook decides what a repository webhook delivery does for the one
+// project whose secret authenticated it.
+func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
+	var p hookPayload
+	if err := json.Unmarshal(row.Payload, &p); err != nil {
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload", s.now())
+	}
+	existing, err := s.store.decisionsOf(ctx, row.ID)
+	if err != nil {
+		return err
+	}
+	if len(existing) > 0 {
+		d := existing[0]
+		if d.Decision == decisionDeploying {
+			// Cut off between claiming and hearing back from Trigger: never retried.
+			if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
+				return err
+			}
+			d.Decision = DecisionFailed
+		}
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "1 project matched ("+d.Decision+")", s.now())
+	}
+	dec := &decisionRow{ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: row.ProjectID, OwnerID: row.OwnerID, CreatedAt: s.now()}
+	if row.Event != EventPush {
+		dec.Decision, dec.Detail = DecisionNotPush, "event "+row.Event+" deploys nothing"
+		if row.Event == EventPing {
+			dec.Detail = "ping: the webhook reaches Keelson; nothing to deploy"
+		}
+		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+			return err
+		}
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
+	}
+	push := p.push()
+	if push.Ref == "" {
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "push payload without ref", s.now())
+	}
+	// The project as it is now: it may have been deleted, moved to another
+	// repository or had autoDeploy switched off since the delivery came in.
+	urls, repoID := p.identity()
+	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
+	if err != nil {
+		return fmt.Errorf("projects for repository: %w", err)
+	}
+	var proj *RepoProject
+	for i := range projects {
+		if projects[i].ProjectID == row.ProjectID {
+			proj = &projects[i]
+		}
+	}
+	if proj == nil {
+		dec.Decision, dec.Detail = DecisionFailed, "the project no longer exists or no longer uses this repository"
+		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+			return err
+		}
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
+	}
+	decision, err := s.decideRepoPush(ctx, dec, push, *proj, row.Source)
+	if err != nil {
+		return err
+	}
+	return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "1 project matched ("+decision+")", s.now())
+}
+
+// decideRepoPush records the decision for the project and triggers its
+// deployment when every condition holds. The secret took the place of the
+// app's installation link, so there is no link to check.
+func (s *Service) decideRepoPush(ctx context.Context, dec *decisionRow, p *Push, proj RepoProject, source string) (string, error) {
+	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
+	want := proj.AutoDeployBranch
+	if want == "" {
+		want = p.Repository.DefaultBranch
+	}
+	switch {
+	case !proj.AutoDeploy:
+		dec.Decision, dec.Detail = DecisionAutoDeployOff, "autoDeploy is off for this project"
+	case p.Deleted:
+		dec.Decision, dec.Detail = DecisionBranchDeleted, "the push deleted "+p.Ref
+	case !isBranch:
+		dec.Decision, dec.Detail = DecisionBranchMismatch, p.Ref+" is not a branch"
+	case branch != want:
+		dec.Decision, dec.Detail = DecisionBranchMismatch, fmt.Sprintf("pushed to %s; the project deploys %s", branch, want)
+	case !commitRE.MatchString(p.After):
+		dec.Decision, dec.Detail = DecisionFailed, "the push names no commit to deploy"
+	default:
+		if m := skipMarker(p.HeadCommitMessage); m != "" {
+			dec.Decision, dec.Detail = DecisionSkipMessage, "the head commit message contains "+m
+		}
+	}
+	if dec.Decision != "" {
+		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+			return "", err
+		}
+		return dec.Decision, nil
+	}
+	dec.Decision = decisionDeploying
+	if err := s.store.insertDecision(ctx, dec); err != nil {
+		if isConflict(err) {
+			return DecisionFailed, nil // another worker has it
+		}
+		return "", err
+	}
+	reason := fmt.Sprintf("push to %s (%s, %s webhook)", branch, shortSHA(p.After), source)
+	depID, err := s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, p.After, reason)
+	decision, detail := DecisionDeployed, "deployment of "+shortSHA(p.After)+" started"
+	if err != nil {
+		decision, detail = classifyTriggerError(err)
+		if decision == DecisionFailed {
+			s.d.Log.ErrorContext(ctx, "codehost: trigger push deployment", "project_id", proj.ProjectID, "err", err)
+		}
+		depID = ""
+	}
+	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
+		return "", err
+	}
+	return decision, nil
+}
+
+// commitRE is a full or abbreviated commit id, as deployments accepts it.
+var commitRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+
+// hookPayload is what Keelson reads of a push (or any event) of GitHub,
+// Gitea/Forgejo/Gogs and GitLab; unknown fields are ignored. GitHub and Gitea
+// name the repository under "repository"; GitLab under "project" (its
+// "repository" carries URLs only).
+type hookPayload struct {
+	Ref         string  `json:"ref"`
+	Before      string  `json:"before"`
+	After       string  `json:"after"`
+	CheckoutSHA *string `json:"checkout_sha"` // GitLab: the commit to check out; null when the branch was deleted
+	Deleted     bool    `json:"deleted"`
+	HeadCommit  *struct {
+		ID      string `json:"id"`
+		Message string `json:"message"`
+	} `json:"head_commit"`
+	Commits []struct {
+		ID      string `json:"id"`
+		Message string `json:"message"`
+	} `json:"commits"`
+	Repository *struct {
+		ID            json.RawMessage `json:"id"` // a number on GitHub and Gitea
+		FullName      string          `json:"full_name"`
+		HTMLURL       string          `json:"html_url"`
+		CloneURL      string          `json:"clone_url"`
+		SSHURL        string          `json:"ssh_url"`
+		DefaultBranch string          `json:"default_branch"`
+		GitHTTPURL    string          `json:"git_http_url"` // GitLab
+		GitSSHURL     string          `json:"git_ssh_url"`  // GitLab
+	} `json:"repository"`
+	Project *struct {
+		ID                int64  `json:"id"`
+		PathWithNamespace string `json:"path_with_namespace"`
+		WebURL            string `json:"web_url"`
+		GitHTTPURL        string `json:"git_http_url"`
+		GitSSHURL         string `json:"git_ssh_url"`
+		DefaultBranch     string `json:"default_branch"`
+	} `json:"project"`
+	Pusher *struct {
+		Name     string `json:"name"`
+		Login    string `json:"login"`
+		Username string `json:"username"`
+	} `json:"pusher"`
+	UserUsername string `json:"user_username"` // GitLab
+}
+
+// identity returns the repository's URLs (ssh ones as their https twin) and
+// its host id ("" when none).
+func (p *hookPayload) identity() (urls []string, id string) {
+	add := func(u string) {
+		if u = strings.TrimSpace(u); u != "" && len(urls) < 8 {
+			if h := sshToHTTPS(u); h != "" {
+				u = h
+			}
+			urls = append(urls, u)
+		}
+	}
+	if r := p.Repository; r != nil {
+		for _, u := range []string{r.CloneURL, r.HTMLURL, r.SSHURL, r.GitHTTPURL, r.GitSSHURL} {
+			add(u)
+		}
+		if n, err := strconv.ParseInt(string(r.ID), 10, 64); err == nil && n > 0 {
+			id = strconv.FormatInt(n, 10)
+		}
+	}
+	if pr := p.Project; pr != nil {
+		for _, u := range []string{pr.GitHTTPURL, pr.WebURL, pr.GitSSHURL} {
+			add(u)
+		}
+		if pr.ID > 0 {
+			id = strconv.FormatInt(pr.ID, 10)
+		}
+	}
+	return urls, id
+}
+
+func (p *hookPayload) fullName() string {
+	if p.Project != nil && p.Project.PathWithNamespace != "" {
+		return p.Project.PathWithNamespace
+	}
+	if p.Repository != nil {
+		return p.Repository.FullName
+	}
+	return ""
+}
+
+// push is the deciding part of a push payload of any of the three hosts.
+func (p *hookPayload) push() *Push {
+	out := &Push{Ref: p.Ref, Before: p.Before, After: p.After}
+	if p.CheckoutSHA != nil && *p.CheckoutSHA != "" {
+		out.After = *p.CheckoutSHA
+	}
+	out.Deleted = p.Deleted || isZeroSHA(p.After)
+	switch {
+	case p.HeadCommit != nil:
+		out.HeadCommitMessage = p.HeadCommit.Message
+	default:
+		for _, c := range p.Commits {
+			if c.ID == out.After {
+				out.HeadCommitMessage = c.Message
+			}
+		}
+	}
+	out.Repository.FullName = p.fullName()
+	if p.Repository != nil {
+		out.Repository.HTMLURL, out.Repository.CloneURL = p.Repository.HTMLURL, p.Repository.CloneURL
+		out.Repository.DefaultBranch = p.Repository.DefaultBranch
+	}
+	if p.Project != nil {
+		out.Repository.HTMLURL, out.Repository.CloneURL = p.Project.WebURL, p.Project.GitHTTPURL
+		out.Repository.DefaultBranch = p.Project.DefaultBranch
+	}
+	if p.Pusher != nil {
+		out.Pusher = firstOf(p.Pusher.Login, p.Pusher.Username, p.Pusher.Name)
+	} else {
+		out.Pusher = p.UserUsername
+	}
+	return out
+}
+
+// sshToHTTPS turns git@host:owner/repo.git or ssh://user@host[:port]/owner/repo.git
+// into https://host/owner/repo.git, the form a project's repoUrl has. Anything
+// else is "".
+func sshToHTTPS(u string) string {
+	if strings.HasPrefix(u, "ssh://") {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Hostname() == "" || pu.Path == "" {
+			return ""
+		}
+		return "https://" + pu.Hostname() + pu.Path
+	}
+	if strings.Contains(u, "://") {
+		return ""
+	}
+	userHost, path, ok := strings.Cut(u, ":")
+	if !ok || path == "" || strings.HasPrefix(path, "/") {
+		return ""
+	}
+	_, host, ok := strings.Cut(userHost, "@")
+	if !ok || host == "" {
+		return ""
+	}
+	return "https://" + host + "/" + path
+}
+
+func isZeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

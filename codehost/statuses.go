@@ -1,0 +1,143 @@
+package codehost
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// StatusContext is the context of the commit statuses Keelson posts (the
+// label the code host shows next to the commit).
+const StatusContext = "keelson/deploy"
+
+// Commit status states, as GitHub names them.
+const (
+	StatePending = "pending"
+	StateSuccess = "success"
+	StateFailure = "failure"
+	StateError   = "error"
+)
+
+// CommitStatus is one status of a commit.
+type CommitStatus struct {
+	State       string // StatePending, StateSuccess, StateFailure or StateError
+	TargetURL   string // optional: where the status links to
+	Description string // at most 140 characters
+	Context     string
+}
+
+// CommitStatuses posts commit statuses as an app installation (the GitHub
+// adapter implements it with POST /repos/{owner}/{repo}/statuses/{sha}).
+type CommitStatuses interface {
+	PostCommitStatus(ctx context.Context, installationID int64, fullName, sha string, st CommitStatus) error
+}
+
+// DeploymentResult is where a deployment stands.
+type DeploymentResult struct {
+	Ended     bool   // LIVE, FAILED or CANCELLED
+	Succeeded bool   // LIVE
+	URL       string // the deployed URL, when it succeeded
+	Error     string // why it did not, when it ended otherwise
+}
+
+// DeploymentResults tells how a deployment stands. The deployments module,
+// adapted by the host, implements it.
+type DeploymentResults interface {
+	// DeploymentResult returns platform.ErrNotFound for a deployment that is gone.
+	DeploymentResult(ctx context.Context, ownerID, deploymentID string) (*DeploymentResult, error)
+}
+
+// statusRow is a push deployment whose final commit status is still owed.
+type statusRow struct {
+	bun.BaseModel  `bun:"table:codehost_commit_statuses"`
+	ID             string    `bun:"id,pk,type:varchar(36)"`
+	DeploymentID   string    `bun:"deployment_id,notnull,type:varchar(100)"`
+	OwnerID        string    `bun:"owner_id,notnull,type:varchar(36)"`
+	InstallationID int64     `bun:"installation_id,notnull"`
+	Repository     string    `bun:"repository,notnull"` // owner/name
+	CommitSHA      string    `bun:"commit_sha,notnull,type:varchar(64)"`
+	Done           bool      `bun:"done,notnull"`
+	Attempts       int       `bun:"attempts,notnull"`
+	CreatedAt      time.Time `bun:"created_at,notnull"`
+}
+
+// maxStatusAttempts bounds how often a final status is tried before it is given up.
+const maxStatusAttempts = 3
+
+// statusStarted posts "pending" for a push deployment of an app installation
+// and remembers to post how it ends. Failing to post is logged; it never
+// fails the deployment.
+func (s *Service) statusStarted(ctx context.Context, ev *Event, ownerID, deploymentID string) {
+	if s.d.Statuses == nil || ev == nil || ev.Push == nil || ev.InstallationID <= 0 || deploymentID == "" {
+		return
+	}
+	p := ev.Push
+	if p.Repository.FullName == "" || !commitRE.MatchString(p.After) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	row := &statusRow{ID: platform.NewID(), DeploymentID: deploymentID, OwnerID: ownerID, InstallationID: ev.InstallationID,
+		Repository: clean(p.Repository.FullName, 255), CommitSHA: p.After, CreatedAt: s.now()}
+	if _, err := s.d.DB.NewInsert().Model(row).Exec(ctx); err != nil {
+		s.d.Log.ErrorContext(ctx, "codehost: remember commit status", "deployment_id", deploymentID, "err", db.Translate(err))
+	}
+	err := s.d.Statuses.PostCommitStatus(ctx, ev.InstallationID, p.Repository.FullName, p.After, CommitStatus{
+		State: StatePending, Description: "Deploying " + shortSHA(p.After) + " on Keelson", Context: StatusContext,
+	})
+	if err != nil {
+		s.d.Log.WarnContext(ctx, "codehost: post pending commit status", "repository", p.Repository.FullName,
+			"sha", p.After, "deployment_id", deploymentID, "err", err)
+	}
+}
+
+// ReportStatuses posts the final commit status of every push deployment that
+// ended since the last pass. The worker calls it; it returns how many it posted.
+func (s *Service) ReportStatuses(ctx context.Context) (int, error) {
+	if s.d.Statuses == nil {
+		return 0, nil
+	}
+	var rows []statusRow
+	if err := s.d.DB.NewSelect().Model(&rows).Where("done = ?", false).Order("id").Limit(100).Scan(ctx); err != nil {
+		return 0, db.Translate(err)
+	}
+	posted := 0
+	for _, r := range rows {
+		res, err := s.d.Results.DeploymentResult(ctx, r.OwnerID, r.DeploymentID)
+		if errors.Is(err, platform.ErrNotFound) {
+			res = &DeploymentResult{Ended: true, Error: "the deployment was deleted"}
+		} else if err != nil {
+			return posted, err
+		}
+		if !res.Ended {
+			continue
+		}
+		st := CommitStatus{State: StateSuccess, TargetURL: res.URL, Description: "Deployed on Keelson", Context: StatusContext}
+		if res.URL != "" {
+			st.Description = clean("Deployed to "+res.URL, 140)
+		}
+		if !res.Succeeded {
+			msg := res.Error
+			if msg == "" {
+				msg = "the deployment did not go live"
+			}
+			st = CommitStatus{State: StateFailure, Description: clean("Deployment failed: "+msg, 140), Context: StatusContext}
+		}
+		done := true
+		if err := s.d.Statuses.PostCommitStatus(ctx, r.InstallationID, r.Repository, r.CommitSHA, st); err != nil {
+			s.d.Log.WarnContext(ctx, "codehost: post final commit status", "repository", r.Repository,
+				"sha", r.CommitSHA, "deployment_id", r.DeploymentID, "attempt", r.Attempts+1, "err", err)
+			done = r.Attempts+1 >= maxStatusAttempts
+		} else {
+			posted++
+		}
+		if _, err := s.d.DB.NewUpdate().Model((*statusRow)(nil)).Set("done = ?", done).Set("attempts = attempts + 1").
+			Where("id = ?", r.ID).Exec(ctx); err != nil {
+			return posted, db.Translate(err)
+		}
+	}
+	return posted, nil
+}
