@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/platform/secret"
 	"github.com/pquerna/otp/totp"
 	"github.com/uptrace/bun"
@@ -68,23 +68,6 @@ func (m *captureMailer) all() []Mail {
 	return append([]Mail(nil), m.mails...)
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // env is one auth module on a humatest API and a real database.
 type env struct {
 	t      *testing.T
@@ -93,7 +76,7 @@ type env struct {
 	api    humatest.TestAPI
 	clock  *testClock
 	mail   *captureMailer
-	logs   *syncBuf
+	logs   *platformtest.SyncBuffer
 	bodies []string // every response body, for the no-secrets check
 	mu     sync.Mutex
 }
@@ -105,7 +88,7 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*Deps)) *env {
 		t.Fatal(err)
 	}
 	e := &env{
-		t: t, db: bdb, mail: &captureMailer{}, logs: &syncBuf{},
+		t: t, db: bdb, mail: &captureMailer{}, logs: &platformtest.SyncBuffer{},
 		clock: &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
 	}
 	d := Deps{

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // smtpSession is what fakeSMTP saw of one session.
@@ -131,7 +133,7 @@ func TestNewSMTPMailerErrorsHideThePassword(t *testing.T) {
 }
 
 func TestLogMailerLogsTheLinkForDevelopment(t *testing.T) {
-	var buf syncBuf
+	var buf platformtest.SyncBuffer
 	m := LogMailer{Log: slog.New(slog.NewTextHandler(&buf, nil))}
 	if err := m.Send(context.Background(), Mail{To: "ada@example.com", Subject: "s", Text: "https://app/reset-password?token=xyz"}); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/httpx"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/uptrace/bun"
 )
 
@@ -367,19 +368,18 @@ func (e *env) deliveries(token, query string) ([]delivery, string) {
 // longer pending, and returns it.
 func (e *env) waitProcessed(deliveryID string) delivery {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var got delivery
+	platformtest.Eventually(e.t, 20*time.Second, "delivery "+deliveryID+" to be processed", func() bool {
 		all, _ := e.deliveries(e.admin, "?limit=100")
 		for _, d := range all {
 			if d.DeliveryID == deliveryID && d.Status != codehost.DeliveryPending {
-				return d
+				got = d
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("delivery %s was not processed in time", deliveryID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return got
 }
 
 func (e *env) count(table string) int {

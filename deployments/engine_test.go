@@ -10,6 +10,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -93,14 +94,14 @@ func TestRestartRecovery(t *testing.T) {
 		assert.Contains(t, d.ErrorMessage, "cancelled during BUILD")
 
 		// LIVE apps come back, routed; of two LIVE deployments the newest wins.
-		deploytest.Eventually(t, "live app restarted", func() bool { return e2.rt.Running(live) && e2.rt.RouteOf("running") == live })
-		deploytest.Eventually(t, "newest live app restarted", func() bool { return e2.rt.Running(newLive) })
+		platformtest.Eventually(t, 20*time.Second, "live app restarted", func() bool { return e2.rt.Running(live) && e2.rt.RouteOf("running") == live })
+		platformtest.Eventually(t, 20*time.Second, "newest live app restarted", func() bool { return e2.rt.Running(newLive) })
 		assert.Equal(t, newLive, e2.rt.RouteOf("twice"))
 		d = e2.waitStatus(oldLive, deployments.StatusCancelled)
 		assert.Equal(t, newLive, d.SupersededBy)
 		assert.False(t, e2.rt.Running(oldLive))
 		// Logged after the route is set and the row updated: wait for it.
-		deploytest.Eventually(t, "the log says the app runs again", func() bool {
+		platformtest.Eventually(t, 20*time.Second, "the log says the app runs again", func() bool {
 			for _, l := range e2.lines(live) {
 				if strings.HasPrefix(l.Message, "app is running again at ") {
 					return true

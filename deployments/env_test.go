@@ -17,6 +17,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
 )
@@ -176,7 +177,7 @@ func (e *env) get(id string) *deployments.Deployment {
 func (e *env) waitStatus(id string, s deployments.Status) *deployments.Deployment {
 	e.t.Helper()
 	var d *deployments.Deployment
-	deploytest.Eventually(e.t, "deployment "+id+" to be "+string(s), func() bool {
+	platformtest.Eventually(e.t, 20*time.Second, "deployment "+id+" to be "+string(s), func() bool {
 		var err error
 		d, err = e.store.DeploymentGet(context.Background(), id)
 		must(e.t, err)

@@ -1,7 +1,6 @@
 package projects_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/platform/secret"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/uptrace/bun"
@@ -137,24 +137,6 @@ func (r *recordingTeardown) callsFor(id string) int {
 	return n
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type counter map[string]int
 
 func (c counter) DeploymentsThisMonth(context.Context, string) (map[string]int, error) { return c, nil }
@@ -166,7 +148,7 @@ type env struct {
 	api      humatest.TestAPI
 	plans    *planBook
 	teardown *recordingTeardown
-	logs     *syncBuffer
+	logs     *platformtest.SyncBuffer
 	sealer   *secret.Sealer
 }
 
@@ -181,7 +163,7 @@ func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} 
 func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	t.Helper()
 	_, api := humatest.New(t, platform.APIConfig("test", "1"))
-	logs := &syncBuffer{}
+	logs := &platformtest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The request logger, as httpx.Middleware provides it in the server.
 	api.UseMiddleware(func(ctx huma.Context, next func(huma.Context)) {
@@ -251,23 +233,9 @@ func (e *env) deleteStatus(user, id string) projects.DeleteStatus {
 func (e *env) waitStatus(user, id, want string) projects.DeleteStatus {
 	e.t.Helper()
 	var st projects.DeleteStatus
-	eventually(e.t, func() bool { st = e.deleteStatus(user, id); return st.Status == want },
-		"project %s to become %s", id, want)
+	platformtest.Eventually(e.t, 20*time.Second, "project "+id+" to become "+want,
+		func() bool { st = e.deleteStatus(user, id); return st.Status == want })
 	return st
-}
-
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+format, args...)
-		}
-		<-tick.C
-	}
 }
 
 // rawRow reads a project row as stored, for at-rest checks.

@@ -23,6 +23,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/platform/secret"
 	"github.com/uptrace/bun"
 )
@@ -52,23 +53,6 @@ func (c *offsetClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // env is the auth and oauth modules on one real HTTP server over bdb, with a
 // fake code host and a fake identity provider.
 type env struct {
@@ -82,12 +66,12 @@ type env struct {
 	idp      *oauthtest.OIDC
 	clock    *offsetClock
 	sealer   *secret.Sealer
-	logs     *syncBuf
+	logs     *platformtest.SyncBuffer
 }
 
 func newEnv(t *testing.T, bdb *bun.DB, mutate func(*oauth.Deps)) *env {
 	t.Helper()
-	e := &env{t: t, bdb: bdb, gh: oauthtest.NewGitHub(t), idp: oauthtest.NewOIDC(t), clock: &offsetClock{}, logs: &syncBuf{}}
+	e := &env{t: t, bdb: bdb, gh: oauthtest.NewGitHub(t), idp: oauthtest.NewOIDC(t), clock: &offsetClock{}, logs: &platformtest.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
 	if e.sealer, err = secret.New("test-seal-key-0123456789abcdef0123456789ab"); err != nil {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -246,29 +247,17 @@ func TestSwapUnderLoadLosesNoRequest(t *testing.T) {
 		}()
 	}
 	// Let some traffic reach A first (bounded by count, not time).
-	waitFor(t, func() bool { return ok.Load() >= 50 || failed.Load() > 0 })
+	platformtest.Eventually(t, 30*time.Second, "50 requests through the router", func() bool { return ok.Load() >= 50 || failed.Load() > 0 })
 	b := app(t, "B")
 	require.NoError(t, r.Set("site", "dB", upstream(b)))
 	require.NoError(t, r.Drain(context.Background(), "dA"))
 	a.Close() // the old app is gone; nothing may still be sent to it
 	before := ok.Load()
-	waitFor(t, func() bool { return ok.Load() >= before+50 || failed.Load() > 0 })
+	platformtest.Eventually(t, 30*time.Second, "50 more requests through the router", func() bool { return ok.Load() >= before+50 || failed.Load() > 0 })
 	close(stop)
 	wg.Wait()
 	assert.Zero(t, failed.Load())
 	assert.True(t, sawB.Load())
-}
-
-// waitFor polls cond until it holds; it fails the test after a generous deadline.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met before the deadline")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestDrainWaitsForInFlightRequests(t *testing.T) {

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
-	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 )
@@ -57,7 +57,7 @@ func TestListenAcrossPools(t *testing.T) {
 	require.NoError(t, err)
 	// LISTEN takes effect asynchronously: write until the first line arrives.
 	var last int64
-	deploytest.Eventually(t, "the first notified line reaches the subscriber", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the first notified line reaches the subscriber", func() bool {
 		sink.Log(deployments.StreamBuild, "warm-up")
 		require.NoError(t, worker.Flush(ctx))
 		select {

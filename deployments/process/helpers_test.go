@@ -129,18 +129,6 @@ func (e *env) mustGet(t *testing.T, host, path string) string {
 	return body
 }
 
-// waitFor polls cond until it holds, failing the test after a generous deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // git runs git in dir with a fixed identity.
 func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()

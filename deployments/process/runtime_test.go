@@ -19,6 +19,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // TestDeployAndSwapWithoutFailedRequests builds, starts and routes a Go app,
@@ -49,7 +50,7 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 	assert.Equal(t, filepath.Join(e.dataDir, "workspaces", job1.DeploymentID, "home"),
 		e.mustGet(t, "hello.localhost", "/env?k=HOME"))
 	// Its output is in the log, the secret masked.
-	waitFor(t, "the app's first line", func() bool { return logs1.has("app: app starting with token=***") })
+	platformtest.Eventually(t, time.Minute, "the app's first line", func() bool { return logs1.has("app: app starting with token=***") })
 	assert.NotContains(t, logs1.all(), "tok-s3cret-value-42")
 
 	// Second deployment: v2, built and started beside v1.
@@ -94,7 +95,7 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "traffic on v1", func() bool { return ok.Load() >= 30 })
+	platformtest.Eventually(t, time.Minute, "traffic on v1", func() bool { return ok.Load() >= 30 })
 	// The swap, in the engine's order: new route first, then the old app goes.
 	_, err = e.rt.Route(ctx, "hello", job2.DeploymentID, up2)
 	require.NoError(t, err)
@@ -102,7 +103,7 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 	require.NoError(t, e.rt.Unroute(ctx, "hello", job1.DeploymentID)) // stale: must not remove v2's route
 	require.NoError(t, e.rt.Cleanup(ctx, job1.DeploymentID))
 	after := ok.Load()
-	waitFor(t, "traffic on v2", func() bool { return ok.Load() >= after+30 })
+	platformtest.Eventually(t, time.Minute, "traffic on v2", func() bool { return ok.Load() >= after+30 })
 	close(stop)
 	wg.Wait()
 
@@ -214,7 +215,7 @@ func TestBuildTimeoutKillsTheWholeProcessGroup(t *testing.T) {
 	assert.Contains(t, err.Error(), "build timed out after 1s")
 	assert.Contains(t, logs.all(), "build: spawned child")
 	pid := readPid(t, filepath.Join(e.dataDir, "workspaces", job.DeploymentID, "src", "child.pid"))
-	waitFor(t, "the build's child to die", func() bool { return childGone(pid) })
+	platformtest.Eventually(t, time.Minute, "the build's child to die", func() bool { return childGone(pid) })
 }
 
 func TestCancelledBuildKillsTheWholeProcessGroup(t *testing.T) {
@@ -233,12 +234,12 @@ func TestCancelledBuildKillsTheWholeProcessGroup(t *testing.T) {
 		_, err := e.rt.Build(ctx, job, logs)
 		done <- err
 	}()
-	waitFor(t, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
+	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
 	cancel()
 	err := <-done
 	require.ErrorIs(t, err, context.Canceled)
 	pid := readPid(t, pidFile)
-	waitFor(t, "the build's child to die", func() bool { return childGone(pid) })
+	platformtest.Eventually(t, time.Minute, "the build's child to die", func() bool { return childGone(pid) })
 }
 
 // TestCleanupCancelsARunningBuild: deleting a deployment mid-build ends the build.
@@ -254,7 +255,7 @@ func TestCleanupCancelsARunningBuild(t *testing.T) {
 		_, err := e.rt.Build(context.Background(), job, logs)
 		done <- err
 	}()
-	waitFor(t, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
+	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
 	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
 	require.Error(t, <-done)
 	_, err := os.Stat(filepath.Join(e.dataDir, "workspaces", job.DeploymentID))
@@ -281,7 +282,7 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 
 	_, _, _ = e.get("crashy.localhost", "/crash") // the app dies answering this
 	var pid2 string
-	waitFor(t, "a restarted app", func() bool {
+	platformtest.Eventually(t, time.Minute, "a restarted app", func() bool {
 		code, body, err := e.get("crashy.localhost", "/pid")
 		pid2 = body
 		return err == nil && code == http.StatusOK && body != pid1
@@ -296,7 +297,7 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 
 	// A second crash within the window exceeds MaxRestarts=1: it stays down.
 	_, _, _ = e.get("crashy.localhost", "/crash")
-	waitFor(t, "the runtime to give up", func() bool { return logs.has("not restarting it") })
+	platformtest.Eventually(t, time.Minute, "the runtime to give up", func() bool { return logs.has("not restarting it") })
 	code, _, err := e.get("crashy.localhost", "/")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusBadGateway, code)
@@ -475,7 +476,7 @@ func TestCloseStopsEveryAppAndRefusesNewWork(t *testing.T) {
 
 	require.NoError(t, e.rt.Close(ctx))
 	assert.False(t, answers(up))
-	waitFor(t, "the app's child to die", func() bool { return childGone(pid) })
+	platformtest.Eventually(t, time.Minute, "the app's child to die", func() bool { return childGone(pid) })
 	_, err = e.rt.Start(ctx, job, nil)
 	require.ErrorContains(t, err, "shut down")
 	_, err = e.rt.Build(ctx, job, nil)

@@ -25,6 +25,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -99,25 +100,19 @@ func (c *cluster) waitStatus(t *testing.T, owner, id string, want deployments.St
 	t.Helper()
 	var seen []deployments.Status
 	var d *deployments.Deployment
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	platformtest.Eventually(t, 3*time.Minute, "deployment "+id+" to be "+string(want), func() bool {
 		var err error
 		d, err = c.svc.Status(context.Background(), owner, id)
 		require.NoError(t, err)
 		if len(seen) == 0 || seen[len(seen)-1] != d.Status {
 			seen = append(seen, d.Status)
 		}
-		if d.Status == want {
-			return d, seen
-		}
-		if d.Status.Terminal() {
+		if d.Status != want && d.Status.Terminal() {
 			t.Fatalf("deployment ended %s (want %s): %s\nlog:\n%s", d.Status, want, d.ErrorMessage, c.logText(t, id))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deployment still %s after 3m (want %s); seen %v\nlog:\n%s", d.Status, want, seen, c.logText(t, id))
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not a wait for work
-	}
+		return d.Status == want
+	})
+	return d, seen
 }
 
 func (c *cluster) logText(t *testing.T, id string) string {
@@ -300,7 +295,7 @@ func TestTemporalCancelMidBuild(t *testing.T) {
 	d, err := c.svc.Trigger(context.Background(), deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
 	require.NoError(t, err)
 	var buildPID int
-	deploytest.Eventually(t, "the build command runs", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the build command runs", func() bool {
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
 			return false
@@ -314,13 +309,13 @@ func TestTemporalCancelMidBuild(t *testing.T) {
 	require.Equal(t, deployments.StatusCancelled, got.Status, "log:\n%s", c.logText(t, d.ID))
 	require.Equal(t, deployments.StepFailed, got.Steps.Get(deployments.StepBuild).Status)
 	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepProvision).Status)
-	deploytest.Eventually(t, "the build process is gone", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the build process is gone", func() bool {
 		return errors.Is(syscall.Kill(buildPID, 0), syscall.ESRCH)
 	})
 	// Temporal agrees: the workflow ended cancelled. (It ends just after its
 	// last activity recorded CANCELLED, which is what Cancel waits for.)
 	var status enumspb.WorkflowExecutionStatus
-	deploytest.Eventually(t, "the workflow ends", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the workflow ends", func() bool {
 		desc, err := c.engine.cfg.Client.DescribeWorkflowExecution(context.Background(), d.WorkflowName, "")
 		require.NoError(t, err)
 		status = desc.GetWorkflowExecutionInfo().GetStatus()
@@ -405,7 +400,7 @@ func TestTemporalWorkerKilledMidBuild(t *testing.T) {
 	c := newCluster(t, srv, bdb, projects)
 
 	marker := filepath.Join(t.TempDir(), "building")
-	out := &temporaltest.SyncBuffer{}
+	out := &platformtest.SyncBuffer{}
 	helper := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1", "-test.timeout=10m")
 	helper.Env = append(os.Environ(), helperEnv+"=1", "HELPER_DB_URL="+url, "HELPER_MARKER="+marker,
 		"HELPER_SLUG="+spec.Slug, "HELPER_HOSTPORT="+srv.FrontendHostPort(), "HELPER_QUEUE="+c.queue)
@@ -415,7 +410,7 @@ func TestTemporalWorkerKilledMidBuild(t *testing.T) {
 
 	d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
 	require.NoError(t, err)
-	deploytest.Eventually(t, "the helper worker is building", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the helper worker is building", func() bool {
 		b, err := os.ReadFile(marker)
 		return err == nil && string(b) == d.ID
 	})

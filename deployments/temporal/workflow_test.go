@@ -12,6 +12,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -193,7 +194,7 @@ func TestWorkflowCancelMidBuild(t *testing.T) {
 	require.Equal(t, deployments.StepSkipped, got.Steps.Get(deployments.StepProvision).Status)
 	require.Contains(t, got.ErrorMessage, "cancelled during BUILD")
 	// The build's context was cancelled (through the heartbeat) and it stopped.
-	deploytest.Eventually(t, "the held build saw its context end", func() bool {
+	platformtest.Eventually(t, 20*time.Second, "the held build saw its context end", func() bool {
 		return strings.Contains(f.logText(t, d.ID), "build killed")
 	})
 }

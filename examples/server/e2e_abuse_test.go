@@ -17,6 +17,7 @@ import (
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/httpx"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // The abuse suite (issue 9): what a hostile but authenticated user tries.
@@ -611,7 +612,7 @@ func TestLogStreamCapPerUser(t *testing.T) {
 	checkErrorModel(t, "third stream", resp.StatusCode, raw)
 	// Closing one frees its slot (once the server sees the disconnect).
 	held[0].Body.Close()
-	eventually(t, 10*time.Second, "a freed stream slot", func() bool { return ts.App.LogStreams.Open(ownerOf(t, ts, alice)) < 2 })
+	platformtest.Eventually(t, 10*time.Second, "a freed stream slot", func() bool { return ts.App.LogStreams.Open(ownerOf(t, ts, alice)) < 2 })
 	resp, err = open(alice)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("after closing one: %v %v", err, resp)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/codehost/githubfake"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 const e2eWebhookSecret = "e2e-webhook-secret-0123456789"
@@ -229,7 +230,7 @@ func TestCodehostE2E(t *testing.T) {
 			DeployedURL  string `json:"deployedUrl"`
 			ErrorMessage string `json:"errorMessage"`
 		}
-		eventually(t, 3*time.Minute, "the push deployment to go LIVE", func() bool {
+		platformtest.Eventually(t, 3*time.Minute, "the push deployment to go LIVE", func() bool {
 			ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+depID+"/status", token, nil, &status)
 			if status.Status == "FAILED" || status.Status == "CANCELLED" {
 				t.Fatalf("push deployment %s: %s", status.Status, status.ErrorMessage)
@@ -288,7 +289,7 @@ func callbackRedirect(t *testing.T, ts *testServer, installationID, state string
 func waitDelivery(t *testing.T, ts *testServer, token, deliveryID string) codehostDelivery {
 	t.Helper()
 	var found codehostDelivery
-	eventually(t, 30*time.Second, "delivery "+deliveryID+" to be processed", func() bool {
+	platformtest.Eventually(t, 30*time.Second, "delivery "+deliveryID+" to be processed", func() bool {
 		var log []codehostDelivery
 		ts.doJSON(t, http.StatusOK, "GET", "/codehost/deliveries?limit=100", token, nil, &log)
 		for _, d := range log {

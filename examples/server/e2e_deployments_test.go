@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // goApp is a small Go web app: it answers "version <v>" on $PORT, prints its
@@ -81,7 +83,7 @@ func waitDeployment(t *testing.T, ts *testServer, token, id string) (e2eStatus, 
 	t.Helper()
 	var st e2eStatus
 	var seen []string
-	eventually(t, 4*time.Minute, "deployment "+id+" to end", func() bool {
+	platformtest.Eventually(t, 4*time.Minute, "deployment "+id+" to end", func() bool {
 		ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+id+"/status", token, nil, &st)
 		if len(seen) == 0 || seen[len(seen)-1] != st.Status {
 			seen = append(seen, st.Status)
@@ -239,7 +241,7 @@ func TestDeploymentsE2E(t *testing.T) {
 		if second.Status != "LIVE" {
 			t.Fatalf("second deployment %s: %s", second.Status, second.ErrorMessage)
 		}
-		eventually(t, time.Minute, "the first deployment to be replaced", func() bool {
+		platformtest.Eventually(t, time.Minute, "the first deployment to be replaced", func() bool {
 			var old struct {
 				Status       string `json:"status"`
 				SupersededBy string `json:"supersededBy"`
@@ -276,7 +278,7 @@ func TestDeploymentsE2E(t *testing.T) {
 			t.Fatalf("bob reads alice's deployment: %d", st)
 		}
 		ts.doJSON(t, http.StatusAccepted, "DELETE", "/projects/"+p.ID, alice, nil, nil)
-		eventually(t, time.Minute, "the project's deployments to be gone", func() bool {
+		platformtest.Eventually(t, time.Minute, "the project's deployments to be gone", func() bool {
 			st, _, _ := ts.do(t, "GET", "/deployments/"+second.ID, alice, nil)
 			return st == http.StatusNotFound
 		})
@@ -304,7 +306,7 @@ func TestDeploymentsE2EServerStopsMidBuild(t *testing.T) {
 			DeploymentID string `json:"deploymentId"`
 		}
 		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &tr)
-		eventually(t, 2*time.Minute, "the build to wait at the gate", func() bool {
+		platformtest.Eventually(t, 2*time.Minute, "the build to wait at the gate", func() bool {
 			d, err := ts.App.Deployments.Get(context.Background(), ownerOf(t, ts, alice), tr.DeploymentID)
 			if err != nil {
 				t.Fatal(err)

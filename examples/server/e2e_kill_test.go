@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 var serverBinary struct {
@@ -59,12 +61,12 @@ func freeAddr(t *testing.T) string {
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	logs *syncBuffer
+	logs *platformtest.SyncBuffer
 }
 
 func startProc(t *testing.T, bin string, env []string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin), done: make(chan struct{}), logs: &syncBuffer{}}
+	p := &proc{cmd: exec.Command(bin), done: make(chan struct{}), logs: &platformtest.SyncBuffer{}}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -99,7 +101,7 @@ func TestDeploymentSurvivesServerKill(t *testing.T) {
 	}
 	srv := startProc(t, bin, env)
 	ts := &testServer{URL: "http://" + api, Client: &http.Client{Timeout: 30 * time.Second}}
-	eventually(t, time.Minute, "the server to answer /healthz", func() bool {
+	platformtest.Eventually(t, time.Minute, "the server to answer /healthz", func() bool {
 		resp, err := http.Get(ts.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
@@ -113,7 +115,7 @@ func TestDeploymentSurvivesServerKill(t *testing.T) {
 		DeploymentID string `json:"deploymentId"`
 	}
 	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &tr)
-	eventually(t, 2*time.Minute, "the build to wait at the gate", func() bool {
+	platformtest.Eventually(t, 2*time.Minute, "the build to wait at the gate", func() bool {
 		return strings.Contains(strings.Join(sseLines(t, ts, alice, tr.DeploymentID, 2*time.Second), "\n"), "waiting for the gate")
 	})
 	var st e2eStatus
@@ -127,7 +129,7 @@ func TestDeploymentSurvivesServerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv2 := startProc(t, bin, env)
-	eventually(t, time.Minute, "the restarted server to answer /healthz", func() bool {
+	platformtest.Eventually(t, time.Minute, "the restarted server to answer /healthz", func() bool {
 		resp, err := http.Get(ts.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 type e2eProject struct {
@@ -157,7 +159,7 @@ func TestProjectsAndPlansE2E(t *testing.T) {
 		if del.ID != p1.ID || del.Status != "DELETING" {
 			t.Fatalf("delete: %+v", del)
 		}
-		eventually(t, 30*time.Second, "project DELETED", func() bool {
+		platformtest.Eventually(t, 30*time.Second, "project DELETED", func() bool {
 			var s struct{ Status string }
 			ts.doJSON(t, http.StatusOK, "GET", "/projects/"+p1.ID+"/delete-status", alice, nil, &s)
 			return s.Status == "DELETED"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -28,7 +29,7 @@ type testServer struct {
 	URL     string // API base URL
 	Ingress string // ingress host:port ("" when deployments are not wired)
 	Client  *http.Client
-	Logs    *syncBuffer // everything the server logged (JSON lines)
+	Logs    *platformtest.SyncBuffer // everything the server logged (JSON lines)
 
 	api    *httptest.Server
 	stopFn func()
@@ -65,7 +66,7 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 // over the same data dir and database).
 func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServer {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &platformtest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	app, err := NewApp(ctx, cfg, log)
@@ -212,7 +213,7 @@ func loggedLink(t testing.TB, logs interface{ String() string }, addr, path stri
 	t.Helper()
 	re := regexp.MustCompile(regexp.QuoteMeta(path) + `([A-Za-z0-9_-]{43})`)
 	tok := ""
-	eventually(t, 10*time.Second, "a mail to "+addr+" with "+path, func() bool {
+	platformtest.Eventually(t, 10*time.Second, "a mail to "+addr+" with "+path, func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
 			var rec struct {
 				To   string `json:"to"`
@@ -228,34 +229,4 @@ func loggedLink(t testing.TB, logs interface{ String() string }, addr, path stri
 		return tok != ""
 	})
 	return tok
-}
-
-// eventually polls cond every 20 ms until it returns true or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// syncBuffer collects log output safely across goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // Fuzz targets over the whole reference server (SQLite), driving its real
@@ -44,7 +45,7 @@ func newFuzzApp(f *testing.F) *fuzzApp {
 	cfg.AllowLocalRepos = true
 	cfg.AdminEmails = []string{"admin@example.com"}
 	cfg.IngressAddr = "127.0.0.1:0"
-	logs := &syncBuffer{} // holds the dev-mode mails: the admin verifies its address by the link
+	logs := &platformtest.SyncBuffer{} // holds the dev-mode mails: the admin verifies its address by the link
 	app, err := NewApp(context.Background(), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {
 		f.Fatal(err)
@@ -214,18 +215,11 @@ func FuzzLogStreamParams(f *testing.F) {
 		f.Skip("deployments are not wired into the reference server yet")
 	}
 	id := fa.ids["deployment"]
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	platformtest.Eventually(f, 2*time.Minute, "the deployment to end", func() bool {
 		var st struct{ Status string }
 		fa.mustJSON(f, "GET", "/deployments/"+id+"/status", fa.user, nil, &st)
-		if st.Status == "FAILED" || st.Status == "CANCELLED" || st.Status == "LIVE" {
-			break
-		}
-		if time.Now().After(deadline) {
-			f.Fatalf("deployment still %s", st.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return st.Status == "FAILED" || st.Status == "CANCELLED" || st.Status == "LIVE"
+	})
 	f.Add("", "", "")
 	f.Add("1", "", "")
 	f.Add("", "2025-01-02T15:04:05Z", "")

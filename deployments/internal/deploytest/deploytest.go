@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
-	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
@@ -255,15 +253,3 @@ func (Authn) Authenticate(_ context.Context, token string) (platform.Principal, 
 
 // Token is the bearer token Authn accepts for userID.
 func Token(userID string) string { return "token-" + userID }
-
-// Eventually polls cond until it holds or 20 seconds pass (then fails t with msg).
-func Eventually(t testing.TB, msg string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -10,16 +10,15 @@
 package temporaltest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
@@ -55,31 +54,12 @@ func CLI(t testing.TB) string {
 // QuietLogger is an SDK logger that discards everything.
 func QuietLogger() sdklog.Logger { return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
-// SyncBuffer collects a child process's output (for failure messages); it is
-// safe for concurrent writes.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // StartDevServer starts an in-memory dev server (namespace "default") that
 // stops when t ends. Its frontend is srv.FrontendHostPort().
 func StartDevServer(t testing.TB) *testsuite.DevServer {
 	t.Helper()
 	cli := CLI(t)
-	out := &SyncBuffer{}
+	out := &platformtest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{

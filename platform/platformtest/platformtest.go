@@ -1,0 +1,66 @@
+// Package platformtest holds the test helpers every module shares: a buffer
+// safe for concurrent writes, a poll-until-deadline helper and log capture.
+// It is imported by tests only; production code never depends on it.
+package platformtest
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SyncBuffer is an io.Writer safe for concurrent writes (log sinks, a child
+// process's output); String returns everything written so far.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns a copy of everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Eventually polls cond until it returns true, and fails t (naming what it
+// waited for) once within has passed. It re-checks after 5 ms at first,
+// backing off to every 100 ms, so a quick condition is seen at once and a
+// long wait costs little CPU. cond runs on the test's goroutine, so it may
+// itself call t.Fatal.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	wait := 5 * time.Millisecond
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		<-timer.C
+		wait = min(2*wait, 100*time.Millisecond)
+		timer.Reset(wait)
+	}
+}
+
+// CaptureLogs returns a debug-level JSON logger and the buffer it writes to,
+// for tests that assert what was (or was never) logged.
+func CaptureLogs() (*slog.Logger, *SyncBuffer) {
+	buf := &SyncBuffer{}
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// CaptureTextLogs is CaptureLogs with slog's text format.
+func CaptureTextLogs() (*slog.Logger, *SyncBuffer) {
+	buf := &SyncBuffer{}
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
