@@ -147,6 +147,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"projects", a.wireProjects},
 		{"deployments", a.wireDeployments},
 		{"codehost", a.wireCodehost},
+		{"deployhooks", a.wireDeployHooks},
 		{"scaffold", a.wireScaffold},
 	} {
 		if err := w.fn(ctx); err != nil {

@@ -1,0 +1,268 @@
+// Package deployhooks gives a project secret URLs that deploy its branch head
+// when anything POSTs to them: for CI pipelines, cron jobs and code hosts that
+// cannot sign a webhook. The URL is the credential: it is shown once, stored
+// only as a SHA-256 hash, listed by a short prefix, and revoked by deleting it.
+//
+// It reaches projects and deployments only through the small interfaces it
+// declares (Projects, Deployer); a deployment it starts meets the same quotas
+// as any other. It is not the code-host webhook (package codehost).
+package deployhooks
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Projects is what deploy hooks need from the projects module.
+type Projects interface {
+	// CheckOwner returns an error wrapping platform.ErrNotFound unless project
+	// id exists and belongs to ownerID.
+	CheckOwner(ctx context.Context, ownerID, projectID string) error
+}
+
+// Deployer starts a deployment of a project's branch head as its owner. A
+// quota refusal is a 403 *platform.Error naming the quota.
+type Deployer interface {
+	Trigger(ctx context.Context, projectID, ownerID, reason string) (deploymentID string, err error)
+}
+
+// Deps are what the module needs from its host.
+type Deps struct {
+	// DB holds the deploy_hooks table (see Migrations).
+	DB *bun.DB
+	// Auth authenticates the owner routes.
+	Auth platform.Authenticator
+	// Projects checks ownership.
+	Projects Projects
+	// Deployer starts deployments.
+	Deployer Deployer
+	// PublicURL is the API's public origin; hook URLs are PublicURL/deploy-hooks/<token>.
+	PublicURL string
+	// MaxPerProject caps the hooks of one project. Default 20.
+	MaxPerProject int
+	// Log receives the module's messages. Default: discard.
+	Log *slog.Logger
+	// Clock tells the time. Default platform.SystemClock.
+	Clock platform.Clock
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.DB == nil {
+		errs = append(errs, errors.New("DB is required"))
+	}
+	if d.Auth == nil {
+		errs = append(errs, errors.New("Auth is required"))
+	}
+	if d.Projects == nil {
+		errs = append(errs, errors.New("Projects is required"))
+	}
+	if d.Deployer == nil {
+		errs = append(errs, errors.New("Deployer is required"))
+	}
+	if u, err := url.Parse(d.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, errors.New("PublicURL must be an http(s) URL"))
+	}
+	return errors.Join(errs...)
+}
+
+// Service is the deploy-hook module.
+type Service struct{ d Deps }
+
+// New checks d and builds the service; add its routes with Register.
+func New(d Deps) (*Service, error) {
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("deployhooks: %w", err)
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	d.MaxPerProject = cmp.Or(d.MaxPerProject, 20)
+	d.PublicURL = strings.TrimRight(d.PublicURL, "/")
+	return &Service{d: d}, nil
+}
+
+type hookRow struct {
+	bun.BaseModel `bun:"table:deploy_hooks"`
+	ID            string     `bun:"id,pk,type:varchar(36)"`
+	ProjectID     string     `bun:"project_id,notnull,type:varchar(36)"`
+	OwnerID       string     `bun:"owner_id,notnull,type:varchar(36)"`
+	Name          string     `bun:"name,notnull"`
+	TokenHash     string     `bun:"token_hash,notnull,type:varchar(64)"` // hex SHA-256 of the token
+	Prefix        string     `bun:"prefix,notnull,type:varchar(16)"`
+	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	LastUsedAt    *time.Time `bun:"last_used_at"`
+}
+
+// Migrations are the module's tables, for the host to run.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "deployhooks", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*hookRow)(nil)),
+			db.CreateIndex((*hookRow)(nil), "deploy_hooks_token_hash", true, "token_hash"),
+			db.CreateIndex((*hookRow)(nil), "deploy_hooks_project", false, "project_id", "created_at"),
+		),
+	}}}
+}
+
+// tokenPrefix starts every token, so a leaked one is recognisable (secret scanners).
+const tokenPrefix = "kdh_"
+
+// prefixLen is how much of a token listings show.
+const prefixLen = len(tokenPrefix) + 6
+
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func hashToken(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
+// Hook is a deploy hook as listed: never its token.
+type Hook struct {
+	ID         string     `json:"id"`
+	ProjectID  string     `json:"projectId"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix" doc:"The first characters of the hook's URL token, to tell hooks apart"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+}
+
+func (r *hookRow) out() Hook {
+	return Hook{ID: r.ID, ProjectID: r.ProjectID, Name: r.Name, Prefix: r.Prefix, CreatedAt: r.CreatedAt.UTC(), LastUsedAt: r.LastUsedAt}
+}
+
+// Create makes a deploy hook for the owner's project and returns it with its
+// URL, the only time the URL is available.
+func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (*Hook, string, error) {
+	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+		return nil, "", err
+	}
+	n, err := s.d.DB.NewSelect().Model((*hookRow)(nil)).Where("project_id = ?", projectID).Count(ctx)
+	if err != nil {
+		return nil, "", db.Translate(err)
+	}
+	if int(n) >= s.d.MaxPerProject {
+		return nil, "", platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject))
+	}
+	tok, err := newToken()
+	if err != nil {
+		return nil, "", err
+	}
+	row := &hookRow{ID: platform.NewID(), ProjectID: projectID, OwnerID: ownerID, Name: name,
+		TokenHash: hashToken(tok), Prefix: tok[:prefixLen], CreatedAt: s.d.Clock.Now().UTC().Truncate(time.Microsecond)}
+	if _, err := s.d.DB.NewInsert().Model(row).Exec(ctx); err != nil {
+		return nil, "", db.Translate(err)
+	}
+	h := row.out()
+	return &h, s.d.PublicURL + "/deploy-hooks/" + tok, nil
+}
+
+// List returns the hooks of the owner's project, oldest first.
+func (s *Service) List(ctx context.Context, ownerID, projectID string) ([]Hook, error) {
+	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+		return nil, err
+	}
+	var rows []hookRow
+	if err := s.d.DB.NewSelect().Model(&rows).Where("project_id = ? AND owner_id = ?", projectID, ownerID).
+		Order("created_at", "id").Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make([]Hook, len(rows))
+	for i := range rows {
+		out[i] = rows[i].out()
+	}
+	return out, nil
+}
+
+// Delete revokes a hook of the owner's project.
+func (s *Service) Delete(ctx context.Context, ownerID, projectID, hookID string) error {
+	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+		return err
+	}
+	if !platform.ValidID(hookID) {
+		return platform.NotFound("deploy hook not found")
+	}
+	res, err := s.d.DB.NewDelete().Model((*hookRow)(nil)).
+		Where("id = ? AND project_id = ? AND owner_id = ?", hookID, projectID, ownerID).Exec(ctx)
+	if err != nil {
+		return db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return platform.NotFound("deploy hook not found")
+	}
+	return nil
+}
+
+// errUnknownHook answers every token that is not a live hook's, however it is wrong.
+var errUnknownHook = platform.NotFound("deploy hook not found (revoked, or never existed)")
+
+// Fire starts a deployment of the project of the hook whose token this is.
+func (s *Service) Fire(ctx context.Context, token string) (string, error) {
+	if !strings.HasPrefix(token, tokenPrefix) || len(token) > 100 {
+		return "", errUnknownHook
+	}
+	row := new(hookRow)
+	if err := s.d.DB.NewSelect().Model(row).Where("token_hash = ?", hashToken(token)).Scan(ctx); err != nil {
+		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+			return "", errUnknownHook
+		}
+		return "", err
+	}
+	reason := "deploy hook " + row.Prefix
+	if row.Name != "" {
+		reason = "deploy hook " + row.Name + " (" + row.Prefix + ")"
+	}
+	id, err := s.d.Deployer.Trigger(ctx, row.ProjectID, row.OwnerID, reason)
+	if errors.Is(err, platform.ErrNotFound) {
+		// The project is gone: so is its hook.
+		if _, derr := s.d.DB.NewDelete().Model((*hookRow)(nil)).Where("id = ?", row.ID).Exec(context.WithoutCancel(ctx)); derr != nil {
+			s.d.Log.WarnContext(ctx, "deployhooks: delete hook of a deleted project", "hook_id", row.ID, "err", derr)
+		}
+		return "", errUnknownHook
+	}
+	if err != nil {
+		return "", err
+	}
+	now := s.d.Clock.Now().UTC().Truncate(time.Microsecond)
+	if _, err := s.d.DB.NewUpdate().Model((*hookRow)(nil)).Set("last_used_at = ?", now).Where("id = ?", row.ID).
+		Exec(context.WithoutCancel(ctx)); err != nil {
+		s.d.Log.WarnContext(ctx, "deployhooks: record last use", "hook_id", row.ID, "err", err)
+	}
+	return id, nil
+}
+
+func (s *Service) checkOwner(ctx context.Context, ownerID, projectID string) error {
+	if !platform.ValidID(projectID) {
+		return platform.NotFound("project not found")
+	}
+	err := s.d.Projects.CheckOwner(ctx, ownerID, projectID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return platform.NotFound("project not found")
+	}
+	return err
+}
