@@ -33,7 +33,7 @@ var ownedRoutes = []struct{ prefix, kind string }{
 
 // notOwnedRoutes take ids of things no user owns; why is noted per prefix.
 var notOwnedRoutes = map[string]string{
-	"/plans/{id}": "plans are a public catalogue (GET public, writes ADMIN: checked below)",
+	"/plans/{id}":           "plans are a public catalogue (GET public, writes ADMIN: checked below)",
 	"/deploy-hooks/{token}": "the token is the hook's own credential, not an id: unknown and revoked ones answer one 404 (TestDeployHooksE2E)",
 }
 
