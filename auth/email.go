@@ -202,7 +202,7 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 // ResendVerification queues a new verification link to the user's address.
 // An already verified address answers 409.
 func (s *Service) ResendVerification(ctx context.Context, userID platform.ID) error {
-	if err := s.allow(userID, "verify-user:", s.d.Limits.ForgotPerAccount); err != nil {
+	if err := s.allow(ctx, userID, "verify-user:", s.d.Limits.ForgotPerAccount); err != nil {
 		return err
 	}
 	row, err := s.userRow(ctx, s.db, "id", userID)
@@ -230,7 +230,7 @@ func (s *Service) reauthenticate(ctx context.Context, row *userRow, password, co
 	if row.TOTPEnabled && code == "" {
 		return platform.Invalid("twoFactorCode: required to change the email of an account with 2FA")
 	}
-	if err := s.allow(row.ID, "reauth-user:", s.d.Limits.LoginPerAccount); err != nil {
+	if err := s.allow(ctx, row.ID, "reauth-user:", s.d.Limits.LoginPerAccount); err != nil {
 		return err
 	}
 	if row.PasswordHash != "" {

@@ -15,18 +15,6 @@ const (
 	CodeTwoFactorInvalid  = "TWO_FACTOR_INVALID"
 )
 
-// allow spends one attempt of key's bucket or answers 429. An empty key (no
-// client address known, e.g. a direct call) is not limited.
-func (s *Service) allow(key, prefix string, lim Limit) error {
-	if key == "" {
-		return nil
-	}
-	if ok, wait := s.limiter.allow(prefix+key, lim); !ok {
-		return platform.RateLimited("too many attempts; try again later", wait)
-	}
-	return nil
-}
-
 // LoginParams are the inputs of a password login.
 type LoginParams struct {
 	Email, Password, TwoFactorCode string
@@ -44,11 +32,11 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 	if emailErr != nil {
 		email = p.Email
 	}
-	// Limits first: a limited attempt costs no hash.
-	if err := s.allow(p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
-		return TokenPair{}, err
-	}
-	if err := s.allow(email, "login-acct:", s.d.Limits.LoginPerAccount); err != nil {
+	// Limits first: a limited attempt costs no hash. The per-account limit
+	// counts only attempts from addresses that never logged in to the account
+	// (within 90 days): an attacker elsewhere cannot lock the owner out, and
+	// the per-address limit still bounds every address.
+	if err := s.allow(ctx, p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
 		return TokenPair{}, err
 	}
 	var row *userRow
@@ -58,6 +46,18 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 		case err == nil:
 			row = r
 		case !errors.Is(err, platform.ErrNotFound):
+			return TokenPair{}, err
+		}
+	}
+	known := false
+	if row != nil {
+		var err error
+		if known, err = s.knownSource(ctx, row.ID, p.IP); err != nil {
+			return TokenPair{}, err
+		}
+	}
+	if !known {
+		if err := s.allow(ctx, email, "login-acct:", s.d.Limits.LoginPerAccount); err != nil {
 			return TokenPair{}, err
 		}
 	}
@@ -72,13 +72,15 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 	if !ok || row == nil {
 		return TokenPair{}, errBadCredentials()
 	}
-	s.limiter.refund("login-acct:" + email)
+	if !known {
+		s.refund(ctx, email, "login-acct:", s.d.Limits.LoginPerAccount)
+	}
 
 	if row.TOTPEnabled {
 		if p.TwoFactorCode == "" {
 			return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
 		}
-		if err := s.allow(row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+		if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
 			return TokenPair{}, err
 		}
 		var pair TokenPair
@@ -96,10 +98,16 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 		if err != nil {
 			return TokenPair{}, err
 		}
-		s.limiter.refund("2fa-user:" + row.ID)
+		s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
+		s.rememberSource(ctx, row.ID, p.IP)
 		return pair, nil
 	}
-	return s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+	pair, err := s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+	if err != nil {
+		return TokenPair{}, err
+	}
+	s.rememberSource(ctx, row.ID, p.IP)
+	return pair, nil
 }
 
 // ForgotPassword queues a reset link for email. The request does the same
@@ -111,10 +119,10 @@ func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
 	if err != nil {
 		return platform.Invalid("email: " + err.Error())
 	}
-	if err := s.allow(ip, "forgot-ip:", s.d.Limits.ForgotPerIP); err != nil {
+	if err := s.allow(ctx, ip, "forgot-ip:", s.d.Limits.ForgotPerIP); err != nil {
 		return err
 	}
-	if err := s.allow(n, "forgot-acct:", s.d.Limits.ForgotPerAccount); err != nil {
+	if err := s.allow(ctx, n, "forgot-acct:", s.d.Limits.ForgotPerAccount); err != nil {
 		return err
 	}
 	return s.queue("reset-password", s.forgotJob(n))
@@ -230,7 +238,7 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		return nil, err
 	}
 	if newEmail != "" {
-		s.limiter.refund("reauth-user:" + userID)
+		s.refund(ctx, userID, "reauth-user:", s.d.Limits.LoginPerAccount)
 		if err := s.queue("change-email", s.changeJob(userID, cur.Email, newEmail)); err != nil {
 			return nil, err
 		}

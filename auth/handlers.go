@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -48,26 +49,64 @@ func (s *Service) Register(api huma.API) error {
 
 type ipKey struct{}
 
-// clientIP puts the client address in the context: the TCP peer, or with
-// TrustProxy the last X-Forwarded-For entry (the one our proxy appended).
+// clientIP puts the client address in the context: the TCP peer, unless the
+// peer is a trusted proxy (TrustedProxies); then the rightmost
+// X-Forwarded-For address that is not a trusted proxy (the one our proxies
+// received the request from: what a client writes to the left of it is
+// never reached).
 func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
-	ip := ""
-	if s.d.TrustProxy {
-		if xff := ctx.Header("X-Forwarded-For"); xff != "" {
-			parts := strings.Split(xff, ",")
-			ip = strings.TrimSpace(parts[len(parts)-1])
+	// Every X-Forwarded-For line, in order: a proxy may add its own line
+	// after the client's instead of appending to it.
+	var xff []string
+	ctx.EachHeader(func(name, value string) {
+		if strings.EqualFold(name, "X-Forwarded-For") {
+			xff = append(xff, value)
+		}
+	})
+	next(huma.WithValue(ctx, ipKey{}, ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)))
+}
+
+// ClientAddr picks the client address of a request from its TCP peer
+// (remoteAddr, host:port) and X-Forwarded-For (xff, comma-separated; several
+// headers joined with commas), believing xff only as far as it was written by
+// trusted proxies. It answers "unknown" when there is no usable address.
+func ClientAddr(remoteAddr, xff string, trusted []netip.Prefix) string {
+	host := remoteAddr
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		host = h
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		if host == "" {
+			return "unknown"
+		}
+		return host
+	}
+	peer = peer.Unmap()
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	client := peer
+	if !isTrusted(peer) || xff == "" {
+		return client.String()
+	}
+	hops := strings.Split(xff, ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // not written by a proxy of ours: the last address we trust stands
+		}
+		client = a.Unmap()
+		if !isTrusted(client) {
+			break
 		}
 	}
-	if ip == "" {
-		ip = ctx.RemoteAddr()
-		if h, _, err := net.SplitHostPort(ip); err == nil {
-			ip = h
-		}
-	}
-	if ip == "" {
-		ip = "unknown"
-	}
-	next(huma.WithValue(ctx, ipKey{}, ip))
+	return client.String()
 }
 
 func ipFrom(ctx context.Context) string {
@@ -122,7 +161,7 @@ type registerInput struct{ Body registerBody }
 type userOutput struct{ Body *User }
 
 func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userOutput, error) {
-	if err := s.allow(ipFrom(ctx), "register-ip:", s.d.Limits.RegisterPerIP); err != nil {
+	if err := s.allow(ctx, ipFrom(ctx), "register-ip:", s.d.Limits.RegisterPerIP); err != nil {
 		return nil, platform.HTTPError(ctx, err)
 	}
 	b := in.Body

@@ -1,12 +1,16 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/uptrace/bun"
 )
@@ -40,33 +44,127 @@ func TestLoginLimits(t *testing.T) {
 		e.want(e.login("ada@example.com", testPassword, ""), http.StatusOK, nil)
 
 		// Per client address, across accounts: a fresh env with an IP budget of 3.
+		// (The buckets live in the database: an hour later they are full again.)
 		e2 := newEnv(t, bdb, func(d *Deps) { d.Limits.LoginPerIP = Limit{Max: 3, Per: 15 * time.Minute} })
+		e2.clock.Advance(time.Hour)
 		for i := 0; i < 3; i++ {
 			e2.wantErr(e2.login(fmt.Sprintf("u%d@example.com", i), "whatever", ""), 401, "")
 		}
 		e2.wantErr(e2.login("u9@example.com", "whatever", ""), 429, "")
-		// X-Forwarded-For is not trusted without TrustProxy.
+		// X-Forwarded-For is not believed without TrustedProxies.
 		e2.wantErr(e2.do("POST", "/auth/login", "", map[string]any{"email": "x@example.com", "password": "p"},
 			"X-Forwarded-For: 203.0.113.9"), 429, "")
 	})
 }
 
-func TestTrustProxy(t *testing.T) {
+// humatest requests come from 127.0.0.1 (its RemoteAddr): the proxy.
+var testProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}
+
+func TestTrustedProxies(t *testing.T) {
 	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
 		e := newEnv(t, bdb, func(d *Deps) {
-			d.TrustProxy = true
+			d.TrustedProxies = testProxies
 			d.Limits.LoginPerIP = Limit{Max: 2, Per: time.Hour}
 		})
-		login := func(ip string) int {
-			return e.do("POST", "/auth/login", "", map[string]any{"email": fmt.Sprintf("u%s@example.com", ip), "password": "p"},
-				"X-Forwarded-For: 198.51.100.1, "+ip).Code
+		login := func(xff ...string) int {
+			h := []string{}
+			for _, x := range xff {
+				h = append(h, "X-Forwarded-For: "+x)
+			}
+			return e.do("POST", "/auth/login", "", map[string]any{"email": "u" + platform.NewID() + "@example.com", "password": "p"}, h...).Code
 		}
-		// The last X-Forwarded-For entry is the client; a client-chosen first entry does not matter.
-		if a, b, c := login("203.0.113.1"), login("203.0.113.1"), login("203.0.113.1"); a != 401 || b != 401 || c != 429 {
+		// The rightmost address that is not a trusted proxy is the client; what
+		// the client wrote to its left (a forged first entry) does not matter.
+		if a, b, c := login("198.51.100.1, 203.0.113.1"), login("6.6.6.6, 203.0.113.1, 10.1.2.3"), login("7.7.7.7, 203.0.113.1"); a != 401 || b != 401 || c != 429 {
 			t.Errorf("same proxied client: %d %d %d", a, b, c)
+		}
+		// A forged line before the proxy's own line is not reached either.
+		if got := login("9.9.9.9", "203.0.113.1"); got != 429 {
+			t.Errorf("forged X-Forwarded-For line changed the client address: %d", got)
 		}
 		if got := login("203.0.113.2"); got != 401 {
 			t.Errorf("another proxied client limited: %d", got)
+		}
+	})
+}
+
+func TestClientAddr(t *testing.T) {
+	for _, c := range []struct {
+		peer, xff, want string
+		trusted         []netip.Prefix
+	}{
+		{"203.0.113.5:1234", "1.2.3.4", "203.0.113.5", nil},                     // no proxies configured: header ignored
+		{"203.0.113.5:1234", "1.2.3.4", "203.0.113.5", testProxies},             // untrusted peer: header ignored
+		{"10.0.0.1:1234", "1.2.3.4, 5.6.7.8", "5.6.7.8", testProxies},           // rightmost untrusted
+		{"10.0.0.1:1234", "1.2.3.4, 5.6.7.8, 10.9.9.9", "5.6.7.8", testProxies}, // through two proxies
+		{"10.0.0.1:1234", "10.2.2.2, 10.3.3.3", "10.2.2.2", testProxies},        // all trusted: leftmost
+		{"10.0.0.1:1234", "junk, 5.6.7.8", "5.6.7.8", testProxies},              // junk left of the client is never reached
+		{"10.0.0.1:1234", "5.6.7.8, junk", "10.0.0.1", testProxies},             // junk where a proxy writes: the peer stands
+		{"10.0.0.1:1234", "", "10.0.0.1", testProxies},                          // no header
+		{"[::ffff:10.0.0.1]:1234", "::ffff:5.6.7.8", "5.6.7.8", testProxies},    // IPv4-mapped forms
+		{"[2001:db8::1]:443", "1.2.3.4", "2001:db8::1", testProxies},
+	} {
+		if got := ClientAddr(c.peer, c.xff, c.trusted); got != c.want {
+			t.Errorf("ClientAddr(%q, %q) = %q, want %q", c.peer, c.xff, got, c.want)
+		}
+	}
+}
+
+// TestAttackerCannotLockOutTheOwner: ten (or a hundred) wrong passwords from
+// an attacker's address lock that address out of the account, not the owner,
+// who logged in from their own address before.
+func TestAttackerCannotLockOutTheOwner(t *testing.T) {
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, func(d *Deps) { d.TrustedProxies = testProxies })
+		e.register("ada@example.com")
+		const owner, attacker = "X-Forwarded-For: 198.51.100.7", "X-Forwarded-For: 203.0.113.66"
+		login := func(from, pw string) *httptestResp {
+			return e.do("POST", "/auth/login", "", map[string]any{"email": "ada@example.com", "password": pw}, from)
+		}
+		e.want(login(owner, testPassword), http.StatusOK, nil)
+		for i := 0; i < 10; i++ {
+			e.wantErr(login(attacker, "guess"+strconv.Itoa(i)), 401, "invalid email or password")
+		}
+		// The attacker's address is out of attempts for this account, even with the right password...
+		e.wantErr(login(attacker, testPassword), 429, "too many attempts")
+		// ...the owner is not, from their own address.
+		e.want(login(owner, testPassword), http.StatusOK, nil)
+		// Typos of the owner's own do not lock them out either (their address
+		// is limited by the per-address limit only).
+		for i := 0; i < 12; i++ {
+			e.wantErr(login(owner, "typo"), 401, "")
+		}
+		e.want(login(owner, testPassword), http.StatusOK, nil)
+	})
+}
+
+// TestLimitsAreSharedByReplicas: two services on one database (two API
+// replicas) spend the same buckets; idle buckets are purged.
+func TestLimitsAreSharedByReplicas(t *testing.T) {
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		lim := func(d *Deps) { d.Limits.ForgotPerIP = Limit{Max: 4, Per: time.Hour} }
+		a, b := newEnv(t, bdb, lim), newEnv(t, bdb, lim)
+		b.clock = a.clock
+		b.svc.d.Clock = a.clock
+		b.svc.limiter.now = a.clock.Now
+		forgot := func(e *env) int {
+			return e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "u" + platform.NewID() + "@example.com"}).Code
+		}
+		got := []int{forgot(a), forgot(b), forgot(a), forgot(b), forgot(a), forgot(b)}
+		if !slices.Equal(got, []int{200, 200, 200, 200, 429, 429}) {
+			t.Fatalf("4 per hour across two replicas: %v", got)
+		}
+		if n := a.count("auth_rate_limits", ""); n == 0 {
+			t.Fatal("no bucket stored")
+		}
+		// Buckets idle for longer than the longest period are full: purged.
+		a.clock.Advance(2 * time.Hour)
+		forgot(a)
+		if n := a.count("auth_rate_limits", "last_ns < ?", a.clock.Now().UnixNano()); n != 0 {
+			t.Errorf("%d idle buckets kept", n)
+		}
+		if ok, _, err := a.svc.limiter.allow(context.Background(), "x", Limit{Max: -1}); !ok || err != nil {
+			t.Error("negative Max must mean unlimited")
 		}
 	})
 }
@@ -99,35 +197,4 @@ func TestForgotAndRegisterLimits(t *testing.T) {
 			t.Errorf("%d mails sent, want 2", n)
 		}
 	})
-}
-
-func TestLimiterMemoryIsBounded(t *testing.T) {
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := newLimiter(func() time.Time { return now }, 1000)
-	lim := Limit{Max: 5, Per: time.Minute}
-	for i := 0; i < 10_000; i++ {
-		l.allow(fmt.Sprintf("k%d", i), lim)
-		now = now.Add(time.Millisecond)
-	}
-	if n := l.size(); n > 1000 {
-		t.Fatalf("limiter holds %d keys, bound is 1000", n)
-	}
-	// The most recent keys keep their state.
-	for i := 0; i < 4; i++ {
-		l.allow("k9999", lim)
-	}
-	if ok, wait := l.allow("k9999", lim); ok || wait <= 0 {
-		t.Errorf("recent key lost its state: ok=%v wait=%v", ok, wait)
-	}
-	// Refilled buckets are dropped first once the table is full.
-	now = now.Add(time.Hour)
-	for i := 0; i < 10; i++ {
-		l.allow(fmt.Sprintf("fresh%d", i), lim)
-	}
-	if n := l.size(); n > 20 {
-		t.Errorf("idle refilled buckets kept: %d keys", n)
-	}
-	if ok, _ := (&limiter{now: time.Now, maxKeys: 1, buckets: map[string]*bucket{}}).allow("x", Limit{Max: -1}); !ok {
-		t.Error("negative Max must mean unlimited")
-	}
 }

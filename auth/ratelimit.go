@@ -1,9 +1,17 @@
 package auth
 
 import (
-	"sort"
-	"sync"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"sync/atomic"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
 )
 
 // Limit is a token bucket: Max attempts at once, refilled evenly over Per
@@ -26,99 +34,146 @@ func (l Limit) or(def Limit) Limit {
 
 func (l Limit) unlimited() bool { return l.Max < 0 }
 
-// limiter holds token buckets in process memory (so limits are per replica).
-// It keeps at most maxKeys buckets: when full it first drops buckets that have
-// refilled completely (they hold no information), then the least recently
-// used ones. It starts no goroutine.
+// limiter keeps the token buckets in the auth_rate_limits table, so every
+// replica on one database shares them (on Postgres: every API replica). One
+// attempt is one atomic upsert: take a token if the refilled bucket has one.
+// Buckets idle for longer than the longest Per are full, the same as absent,
+// and are deleted at most once a minute. It starts no goroutine.
 type limiter struct {
-	mu      sync.Mutex
-	now     func() time.Time
-	maxKeys int
-	buckets map[string]*bucket
+	db        bun.IDB
+	now       func() time.Time
+	pg        bool
+	maxPer    time.Duration
+	lastPurge atomic.Int64
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
-	limit  Limit
+func newLimiter(idb bun.IDB, now func() time.Time, maxPer time.Duration) *limiter {
+	return &limiter{db: idb, now: now, pg: db.IsPostgres(idb), maxPer: maxPer}
 }
 
-func newLimiter(now func() time.Time, maxKeys int) *limiter {
-	return &limiter{now: now, maxKeys: maxKeys, buckets: make(map[string]*bucket)}
+func (l *limiter) fn(name string) string {
+	if l.pg {
+		return map[string]string{"min": "LEAST", "max": "GREATEST"}[name]
+	}
+	return map[string]string{"min": "MIN", "max": "MAX"}[name]
 }
 
 // allow takes one token from key's bucket. When none is left it answers false
 // and how long until one is.
-func (l *limiter) allow(key string, lim Limit) (bool, time.Duration) {
+func (l *limiter) allow(ctx context.Context, key string, lim Limit) (bool, time.Duration, error) {
 	if lim.unlimited() {
-		return true, 0
+		return true, 0, nil
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	b := l.buckets[key]
-	if b == nil {
-		if len(l.buckets) >= l.maxKeys {
-			l.evict(now)
-		}
-		b = &bucket{tokens: float64(lim.Max), last: now, limit: lim}
-		l.buckets[key] = b
+	now := l.now().UnixNano()
+	l.purge(ctx, now)
+	rate := float64(lim.Max) / float64(lim.Per) // tokens per nanosecond
+	// The bucket's tokens now: what was left, refilled since, at most Max
+	// (compared with a hair under 1 for floating-point error).
+	// A replica whose clock is behind the bucket's refills nothing (never
+	// takes tokens away).
+	avail := l.fn("min") + `(?, auth_rate_limits.tokens + CAST(` + l.fn("max") + `(0, ? - auth_rate_limits.last_ns) AS DOUBLE PRECISION) * ?)`
+	var left []float64
+	err := l.db.NewRaw(`INSERT INTO auth_rate_limits ("key", tokens, last_ns) VALUES (?, ?, ?) `+
+		`ON CONFLICT ("key") DO UPDATE SET tokens = `+avail+` - 1, last_ns = `+l.fn("max")+`(auth_rate_limits.last_ns, ?) `+
+		`WHERE `+avail+` >= 0.999999 RETURNING tokens`,
+		key, float64(lim.Max)-1, now,
+		float64(lim.Max), now, rate, now,
+		float64(lim.Max), now, rate,
+	).Scan(ctx, &left)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, 0, db.Translate(err)
 	}
-	b.refill(now)
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
+	if len(left) == 1 {
+		return true, 0, nil
 	}
-	perToken := lim.Per / time.Duration(lim.Max)
-	wait := time.Duration((1 - b.tokens) * float64(perToken))
-	if wait < time.Second {
-		wait = time.Second
+	// Refused: how long until the bucket holds one token.
+	var row rateRow
+	if err := l.db.NewSelect().Model(&row).Where(`"key" = ?`, key).Scan(ctx); err != nil {
+		return false, time.Second, nil
 	}
-	return false, wait
+	have := min(float64(lim.Max), row.Tokens+float64(max(0, now-row.LastNS))*rate+0.000001)
+	wait := time.Duration((1 - have) / rate)
+	return false, max(wait, time.Second), nil
 }
 
-// refund gives back the token an attempt took (used when the attempt succeeded).
-func (l *limiter) refund(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b := l.buckets[key]; b != nil {
-		b.refill(l.now())
-		b.tokens = min(b.tokens+1, float64(b.limit.Max))
+// refund gives back the token an attempt took (used when it succeeded).
+func (l *limiter) refund(ctx context.Context, key string, lim Limit) error {
+	if lim.unlimited() {
+		return nil
+	}
+	_, err := l.db.NewRaw(`UPDATE auth_rate_limits SET tokens = `+l.fn("min")+`(?, tokens + 1) WHERE "key" = ?`,
+		float64(lim.Max), key).Exec(ctx)
+	return db.Translate(err)
+}
+
+// purge deletes buckets idle for longer than the longest Per (they refilled
+// completely), at most once a minute.
+func (l *limiter) purge(ctx context.Context, now int64) {
+	last := l.lastPurge.Load()
+	if now-last < int64(time.Minute) || !l.lastPurge.CompareAndSwap(last, now) {
+		return
+	}
+	_, _ = l.db.NewDelete().Model((*rateRow)(nil)).Where("last_ns < ?", now-int64(l.maxPer)).Exec(ctx)
+}
+
+// allow spends one attempt of key's bucket or answers 429. An empty key (no
+// client address known, e.g. a direct call) is not limited.
+func (s *Service) allow(ctx context.Context, key, prefix string, lim Limit) error {
+	if key == "" {
+		return nil
+	}
+	ok, wait, err := s.limiter.allow(ctx, prefix+key, lim)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return platform.RateLimited("too many attempts; try again later", wait)
+	}
+	return nil
+}
+
+// refund gives an attempt back; a failure only costs the user an attempt.
+func (s *Service) refund(ctx context.Context, key, prefix string, lim Limit) {
+	if key == "" {
+		return
+	}
+	if err := s.limiter.refund(ctx, prefix+key, lim); err != nil {
+		s.log.WarnContext(ctx, "rate limit refund failed", "err", err)
 	}
 }
 
-func (b *bucket) refill(now time.Time) {
-	if el := now.Sub(b.last); el > 0 {
-		b.tokens = min(float64(b.limit.Max), b.tokens+float64(b.limit.Max)*float64(el)/float64(b.limit.Per))
-		b.last = now
-	}
+// sourceHash names a client address of a user without storing the address.
+func sourceHash(userID, ip string) string {
+	sum := sha256.Sum256([]byte(userID + "|" + ip))
+	return hex.EncodeToString(sum[:])
 }
 
-// evict makes room for at least one key. Called with l.mu held.
-func (l *limiter) evict(now time.Time) {
-	for k, b := range l.buckets {
-		b.refill(now)
-		if b.tokens >= float64(b.limit.Max) {
-			delete(l.buckets, k)
-		}
+// sourceTTL is how long a successful login vouches for its address.
+const sourceTTL = 90 * 24 * time.Hour
+
+// knownSource reports whether ip logged in successfully to userID within sourceTTL.
+func (s *Service) knownSource(ctx context.Context, userID, ip string) (bool, error) {
+	if ip == "" {
+		return false, nil
 	}
-	// Still full of active buckets: drop the least recently touched quarter.
-	// An attacker who can fill the table can already spread attempts over
-	// that many keys, so forgetting the oldest loses little.
-	for len(l.buckets) >= l.maxKeys {
-		keys := make([]string, 0, len(l.buckets))
-		for k := range l.buckets {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return l.buckets[keys[i]].last.Before(l.buckets[keys[j]].last) })
-		for _, k := range keys[:max(1, len(keys)/4)] {
-			delete(l.buckets, k)
-		}
-	}
+	n, err := s.db.NewSelect().Model((*loginSourceRow)(nil)).
+		Where("user_id = ? AND source = ? AND last_seen > ?", userID, sourceHash(userID, ip), s.now().Add(-sourceTTL)).Count(ctx)
+	return n > 0, db.Translate(err)
 }
 
-func (l *limiter) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.buckets)
+// rememberSource records a successful login of userID from ip (and forgets
+// the user's addresses unused for sourceTTL).
+func (s *Service) rememberSource(ctx context.Context, userID, ip string) {
+	if ip == "" {
+		return
+	}
+	now := s.now()
+	_, err := s.db.NewInsert().Model(&loginSourceRow{UserID: userID, Source: sourceHash(userID, ip), LastSeen: now}).
+		On("CONFLICT (user_id, source) DO UPDATE").Set("last_seen = EXCLUDED.last_seen").Exec(ctx)
+	if err == nil {
+		_, err = s.db.NewDelete().Model((*loginSourceRow)(nil)).Where("user_id = ? AND last_seen < ?", userID, now.Add(-sourceTTL)).Exec(ctx)
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "login source not recorded", "user_id", userID, "err", err)
+	}
 }

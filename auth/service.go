@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/mail"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"strings"
@@ -43,8 +44,6 @@ type Limits struct {
 	ForgotPerIP Limit
 	// RegisterPerIP counts registrations per client address. Default 30 per 1h.
 	RegisterPerIP Limit
-	// MaxKeys bounds the limiter's memory (buckets kept). Default 100000.
-	MaxKeys int
 }
 
 // Deps are what the auth module needs. DB, Sealer and JWTSecret are required.
@@ -91,9 +90,11 @@ type Deps struct {
 	// FrontendURL is where reset links point: <FrontendURL>/reset-password?token=...
 	// Default http://localhost:3000.
 	FrontendURL string
-	// TrustProxy takes the client address for rate limits from the last
-	// X-Forwarded-For entry (set it only behind a proxy that sets that header).
-	TrustProxy bool
+	// TrustedProxies are the reverse proxies (KEELSON_TRUSTED_PROXIES) whose
+	// X-Forwarded-For is believed: when the TCP peer is one of them, the
+	// client is the rightmost X-Forwarded-For address that is not. Empty:
+	// the peer is the client and X-Forwarded-For is ignored.
+	TrustedProxies []netip.Prefix
 	// PasswordHashConcurrency is how many argon2id hashes may run at once
 	// (each holds 19 MiB). Default max(2, NumCPU).
 	PasswordHashConcurrency int
@@ -131,8 +132,16 @@ func (d Deps) withDefaults() Deps {
 	l.ForgotPerAccount = l.ForgotPerAccount.or(Limit{5, time.Hour})
 	l.ForgotPerIP = l.ForgotPerIP.or(Limit{30, time.Hour})
 	l.RegisterPerIP = l.RegisterPerIP.or(Limit{30, time.Hour})
-	l.MaxKeys = cmp.Or(l.MaxKeys, 100_000)
 	return d
+}
+
+// maxPer is the longest refill period of the limits.
+func (l Limits) maxPer() time.Duration {
+	m := time.Hour
+	for _, x := range []Limit{l.LoginPerAccount, l.LoginPerIP, l.TwoFactorPerUser, l.TwoFactorPerIP, l.ForgotPerAccount, l.ForgotPerIP, l.RegisterPerIP} {
+		m = max(m, x.Per)
+	}
+	return m
 }
 
 func (d Deps) validate() error {
@@ -201,7 +210,7 @@ func New(d Deps) (*Service, error) {
 	}
 	s := &Service{
 		d: d, db: d.DB, log: d.Logger, hasher: h,
-		limiter: newLimiter(d.Clock.Now, d.Limits.MaxKeys),
+		limiter: newLimiter(d.DB, d.Clock.Now, d.Limits.maxPer()),
 		admins:  map[string]bool{},
 		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 	}

@@ -76,10 +76,10 @@ var errCodeInvalid = platform.Invalid("code: invalid or already used two-factor 
 // VerifyTwoFactor enables 2FA when code is valid for the secret from setup,
 // and answers fresh recovery codes.
 func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code, ip string) (TwoFactorEnabled, error) {
-	if err := s.allow(ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
+	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return TwoFactorEnabled{}, err
 	}
-	if err := s.allow(userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+	if err := s.allow(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
 		return TwoFactorEnabled{}, err
 	}
 	row, err := s.userRow(ctx, s.db, "id", userID)
@@ -125,17 +125,17 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 	if err != nil {
 		return TwoFactorEnabled{}, err
 	}
-	s.limiter.refund("2fa-user:" + userID)
+	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 	return TwoFactorEnabled{Enabled: true, RecoveryCodes: codes}, nil
 }
 
 // DisableTwoFactor switches 2FA off when code is a valid TOTP or recovery
 // code, and forgets the secret and the recovery codes.
 func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code, ip string) error {
-	if err := s.allow(ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
+	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return err
 	}
-	if err := s.allow(userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+	if err := s.allow(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
 		return err
 	}
 	row, err := s.userRow(ctx, s.db, "id", userID)
@@ -164,7 +164,7 @@ func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code
 	if err != nil {
 		return err
 	}
-	s.limiter.refund("2fa-user:" + userID)
+	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 	return nil
 }
 

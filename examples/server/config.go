@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -21,8 +22,11 @@ type Config struct {
 	JWTSecret   string // KEELSON_JWT_SECRET; empty: generated once into DataDir
 	SecretKey   string // KEELSON_SECRET_KEY; empty: generated once into DataDir
 	AdminEmails []string
-	SMTPURL     string // KEELSON_SMTP_URL
-	MailFrom    string // KEELSON_MAIL_FROM
+	// TrustedProxies (KEELSON_TRUSTED_PROXIES: comma-separated CIDRs or
+	// addresses) are the reverse proxies whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
+	SMTPURL        string // KEELSON_SMTP_URL
+	MailFrom       string // KEELSON_MAIL_FROM
 
 	CodehostClientID      string
 	CodehostClientSecret  string
@@ -130,6 +134,20 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			}
 			c.AdminEmails = append(c.AdminEmails, e)
 		}
+	}
+	for _, p := range strings.Split(getenv("KEELSON_TRUSTED_PROXIES"), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return c, &ConfigError{"KEELSON_TRUSTED_PROXIES", fmt.Sprintf("%q is not a CIDR (10.0.0.0/8) or an IP address", p)}
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
 	}
 	for _, r := range strings.Split(get("KEELSON_REGIONS", "local"), ",") {
 		if r = strings.TrimSpace(r); r != "" {

@@ -80,6 +80,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"KEELSON_SMTP_URL":          {"KEELSON_SMTP_URL": "http://mail"},
 		"KEELSON_ADMIN_EMAILS":      {"KEELSON_ADMIN_EMAILS": "root"},
 		"KEELSON_APPS_DOMAIN":       {"KEELSON_APPS_DOMAIN": "bad domain"},
+		"KEELSON_TRUSTED_PROXIES":   {"KEELSON_TRUSTED_PROXIES": "10.0.0.0/8, proxy.internal"},
 	}
 	for want, env := range cases {
 		_, err := LoadConfig(func(k string) string { return env[k] })

@@ -27,6 +27,8 @@ func (a *App) wireAuth(ctx context.Context) error {
 		JWTSecret:   a.JWTSecret,
 		AdminEmails: a.Cfg.AdminEmails,
 		FrontendURL: a.Cfg.FrontendURL,
+
+		TrustedProxies: a.Cfg.TrustedProxies,
 	})
 	if err != nil {
 		return err
