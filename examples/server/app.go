@@ -82,6 +82,10 @@ type App struct {
 	// LogStreams caps each user's concurrently open log streams (SSE); pass it
 	// as deployments.Deps.Streams. Set before any module is wired.
 	LogStreams *httpx.StreamLimit
+
+	// APIConns and IngressConns cap the connections Serve holds on each
+	// listener.
+	APIConns, IngressConns *httpx.ConnLimit
 }
 
 // MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
@@ -106,6 +110,8 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// the deferred Close runs.
 	a := &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(cmp.Or(cfg.MaxLogStreams, MaxLogStreamsPerUser), 5*time.Second)}
 	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
+	a.APIConns = httpx.NewConnLimit(cmp.Or(cfg.MaxConns, DefaultMaxConns))
+	a.IngressConns = httpx.NewConnLimit(cmp.Or(cfg.IngressMaxConns, DefaultIngressMaxConns))
 	defer func() {
 		if err != nil {
 			a.Close(context.Background())
@@ -266,12 +272,16 @@ func secretSetting(dataDir, name, value string) (string, error) {
 // Serve serves the API on apiL and, when deployments are wired and ingressL is
 // not nil, the ingress on ingressL, until ctx is done; then it shuts down
 // gracefully: streams are told to end, in-flight requests finish (up to 20 s).
+// Each listener holds at most its configured connections
+// (KEELSON_MAX_CONNS, KEELSON_INGRESS_MAX_CONNS; see httpx.ConnLimit).
 func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
-	servers := []*http.Server{a.httpServer(a.Handler)}
-	listeners := []net.Listener{apiL}
+	api := a.httpServer(a.Handler)
+	servers := []*http.Server{api}
+	listeners := []net.Listener{a.APIConns.Apply(api, apiL)}
 	if a.Ingress != nil && ingressL != nil {
-		servers = append(servers, a.httpServer(a.Ingress))
-		listeners = append(listeners, ingressL)
+		ing := a.httpServer(a.Ingress)
+		servers = append(servers, ing)
+		listeners = append(listeners, a.IngressConns.Apply(ing, ingressL))
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
@@ -298,12 +308,16 @@ func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
 	return serveErr
 }
 
+// httpServer applies the connection timeouts (KEELSON_READ_HEADER_TIMEOUT,
+// KEELSON_READ_TIMEOUT, KEELSON_IDLE_TIMEOUT).
 func (a *App) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       5 * time.Minute, // webhooks up to 25 MB on slow links
-		IdleTimeout:       2 * time.Minute,
+		Handler: h,
+		// Seconds, not minutes: a client trickling its headers holds a
+		// connection this long at most (and is evicted first at the cap).
+		ReadHeaderTimeout: cmp.Or(a.Cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		ReadTimeout:       cmp.Or(a.Cfg.ReadTimeout, DefaultReadTimeout), // webhooks up to 25 MB on slow links
+		IdleTimeout:       cmp.Or(a.Cfg.IdleTimeout, DefaultIdleTimeout),
 		// Neither cuts an SSE stream: net/http clears the read deadline once
 		// the request is read (connReader.startBackgroundRead), and IdleTimeout
 		// counts only between requests (TestTimeoutsKeepStreamsOpen).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -65,7 +66,23 @@ type Config struct {
 	// address answers /healthz and /readyz only). api and worker need
 	// KEELSON_ENGINE=temporal and Postgres; the local engine runs as all.
 	Role string
+
+	// Connection limits of the API and ingress listeners (issue 15).
+	ReadHeaderTimeout time.Duration // KEELSON_READ_HEADER_TIMEOUT (default 5s)
+	ReadTimeout       time.Duration // KEELSON_READ_TIMEOUT: a whole request, body included (default 2m)
+	IdleTimeout       time.Duration // KEELSON_IDLE_TIMEOUT: a keep-alive connection between requests (default 60s)
+	MaxConns          int           // KEELSON_MAX_CONNS: connections the API holds open (default 4096)
+	IngressMaxConns   int           // KEELSON_INGRESS_MAX_CONNS: connections the ingress holds open (default 8192)
 }
+
+// Defaults of the connection settings.
+const (
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 2 * time.Minute
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxConns          = 4096
+	DefaultIngressMaxConns   = 8192
+)
 
 // Roles of KEELSON_ROLE.
 const (
@@ -179,6 +196,37 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		c.MaxLogStreams = n
 	}
+	var err error
+	for _, d := range []struct {
+		name     string
+		dst      *time.Duration
+		def, max time.Duration
+	}{
+		{"KEELSON_READ_HEADER_TIMEOUT", &c.ReadHeaderTimeout, DefaultReadHeaderTimeout, 10 * time.Minute},
+		{"KEELSON_READ_TIMEOUT", &c.ReadTimeout, DefaultReadTimeout, time.Hour},
+		{"KEELSON_IDLE_TIMEOUT", &c.IdleTimeout, DefaultIdleTimeout, time.Hour},
+	} {
+		if *d.dst, err = durationSetting(getenv(d.name), d.def, d.max); err != nil {
+			return c, &ConfigError{d.name, err.Error()}
+		}
+	}
+	for _, n := range []struct {
+		name string
+		dst  *int
+		def  int
+	}{
+		{"KEELSON_MAX_CONNS", &c.MaxConns, DefaultMaxConns},
+		{"KEELSON_INGRESS_MAX_CONNS", &c.IngressMaxConns, DefaultIngressMaxConns},
+	} {
+		*n.dst = n.def
+		if v := strings.TrimSpace(getenv(n.name)); v != "" {
+			i, err := strconv.Atoi(v)
+			if err != nil || i < 16 || i > 1_000_000 {
+				return c, &ConfigError{n.name, fmt.Sprintf("%q is not a number from 16 to 1000000", v)}
+			}
+			*n.dst = i
+		}
+	}
 	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {
 			return c, &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
@@ -260,6 +308,27 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return c, &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
 	}
 	return c, nil
+}
+
+// durationSetting parses a duration ("90s", "2m") or a number of seconds
+// ("30"); empty is def. It must be positive and at most max.
+func durationSetting(v string, def, max time.Duration) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, fmt.Errorf("%q is not a duration (e.g. 5s, 2m) or a number of seconds", v)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d <= 0 || d > max {
+		return 0, fmt.Errorf("%q must be more than 0 and at most %s", v, max)
+	}
+	return d, nil
 }
 
 func checkHTTPURL(s string) error {

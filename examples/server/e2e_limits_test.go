@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The abuse limits of issue 15, tried as the abuser would.
@@ -29,4 +34,140 @@ func TestNestingBombIs400(t *testing.T) {
 		}
 	}
 	ts.doJSON(t, http.StatusOK, "POST", "/auth/login", "", map[string]any{"email": "alice@example.com", "password": "correct horse battery"}, nil)
+}
+
+// serveApp runs the whole server through App.Serve (the connection limits
+// live there) on loopback listeners; mutate adjusts the config.
+func serveApp(t *testing.T, mutate func(*Config)) (app *App, apiAddr, ingressAddr string) {
+	t.Helper()
+	cfg, err := LoadConfig(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
+	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
+	cfg.AllowLocalRepos = true
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	app, err = NewApp(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- app.Serve(ctx, apiL, ingressL) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer ccancel()
+		_ = app.Close(cctx)
+	})
+	return app, apiL.Addr().String(), ingressL.Addr().String()
+}
+
+// TestSlowClientsDoNotStopHealthz: 2,000 clients trickling their request
+// headers on the API and 2,000 on the ingress (the header timeout set long,
+// so only the connection cap protects) neither exhaust the process's file
+// descriptors nor keep /healthz or the ingress from answering.
+func TestSlowClientsDoNotStopHealthz(t *testing.T) {
+	t.Parallel()
+	app, api, ingress := serveApp(t, func(c *Config) {
+		c.ReadHeaderTimeout = 10 * time.Minute
+		c.MaxConns, c.IngressMaxConns = 500, 500
+	})
+	const slow = 2000
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for _, addr := range []string{api, ingress} {
+		for i := 0; i < slow; i++ {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatalf("slow client %d: %v", i, err)
+			}
+			conns = append(conns, c)
+			// A byte now and then would follow; the headers never end.
+			if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nX-Slow: "); err != nil && len(conns) < 100 {
+				t.Fatalf("slow client %d: %v", i, err)
+			}
+		}
+	}
+	eventually(t, 30*time.Second, "the caps reached", func() bool {
+		return app.APIConns.Stats().Evicted >= slow-500 && app.IngressConns.Stats().Evicted >= slow-500
+	})
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := 0; i < 3; i++ {
+		resp, err := client.Get("http://" + api + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz among %d slow clients: %v", slow, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"ok"`) {
+			t.Fatalf("/healthz: %d %s", resp.StatusCode, body)
+		}
+		// The ingress answers too (no app has this host: its own 404).
+		req, _ := http.NewRequest("GET", "http://"+ingress+"/", nil)
+		req.Host = "nothing-here.localhost"
+		resp, err = client.Do(req)
+		if err != nil {
+			t.Fatalf("ingress among %d slow clients: %v", slow, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("ingress refused a whole request while only slow clients held it")
+		}
+	}
+	if st := app.APIConns.Stats(); st.Open > 500 || st.Refused != 0 {
+		t.Fatalf("API connections %+v: want at most 500 held, none refused", st)
+	}
+}
+
+// TestLimitSettings: each limit's variable is read, and a bad value stops
+// start-up naming the variable.
+func TestLimitSettings(t *testing.T) {
+	t.Parallel()
+	load := func(env map[string]string) (Config, error) {
+		return LoadConfig(func(k string) string { return env[k] })
+	}
+	c, err := load(nil)
+	if err != nil || c.ReadHeaderTimeout != DefaultReadHeaderTimeout || c.ReadTimeout != DefaultReadTimeout ||
+		c.IdleTimeout != DefaultIdleTimeout || c.MaxConns != DefaultMaxConns || c.IngressMaxConns != DefaultIngressMaxConns {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	c, err = load(map[string]string{"KEELSON_READ_HEADER_TIMEOUT": "3", "KEELSON_READ_TIMEOUT": "90s", "KEELSON_IDLE_TIMEOUT": "2m",
+		"KEELSON_MAX_CONNS": "100", "KEELSON_INGRESS_MAX_CONNS": "200"})
+	if err != nil || c.ReadHeaderTimeout != 3*time.Second || c.ReadTimeout != 90*time.Second || c.IdleTimeout != 2*time.Minute ||
+		c.MaxConns != 100 || c.IngressMaxConns != 200 {
+		t.Fatalf("set: %+v %v", c, err)
+	}
+	for name, bad := range map[string][]string{
+		"KEELSON_READ_HEADER_TIMEOUT": {"abc", "0", "-5s", "11m"},
+		"KEELSON_READ_TIMEOUT":        {"forever", "2h"},
+		"KEELSON_IDLE_TIMEOUT":        {"0s"},
+		"KEELSON_MAX_CONNS":           {"0", "15", "lots", "2000000"},
+		"KEELSON_INGRESS_MAX_CONNS":   {"-1"},
+	} {
+		for _, v := range bad {
+			if _, err := load(map[string]string{name: v}); err == nil || !strings.HasPrefix(err.Error(), name+": ") {
+				t.Errorf("%s=%s: %v, want an error naming the variable", name, v, err)
+			}
+		}
+	}
 }

@@ -1,0 +1,163 @@
+package httpx_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/httpx"
+)
+
+// serveLimited serves h on a loopback listener holding at most max connections.
+func serveLimited(t *testing.T, max int, h http.Handler) (string, *httpx.ConnLimit) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
+	lim := httpx.NewConnLimit(max)
+	go srv.Serve(lim.Apply(srv, l)) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String(), lim
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// get sends a whole GET on a fresh connection and returns the status line and body.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	c := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConnLimitEvictsSlowHeadersFirst: at the cap, clients trickling their
+// headers make room for a client with a whole request; when every held
+// connection is busy with a request, a new one is refused 503 in the error
+// model, and served again once a slot frees.
+func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	addr, lim := serveLimited(t, 4, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	// Two slowloris clients and two requests in progress fill the cap.
+	var slow []net.Conn
+	for i := 0; i < 2; i++ {
+		c := dial(t, addr)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHo")
+		slow = append(slow, c)
+	}
+	waitFor(t, "two slow connections held", func() bool { return lim.Stats().Waiting == 2 })
+	busy := make(chan int, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				busy <- 0
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				busy <- 0
+				return
+			}
+			busy <- res.StatusCode
+		}()
+	}
+	waitFor(t, "two busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 2 })
+
+	// A whole request still gets in: the oldest slow client is evicted.
+	if st, body := get(t, addr, "/"); st != 200 || body != "ok" {
+		t.Fatalf("at the cap: %d %q", st, body)
+	}
+	_ = slow[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := slow[0].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the oldest slow client was not closed")
+	}
+	// The other slow client leaves by itself.
+	slow[1].Close()
+
+	// Now fill every slot with requests in progress: the next is refused.
+	waitFor(t, "the requests' connections closed", func() bool { return lim.Stats().Open == 2 })
+	for i := 0; i < 2; i++ {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+			http.ReadResponse(bufio.NewReader(c), nil) //nolint:errcheck
+		}()
+		waitFor(t, "one more busy connection", func() bool { st := lim.Stats(); return st.Open == 3+i && st.Waiting == 0 })
+	}
+	waitFor(t, "four busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 0 })
+	c := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("refused connection: %v (%+v)", err, lim.Stats())
+	}
+	raw, _ := io.ReadAll(res.Body)
+	var e struct {
+		StatusCode int    `json:"statusCode"`
+		Message    string `json:"message"`
+	}
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || json.Unmarshal(raw, &e) != nil ||
+		e.StatusCode != 503 || !strings.Contains(e.Message, "too many open connections") {
+		t.Fatalf("past the cap: %d %v %s", res.StatusCode, res.Header, raw)
+	}
+	if st := lim.Stats(); st.Refused != 1 || st.Evicted != 1 {
+		t.Fatalf("%+v, want 1 evicted and 1 refused", st)
+	}
+	close(release)
+	for i := 0; i < 2; i++ {
+		if st := <-busy; st != 200 {
+			t.Fatalf("a request in progress was cut: %d", st)
+		}
+	}
+	waitFor(t, "slots freed", func() bool { return lim.Stats().Open < 4 })
+	if st, _ := get(t, addr, "/"); st != 200 {
+		t.Fatalf("after release: %d", st)
+	}
+}
