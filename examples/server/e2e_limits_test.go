@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // The abuse limits of issue 15, tried as the abuser would.
@@ -108,7 +110,7 @@ func TestSlowClientsDoNotStopHealthz(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 30*time.Second, "the caps reached", func() bool {
+	platformtest.Eventually(t, 30*time.Second, "the caps reached", func() bool {
 		return app.APIConns.Stats().Evicted >= slow-500 && app.IngressConns.Stats().Evicted >= slow-500
 	})
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
