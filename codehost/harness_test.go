@@ -111,11 +111,50 @@ func (r *recorder) triggers() []trigger {
 	return slices.Clone(r.calls)
 }
 
-// accounts is a LinkedAccounts of fixed logins.
-type accounts map[string]string
+func (b *projectBook) OwnsProject(_ context.Context, userID, projectID string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.projects {
+		if p.ProjectID == projectID {
+			return p.OwnerID == userID, nil
+		}
+	}
+	return false, nil
+}
 
-func (a accounts) CodehostLogin(_ context.Context, userID string) (string, error) {
-	return a[userID], nil
+// identities is a LinkedAccounts standing in for the auth module's OAuth
+// links: each user's code-host login and a user token the fake GitHub
+// minted for that login.
+type identities struct {
+	mu     sync.Mutex
+	logins map[string]string
+	tokens map[string]string
+}
+
+func (i *identities) set(userID, login, token string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.logins[userID], i.tokens[userID] = login, token
+}
+
+func (i *identities) CodehostLogin(_ context.Context, userID string) (string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.logins[userID], nil
+}
+
+func (i *identities) CodehostAccessToken(_ context.Context, userID string) (string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.tokens[userID], nil
+}
+
+// linkIdentity links code-host login to userID, with a fresh user token
+// minted by the fake, and answers the token.
+func (e *env) linkIdentity(userID, login string) string {
+	tok := e.fake.UserToken(login)
+	e.ids.set(userID, login, tok)
+	return tok
 }
 
 // clock is a settable clock shared by the service, the provider and the fake.
@@ -151,25 +190,28 @@ type env struct {
 	projects *projectBook
 	deployer *recorder
 	clock    *clock
+	ids      *identities
 	url      string // our API over real HTTP
 	admin    string // an admin token
 }
 
 type envOpts struct {
-	accounts codehost.LinkedAccounts
-	missing  []string
-	noStart  bool
-	pageSize int
-	fake     *githubfake.Server
-	projects *projectBook
-	deployer *recorder
+	accounts  codehost.LinkedAccounts // default: e.ids
+	connector codehost.IdentityConnector
+	missing   []string
+	noStart   bool
+	pageSize  int
+	fake      *githubfake.Server
+	projects  *projectBook
+	deployer  *recorder
 }
 
 // newEnv builds the module on bdb against a fresh fake GitHub, serves it on a
 // real HTTP server and starts its worker.
 func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, db: bdb, projects: &projectBook{repoIDs: map[string]string{}}, deployer: &recorder{}, clock: &clock{}}
+	e := &env{t: t, db: bdb, projects: &projectBook{repoIDs: map[string]string{}}, deployer: &recorder{}, clock: &clock{},
+		ids: &identities{logins: map[string]string{}, tokens: map[string]string{}}}
 	e.admin = "admin:" + platform.NewID()
 	if o.projects != nil {
 		e.projects = o.projects
@@ -190,10 +232,14 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var accts codehost.LinkedAccounts = e.ids
+	if o.accounts != nil {
+		accts = o.accounts
+	}
 	d := codehost.Deps{
 		DB: bdb, Auth: users{}, Provider: e.provider, WebhookSecret: webhookSecret,
 		StateKey: []byte("state-key-0123456789abcdef0123456789"), FrontendURL: frontend,
-		Projects: e.projects, Deployer: e.deployer, Accounts: o.accounts, Clock: e.clock, Missing: o.missing,
+		Projects: e.projects, Deployer: e.deployer, Accounts: accts, Connector: o.connector, Clock: e.clock, Missing: o.missing,
 	}
 	if len(o.missing) > 0 {
 		d.Provider, d.WebhookSecret = nil, ""
@@ -314,9 +360,14 @@ func (e *env) callback(installationID, state string) *url.URL {
 	return u
 }
 
-// install links installation id to user through connect and callback.
+// install links installation id to user through connect and callback. A
+// user without a code-host identity is linked first as the installation's
+// account (its owner, for a personal installation).
 func (e *env) install(user string, id int64) {
 	e.t.Helper()
+	if login, _ := e.ids.CodehostLogin(context.Background(), user); login == "" {
+		e.linkIdentity(user, e.fake.Account(id))
+	}
 	u := e.callback(itoa(id), e.connect(user))
 	if u.Query().Get("codehost") != "connected" {
 		e.t.Fatalf("install %d: redirected to %s", id, u)

@@ -29,13 +29,13 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-connect", Method: http.MethodGet, Path: "/codehost/connect",
 		Summary:     "Get the URL that installs the code-host app",
-		Description: "The URL carries a signed state bound to the caller, valid for 10 minutes and usable once.",
+		Description: "The URL carries a signed state bound to the caller, valid for 10 minutes and usable once. A caller without a usable code-host identity (none linked, or its token is no longer accepted) gets linkFirst=true and an installUrl that first links their code-host account through OAuth (bound to this browser by the cookie set here) and then continues to the install page; without the OAuth login configured that is a 409.",
 		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
 	}, s.connect)
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-app-callback", Method: http.MethodGet, Path: "/codehost/app/callback",
 		Summary:     "Install callback of the code-host app",
-		Description: "Validates the state, confirms the installation with the provider, links it to the user who asked for the install URL, and redirects to the frontend's connected-accounts page with codehost=connected or codehost=error&reason=...",
+		Description: "Validates the state, confirms the installation with the provider, checks with the provider, using the code-host token of the user who asked for the install URL, that this user may access the installation, links it, and redirects to the frontend's connected-accounts page with codehost=connected or codehost=error&reason=... (invalid_state, expired_state, state_already_used, installation_not_found, installation_suspended, installation_not_yours, installation_linked_to_another_user, codehost_account_not_linked, codehost_authorization_expired, codehost_unavailable). Nothing is linked on an error.",
 		Tags:        tags, DefaultStatus: http.StatusFound,
 	}, s.callback)
 	huma.Register(api, huma.Operation{
@@ -59,7 +59,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
 		Summary:     "List webhook deliveries and the decision taken for each matched project",
-		Description: "Newest first. A user sees deliveries that matched their projects or came from installations they linked, with the decisions about their own projects. The next page's cursor is in X-Next-Cursor.",
+		Description: "Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.",
 		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
 	}, s.deliveries)
 	return nil
@@ -67,9 +67,11 @@ func (s *Service) Register(api huma.API) error {
 
 type connectOutput struct {
 	CacheControl string `header:"Cache-Control"`
+	SetCookie    string `header:"Set-Cookie" doc:"With linkFirst: the HttpOnly cookie that binds the OAuth connect ticket in installUrl to this browser"`
 	Body         struct {
 		InstallURL string    `json:"installUrl" doc:"Send the user's browser here to install the app"`
 		ExpiresAt  time.Time `json:"expiresAt" doc:"When the state in installUrl stops being accepted"`
+		LinkFirst  bool      `json:"linkFirst" doc:"true: the caller has no usable code-host identity, so installUrl first links it through the code host's OAuth (open it in this same browser: a cookie binds it), then continues to the install page"`
 	}
 }
 
@@ -78,6 +80,10 @@ func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, err
 		return nil, platform.HTTPError(ctx, err)
 	}
 	p, _ := platform.PrincipalFrom(ctx)
+	linked, err := s.identityUsable(ctx, p.UserID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
 	now := s.now()
 	state, err := newState(s.d.StateKey, p.UserID, now, s.d.StateTTL)
 	if err != nil {
@@ -86,7 +92,45 @@ func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, err
 	out := &connectOutput{CacheControl: "no-store"}
 	out.Body.InstallURL = s.d.Provider.InstallURL(state)
 	out.Body.ExpiresAt = now.Add(s.d.StateTTL).Truncate(time.Second)
+	if !linked {
+		// Only the user's own code-host token can tell which installations
+		// they may link: get one first, then go on to the install page.
+		if s.d.Connector == nil {
+			return nil, platform.HTTPError(ctx, platform.Conflict(
+				"link your code-host account first (POST /auth/codehost/connect, then open its connectUrl), then call GET /codehost/connect again"))
+		}
+		u, cookie, err := s.d.Connector.ConnectFirst(ctx, p.UserID, out.Body.InstallURL)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		out.Body.InstallURL, out.Body.LinkFirst = u, true
+		if cookie != nil {
+			out.SetCookie = cookie.String()
+		}
+	}
 	return out, nil
+}
+
+// identityUsable reports whether userID linked a code-host identity whose
+// token the provider still accepts.
+func (s *Service) identityUsable(ctx context.Context, userID string) (bool, error) {
+	if s.d.Accounts == nil {
+		return false, nil
+	}
+	tok, err := s.d.Accounts.CodehostAccessToken(ctx, userID)
+	if err != nil || tok == "" {
+		return false, wrap("linked account", err)
+	}
+	_, err = s.d.Provider.UserInstallations(ctx, tok)
+	switch {
+	case errors.Is(err, platform.ErrUnauthorized):
+		return false, nil // expired or revoked: link again
+	case err != nil:
+		platform.Logger(ctx).ErrorContext(ctx, "codehost: list the user's installations", "err", err)
+		return false, &platform.Error{Status: http.StatusBadGateway,
+			Message: "the code host did not answer; try again later", Err: err}
+	}
+	return true, nil
 }
 
 type callbackInput struct {
@@ -111,6 +155,12 @@ const (
 	ReasonNotYours            = "installation_not_yours"
 	ReasonLinkedElsewhere     = "installation_linked_to_another_user"
 	ReasonProviderUnavailable = "codehost_unavailable"
+	// ReasonAccountNotLinked: the user has no code-host identity to ask the
+	// provider with; GET /codehost/connect sends them through OAuth first.
+	ReasonAccountNotLinked = "codehost_account_not_linked"
+	// ReasonAuthorizationExpired: the provider no longer accepts the user's
+	// code-host token; GET /codehost/connect links it again first.
+	ReasonAuthorizationExpired = "codehost_authorization_expired"
 )
 
 func (s *Service) callback(ctx context.Context, in *callbackInput) (*redirectOutput, error) {
@@ -154,17 +204,10 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 	case inst.Suspended:
 		return ReasonSuspended
 	}
+	if reason := s.mayAccess(ctx, userID, inst); reason != "" {
+		return reason
+	}
 	if inst.AccountType != "Organization" {
-		if s.d.Accounts != nil {
-			login, err := s.d.Accounts.CodehostLogin(ctx, userID)
-			if err != nil {
-				log.ErrorContext(ctx, "codehost: linked account", "err", err)
-				return ReasonProviderUnavailable
-			}
-			if login != "" && !strings.EqualFold(login, inst.AccountLogin) {
-				return ReasonNotYours
-			}
-		}
 		others, err := s.store.otherLinkedUsers(ctx, installationID, userID)
 		if err != nil {
 			log.ErrorContext(ctx, "codehost: installation links", "err", err)
@@ -184,6 +227,58 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 	if err != nil {
 		log.ErrorContext(ctx, "codehost: link installation", "err", err)
 		return ReasonProviderUnavailable
+	}
+	return ""
+}
+
+// mayAccess asks the provider, with the user's own code-host token, whether
+// the user may access inst: it must be among the installations the token
+// lists (organisations and personal accounts alike), and an installation on a
+// personal account must be the user's own account. It returns "" when so, or
+// the reason to refuse. A state proves only who asked for the install URL,
+// not what they may install: an installation id in a callback is the
+// caller's word.
+func (s *Service) mayAccess(ctx context.Context, userID string, inst *Installation) string {
+	log := platform.Logger(ctx)
+	if s.d.Accounts == nil {
+		return ReasonAccountNotLinked
+	}
+	login, err := s.d.Accounts.CodehostLogin(ctx, userID)
+	if err != nil {
+		log.ErrorContext(ctx, "codehost: linked account", "err", err)
+		return ReasonProviderUnavailable
+	}
+	tok, err := s.d.Accounts.CodehostAccessToken(ctx, userID)
+	if err != nil {
+		log.ErrorContext(ctx, "codehost: linked account token", "err", err)
+		return ReasonProviderUnavailable
+	}
+	if login == "" || tok == "" {
+		return ReasonAccountNotLinked
+	}
+	insts, err := s.d.Provider.UserInstallations(ctx, tok)
+	switch {
+	case errors.Is(err, platform.ErrUnauthorized):
+		return ReasonAuthorizationExpired
+	case err != nil:
+		// A 403 here means the OAuth client is not the app's own (only a
+		// GitHub App's user token may list installations).
+		log.ErrorContext(ctx, "codehost: list the user's installations", "err", err)
+		return ReasonProviderUnavailable
+	}
+	found := false
+	for _, in := range insts {
+		found = found || in.ID == inst.ID
+	}
+	if !found {
+		log.WarnContext(ctx, "codehost: install callback for an installation the user cannot access",
+			"installation_id", inst.ID, "user_id", userID)
+		return ReasonNotYours
+	}
+	if inst.AccountType != "Organization" && !strings.EqualFold(login, inst.AccountLogin) {
+		// A collaborator sees the owner's personal installation too, but its
+		// token reaches every repository of that account.
+		return ReasonNotYours
 	}
 	return ""
 }
@@ -292,6 +387,17 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	p, _ := platform.PrincipalFrom(ctx)
 	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
 		return nil, platform.HTTPError(ctx, platform.Invalid("query.projectId: not a valid id"))
+	}
+	if in.ProjectID != "" && !p.IsAdmin() {
+		// Someone else's (or no) project is a 404, like every route naming a
+		// project the caller cannot see.
+		own, err := s.d.Projects.OwnsProject(ctx, p.UserID, in.ProjectID)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		if !own {
+			return nil, platform.HTTPError(ctx, platform.NotFound("project not found"))
+		}
 	}
 	cur, err := platform.DecodeCursor(in.Cursor)
 	if err != nil {

@@ -51,8 +51,13 @@ type Deps struct {
 	StatusPollInterval time.Duration
 	// Deployer starts push deployments.
 	Deployer Deployer
-	// Accounts, optional, reports users' linked provider logins.
+	// Accounts reports users' linked code-host identities and tokens. Without
+	// it no installation can be verified, so none is linked.
 	Accounts LinkedAccounts
+	// Connector, optional, sends a user without a usable code-host identity
+	// through the code host's OAuth before the install page (GET
+	// /codehost/connect). Without it such a user gets a 409 naming what to do.
+	Connector IdentityConnector
 	// Log receives the worker's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default: platform.SystemClock.

@@ -130,6 +130,15 @@ func Migrations() db.MigrationSet {
 			db.CreateTables((*statusRow)(nil)),
 			db.CreateIndex((*statusRow)(nil), "codehost_commit_statuses_open", false, "done", "id"),
 		),
+	}, {
+		// Links made before the provider was asked (issue 14) may have been
+		// hijacked: an installation id in a callback was taken at its word.
+		// They are dropped; their users link again through GET /codehost/connect.
+		ID: "0003_drop_unverified_links",
+		Up: func(ctx context.Context, idb bun.IDB) error {
+			_, err := idb.NewDelete().Model((*linkRow)(nil)).Where("1 = 1").Exec(ctx)
+			return err
+		},
 	}}}
 }
 
@@ -298,7 +307,11 @@ type deliveryFilter struct {
 }
 
 // listDeliveries returns deliveries visible to f.UserID, newest first: those
-// that matched their projects or came from an installation they linked.
+// that came from an installation they linked (the provider confirmed their
+// access when they linked it), and repository-webhook deliveries signed with
+// the secret of one of their projects. A project a user typed a repository URL into
+// does not make that repository's deliveries theirs. With f.ProjectID, only
+// deliveries that decided something for that project.
 func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]deliveryRow, error) {
 	var rows []deliveryRow
 	q := s.db.NewSelect().Model(&rows).
@@ -310,10 +323,13 @@ func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]delivery
 			sub = sub.Where("owner_id = ?", f.UserID)
 		}
 		q = q.Where("id IN (?)", sub)
-	} else if !f.All {
+	}
+	if !f.All {
+		// A repository-webhook delivery (owner_id set) was authenticated by
+		// its project's own secret: it is that project owner's.
 		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("id IN (SELECT delivery_row_id FROM codehost_decisions WHERE owner_id = ?)", f.UserID).
-				WhereOr("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", f.UserID)
+			return q.Where("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", f.UserID).
+				WhereOr("(owner_id <> '' AND owner_id = ?)", f.UserID)
 		})
 	}
 	if f.AfterID != "" {

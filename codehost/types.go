@@ -2,6 +2,7 @@ package codehost
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -18,6 +19,12 @@ type Provider interface {
 	// pages gathered. It returns an error wrapping platform.ErrNotFound when the
 	// installation is gone.
 	Repositories(ctx context.Context, installationID int64) ([]Repository, error)
+	// UserInstallations lists the installations of the app that the user
+	// whose code-host user token this is may access (their own account's and
+	// their organisations'), all pages gathered. It asks the provider with the
+	// user's token, never the app's. A rejected token wraps
+	// platform.ErrUnauthorized.
+	UserInstallations(ctx context.Context, userToken string) ([]Installation, error)
 	// InstallationToken returns an access token for the installation, cached
 	// until shortly before it expires.
 	InstallationToken(ctx context.Context, installationID int64) (token string, expiresAt time.Time, err error)
@@ -88,9 +95,13 @@ type RepoProject struct {
 }
 
 // ProjectLookup finds the projects tied to a repository, by any of its URLs
-// (as the provider spells them) or its provider repository id.
+// (as the provider spells them) or its provider repository id, and tells
+// whether a user owns a project.
 type ProjectLookup interface {
 	ProjectsForRepository(ctx context.Context, repoURLs []string, codehostRepoID string) ([]RepoProject, error)
+	// OwnsProject reports whether userID owns projectID (false when the
+	// project does not exist).
+	OwnsProject(ctx context.Context, userID, projectID string) (bool, error)
 }
 
 // Deployer starts a deployment of a project at a commit. A quota refusal comes
@@ -99,10 +110,21 @@ type Deployer interface {
 	Trigger(ctx context.Context, projectID, ownerID, commitSHA, reason string) (deploymentID string, err error)
 }
 
-// LinkedAccounts reports the provider login a Keelson user linked through the
-// auth module's OAuth flow ("" when none). Optional.
+// LinkedAccounts reports the code-host identity a Keelson user linked through
+// the auth module's OAuth flow: its login and the user's own code-host access
+// token ("" for both when none is linked). Installations are linked only after
+// the provider, asked with that token, says the user may access them.
 type LinkedAccounts interface {
 	CodehostLogin(ctx context.Context, userID string) (string, error)
+	CodehostAccessToken(ctx context.Context, userID string) (string, error)
+}
+
+// IdentityConnector sends a browser through the code host's OAuth to link
+// the user's code-host identity, and then on to next. It answers the URL to
+// open and the cookie that binds it to the browser that asked (the auth
+// module's one-time connect ticket).
+type IdentityConnector interface {
+	ConnectFirst(ctx context.Context, userID, next string) (connectURL string, cookie *http.Cookie, err error)
 }
 
 // GitAuth is an HTTP basic credential for cloning a repository.

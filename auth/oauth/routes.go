@@ -13,10 +13,10 @@ import (
 // redirectOutput is the 302 every browser route answers.
 type redirectOutput struct {
 	Status         int
-	Location       string `header:"Location" doc:"Where the browser goes next: the provider's authorization page (start routes) or the frontend (callbacks)"`
+	Location       string   `header:"Location" doc:"Where the browser goes next: the provider's authorization page (start routes) or the frontend (callbacks)"`
 	SetCookie      []string `header:"Set-Cookie" doc:"The short-lived HttpOnly, SameSite=Lax cookie that binds the OAuth state to this browser (set by start routes, cleared by callbacks); the connect route also clears its ticket cookie"`
-	CacheControl   string `header:"Cache-Control" doc:"no-store: the redirect may carry tokens"`
-	ReferrerPolicy string `header:"Referrer-Policy" doc:"no-referrer: tokens in the URL must not leak to other sites"`
+	CacheControl   string   `header:"Cache-Control" doc:"no-store: the redirect may carry tokens"`
+	ReferrerPolicy string   `header:"Referrer-Policy" doc:"no-referrer: tokens in the URL must not leak to other sites"`
 }
 
 func toOutput(r *redirect) *redirectOutput {

@@ -39,9 +39,9 @@ type stateRow struct {
 	ID        string     `bun:"id,pk,type:varchar(64)"`
 	Provider  string     `bun:"provider,notnull,type:varchar(20)"`
 	Mode      string     `bun:"mode,notnull,type:varchar(10)"`
-	UserID    string     `bun:"user_id,notnull,default:''"` // connect mode: who is connecting
-	Verifier  string     `bun:"verifier,notnull"`           // sealed PKCE code verifier
-	Nonce     string     `bun:"nonce,notnull,default:''"`   // OIDC nonce
+	UserID    string     `bun:"user_id,notnull,default:''"`  // connect mode: who is connecting
+	Verifier  string     `bun:"verifier,notnull"`            // sealed PKCE code verifier
+	Nonce     string     `bun:"nonce,notnull,default:''"`    // OIDC nonce
 	Next      string     `bun:"next_url,notnull,default:''"` // connect mode: where success ends (IssueConnectTicket)
 	CreatedAt time.Time  `bun:"created_at,notnull"`
 	ExpiresAt time.Time  `bun:"expires_at,notnull"`

@@ -268,6 +268,39 @@ func (c *Client) repositories(ctx context.Context, id int64) ([]codehost.Reposit
 	return out, nil
 }
 
+// UserInstallations implements codehost.Provider: GET /user/installations
+// ("List app installations accessible to the user access token",
+// docs.github.com/en/rest/apps/installations) with the user's own
+// user-to-server token, 100 per page, following Link rel="next" on the API's
+// origin only. GitHub answers it only for a GitHub App's user token (so the
+// OAuth client must be the app's own client id and secret). A rejected token
+// (401) wraps platform.ErrUnauthorized.
+func (c *Client) UserInstallations(ctx context.Context, userToken string) ([]codehost.Installation, error) {
+	if userToken == "" {
+		return nil, fmt.Errorf("github: GET /user/installations: no user token: %w", platform.ErrUnauthorized)
+	}
+	next := c.c.APIURL + "/user/installations?per_page=100"
+	var out []codehost.Installation
+	for page := 0; next != ""; page++ {
+		if page == maxPages {
+			return nil, fmt.Errorf("github: the user can access more than %d pages of installations", maxPages)
+		}
+		var body struct {
+			TotalCount    int                `json:"total_count"`
+			Installations []installationJSON `json:"installations"`
+		}
+		hdr, err := c.do(ctx, http.MethodGet, next, "Bearer "+userToken, &body)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range body.Installations {
+			out = append(out, *in.toInstallation())
+		}
+		next = c.sameOrigin(nextLink(hdr.Get("Link")))
+	}
+	return out, nil
+}
+
 // sameOrigin returns u if it is on the API's origin, else "".
 func (c *Client) sameOrigin(u string) string {
 	if u == "" {
@@ -318,9 +351,12 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("github: %s %s: %d %s", e.Method, e.Path, e.Status, e.Message)
 }
 
-// Unwrap maps 404 to platform.ErrNotFound and 403 to platform.ErrForbidden.
+// Unwrap maps 404 to platform.ErrNotFound, 403 to platform.ErrForbidden and
+// 401 to platform.ErrUnauthorized.
 func (e *APIError) Unwrap() error {
 	switch e.Status {
+	case http.StatusUnauthorized:
+		return platform.ErrUnauthorized
 	case http.StatusNotFound:
 		return platform.ErrNotFound
 	case http.StatusForbidden:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -148,5 +150,91 @@ func TestParseEvent(t *testing.T) {
 	}
 	if _, err := ParseEvent("installation", []byte(`{"action":"created"}`)); err == nil {
 		t.Error("installation without installation: no error")
+	}
+}
+
+// TestUserInstallations: GET /user/installations with the user's own token,
+// as documented in "List app installations accessible to the user access
+// token" (https://docs.github.com/en/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token):
+// {"total_count": N, "installations": [...]}, Link pagination, only the
+// installations the user may access (their own account's and their
+// organisations'), 401 for a bad token, 403 for a token that is not a GitHub
+// App user token.
+func TestUserInstallations(t *testing.T) {
+	fake := githubfake.New(githubfake.Options{PageSize: 2})
+	defer fake.Close()
+	fake.AddInstallation(githubfake.Installation{ID: 1, Account: "octocat"})
+	fake.AddInstallation(githubfake.Installation{ID: 2, Account: "acme", AccountType: "Organization", Members: []string{"octocat"}})
+	fake.AddInstallation(githubfake.Installation{ID: 3, Account: "globex", AccountType: "Organization", Members: []string{"hank"}})
+	fake.AddInstallation(githubfake.Installation{ID: 4, Account: "initech", AccountType: "Organization", Members: []string{"octocat"}, Suspended: true})
+	fake.AddInstallation(githubfake.Installation{ID: 5, Account: "eve"})
+	c, err := New(Config{AppID: fake.AppID, AppSlug: fake.AppSlug, PrivateKey: fake.Key, APIURL: fake.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// The wire format first, as GitHub documents it.
+	tok := fake.UserToken("octocat")
+	req, _ := http.NewRequest(http.MethodGet, fake.URL+"/user/installations?per_page=2", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/vnd.github+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		TotalCount    *int `json:"total_count"`
+		Installations []struct {
+			ID      int64 `json:"id"`
+			Account struct {
+				Login string `json:"login"`
+				Type  string `json:"type"`
+			} `json:"account"`
+			AppID      int64  `json:"app_id"`
+			TargetType string `json:"target_type"`
+		} `json:"installations"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || page.TotalCount == nil || *page.TotalCount != 3 || len(page.Installations) != 2 ||
+		page.Installations[0].ID != 1 || page.Installations[0].Account.Login != "octocat" || page.Installations[1].TargetType != "Organization" ||
+		page.Installations[1].AppID != fake.AppID || !strings.Contains(resp.Header.Get("Link"), `rel="next"`) {
+		t.Fatalf("first page: %d %+v Link %q (%v)", resp.StatusCode, page, resp.Header.Get("Link"), err)
+	}
+
+	got, err := c.UserInstallations(ctx, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, in := range got {
+		ids = append(ids, in.ID)
+	}
+	if fmt.Sprint(ids) != "[1 2 4]" || got[1].AccountLogin != "acme" || got[1].AccountType != "Organization" || !got[2].Suspended {
+		t.Fatalf("octocat's installations %v %+v", ids, got)
+	}
+	if n := fake.Calls("GET /user/installations"); n != 3 {
+		t.Fatalf("%d requests, want 3 (2 pages by the client after 1 by hand)", n)
+	}
+	if got, err := c.UserInstallations(ctx, fake.UserToken("nobody")); err != nil || len(got) != 0 {
+		t.Fatalf("a user with no installations: %v %v", got, err)
+	}
+
+	// A revoked, unknown or missing token: ErrUnauthorized, and it is never in the error.
+	fake.RevokeUserToken(tok)
+	for _, bad := range []string{tok, "ghu_made-up", ""} {
+		_, err := c.UserInstallations(ctx, bad)
+		if !errors.Is(err, platform.ErrUnauthorized) || (bad != "" && strings.Contains(err.Error(), bad)) {
+			t.Fatalf("token %q: %v", bad, err)
+		}
+	}
+	// An OAuth app's token (not a GitHub App user token): 403 from GitHub.
+	gho := "gho_oauth-app-token"
+	f2 := githubfake.New(githubfake.Options{UserLogin: func(t string) (string, bool) { return "octocat", t == gho }})
+	defer f2.Close()
+	c2, _ := New(Config{AppID: f2.AppID, AppSlug: f2.AppSlug, PrivateKey: f2.Key, APIURL: f2.URL})
+	if _, err := c2.UserInstallations(ctx, gho); !errors.Is(err, platform.ErrForbidden) {
+		t.Fatalf("OAuth app token: %v, want 403", err)
 	}
 }

@@ -6,8 +6,9 @@
 //
 // It serves only what Keelson calls: GET /app/installations/{id},
 // POST /app/installations/{id}/access_tokens, GET /installation/repositories
-// (with Link pagination) and POST /repos/{owner}/{repo}/statuses/{sha}
-// (recorded, see Statuses). It is test code's dependency, never production's.
+// and GET /user/installations (both with Link pagination), and
+// POST /repos/{owner}/{repo}/statuses/{sha} (recorded, see Statuses). It is
+// test code's dependency, never production's.
 package githubfake
 
 import (
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +45,10 @@ type Options struct {
 	TokenTTL time.Duration
 	// PageSize caps per_page, to exercise pagination. Default 100 (GitHub's max).
 	PageSize int
+	// UserLogin, when set, also accepts user access tokens issued elsewhere
+	// (the OAuth fake of auth/oauth/oauthtest) for GET /user/installations:
+	// it answers the login a token belongs to.
+	UserLogin func(token string) (login string, ok bool)
 }
 
 // Server is a running fake.
@@ -56,12 +62,14 @@ type Server struct {
 	WebURL string
 
 	srv  *httptest.Server
+	mux  *http.ServeMux
 	opts Options
 
 	mu            sync.Mutex
 	installations map[int64]*Installation
 	repos         map[int64][]*Repository // by installation
 	tokens        map[string]minted
+	userTokens    map[string]string // user access token -> login
 	mints         map[int64]int
 	calls         map[string]int
 	statuses      statusBook
@@ -69,12 +77,16 @@ type Server struct {
 
 // Installation is a fake installation.
 type Installation struct {
-	ID           int64
-	Account      string
-	AccountID    int64
-	AccountType  string // "User" (default) or "Organization"
-	Suspended    bool
-	AllRepos     bool // repository_selection "all" (default "selected")
+	ID          int64
+	Account     string
+	AccountID   int64
+	AccountType string // "User" (default) or "Organization"
+	Suspended   bool
+	AllRepos    bool // repository_selection "all" (default "selected")
+	// Members are the other logins with access to the installation: an
+	// organisation's members (a personal account's installation is
+	// accessible to its own login).
+	Members      []string
 	CreatedAt    time.Time
 	Repositories []*Repository
 }
@@ -126,14 +138,16 @@ func New(o Options) *Server {
 	s := &Server{
 		AppID: o.AppID, AppSlug: o.AppSlug, Key: o.Key, opts: o,
 		installations: map[int64]*Installation{}, repos: map[int64][]*Repository{},
-		tokens: map[string]minted{}, mints: map[int64]int{}, calls: map[string]int{},
+		tokens: map[string]minted{}, userTokens: map[string]string{}, mints: map[int64]int{}, calls: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /app/installations/{id}", s.getInstallation)
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.createToken)
 	mux.HandleFunc("GET /installation/repositories", s.listRepos)
 	mux.HandleFunc("POST /repos/{owner}/{repo}/statuses/{sha}", s.createStatus)
+	mux.HandleFunc("GET /user/installations", s.userInstallations)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
+	s.mux = mux
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL
 	s.WebURL = s.srv.URL
@@ -142,6 +156,40 @@ func New(o Options) *Server {
 
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }
+
+// Handler serves the fake's API, for a test that puts it behind another
+// origin (one fake answering both the OAuth and the App endpoints, as
+// api.github.com does).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// UserToken mints a user access token for login, as GitHub issues a GitHub
+// App's user-to-server token (ghu_...) when the user authorizes the app.
+func (s *Server) UserToken(login string) string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	tok := "ghu_" + hex.EncodeToString(b)
+	s.mu.Lock()
+	s.userTokens[tok] = login
+	s.mu.Unlock()
+	return tok
+}
+
+// RevokeUserToken makes a user token fail with 401 (expired or revoked).
+func (s *Server) RevokeUserToken(tok string) {
+	s.mu.Lock()
+	delete(s.userTokens, tok)
+	s.mu.Unlock()
+}
+
+// SetMembers replaces the logins (besides its own account) with access to
+// installation id.
+func (s *Server) SetMembers(id int64, logins ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.installations[id]; in != nil {
+		in.Members = append([]string(nil), logins...)
+	}
+}
 
 // PrivateKeyPEM is the app's private key as GitHub hands it out (PKCS#1 PEM).
 func (s *Server) PrivateKeyPEM() string {
@@ -199,6 +247,16 @@ func (s *Server) fillRepo(r *Repository, owner string) {
 	if r.CloneURL == "" {
 		r.CloneURL = r.HTMLURL + ".git"
 	}
+}
+
+// Account is the login installation id is on ("" when unknown).
+func (s *Server) Account(id int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.installations[id]; in != nil {
+		return in.Account
+	}
+	return ""
 }
 
 // SetSuspended suspends or unsuspends installation id.
@@ -481,4 +539,83 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"total_count": len(all), "repositories": items, "repository_selection": sel,
 	})
+}
+
+// userInstallations is GET /user/installations, "List app installations
+// accessible to the user access token" (docs.github.com/en/rest/apps/installations
+// #list-app-installations-accessible-to-the-user-access-token): with a
+// user-to-server token of the app, the installations of this app the user can
+// access (their own account's, and their organisations'), as
+// {"total_count": N, "installations": [installation, ...]}, per_page 30 by
+// default (at most 100), page from 1, and a Link header. A token that is not a
+// GitHub App user token answers 403; an unknown one 401 "Bad credentials".
+func (s *Server) userInstallations(w http.ResponseWriter, r *http.Request) {
+	authz := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(authz, "Bearer ")
+	if !ok {
+		tok, ok = strings.CutPrefix(authz, "token ")
+	}
+	s.mu.Lock()
+	login, known := s.userTokens[tok]
+	s.mu.Unlock()
+	if !known && ok && s.opts.UserLogin != nil {
+		login, known = s.opts.UserLogin(tok)
+	}
+	switch {
+	case !ok || tok == "":
+		writeJSON(w, http.StatusUnauthorized, map[string]string{
+			"message": "Requires authentication", "documentation_url": "https://docs.github.com/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token", "status": "401",
+		})
+		return
+	case !known:
+		unauthorized(w, "Bad credentials")
+		return
+	case !strings.HasPrefix(tok, "ghu_"):
+		writeJSON(w, http.StatusForbidden, map[string]string{
+			"message":           "You must authenticate with an access token authorized to a GitHub App in order to list installations",
+			"documentation_url": "https://docs.github.com/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token", "status": "403",
+		})
+		return
+	}
+	s.count("GET /user/installations")
+	perPage, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if perPage <= 0 {
+		perPage = 30
+	}
+	perPage = min(perPage, s.opts.PageSize)
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	if page <= 0 {
+		page = 1
+	}
+	s.mu.Lock()
+	var mine []*Installation
+	for _, in := range s.installations {
+		if strings.EqualFold(in.Account, login) && in.AccountType != "Organization" ||
+			slices.ContainsFunc(in.Members, func(m string) bool { return strings.EqualFold(m, login) }) {
+			mine = append(mine, in)
+		}
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].ID < mine[j].ID })
+	lastPage := max(1, (len(mine)+perPage-1)/perPage)
+	start := min((page-1)*perPage, len(mine))
+	end := min(start+perPage, len(mine))
+	items := make([]map[string]any, 0, end-start)
+	for _, in := range mine[start:end] {
+		items = append(items, s.installationJSON(in))
+	}
+	s.mu.Unlock()
+	link := func(p int) string {
+		return fmt.Sprintf("<%s/user/installations?per_page=%d&page=%d>", s.URL, perPage, p)
+	}
+	var links []string
+	if page > 1 {
+		links = append(links, link(page-1)+`; rel="prev"`, link(1)+`; rel="first"`)
+	}
+	if page < lastPage {
+		links = append(links, link(page+1)+`; rel="next"`, link(lastPage)+`; rel="last"`)
+	}
+	if len(links) > 0 {
+		w.Header().Set("Link", strings.Join(links, ", "))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(mine), "installations": items})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cgi"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
 	"github.com/keelson-dev/keelson/codehost/githubfake"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -101,8 +103,7 @@ func commit(t *testing.T, work, bare, branch string, files map[string]string, ms
 // push to another branch records "branch mismatch".
 func TestCodehostE2E(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		fake := githubfake.New(githubfake.Options{AppSlug: "keelson-e2e"})
-		t.Cleanup(fake.Close)
+		gh, fake := newCodehostFakes(t)
 		gs := newGitServer(t, fake)
 		fake.WebURL = gs.URL // repositories' html_url and clone_url point at the git server
 
@@ -117,34 +118,28 @@ func TestCodehostE2E(t *testing.T) {
 		commit(t, work, bare, "main", map[string]string{"index.html": "<h1>site v1</h1>\n"}, "first")
 		repo := &githubfake.Repository{ID: 4242, Owner: "octocat", Name: "site", Private: true, DefaultBranch: "main"}
 		fake.AddInstallation(githubfake.Installation{ID: 77, Account: "octocat", Repositories: []*githubfake.Repository{repo}})
+		gh.AddUser(oauthtest.GitHubUser{ID: 583231, Login: "octocat", Emails: []oauthtest.GitHubEmail{{Email: "octocat@users.example", Primary: true, Verified: true}}})
 
-		ts := startServer(t, dbURL, func(c *Config) {
-			c.CodehostAppID = strconv.FormatInt(fake.AppID, 10)
-			c.CodehostAppSlug = fake.AppSlug
-			c.CodehostAppPrivateKey = fake.PrivateKeyPEM()
-			c.CodehostWebhookSecret = e2eWebhookSecret
-			c.CodehostAPIURL = fake.URL
-			c.CodehostWebURL = fake.WebURL
-		})
+		ts := startServer(t, dbURL, func(c *Config) { codehostConfig(c, gh, fake) })
 		token := ts.signup(t, "octocat@example.com")
 
-		// Install: connect gives the provider's install URL with a state ...
-		var conn struct {
-			InstallURL string `json:"installUrl"`
-		}
-		ts.doJSON(t, http.StatusOK, "GET", "/codehost/connect", token, nil, &conn)
-		iu, err := url.Parse(conn.InstallURL)
-		if err != nil || !strings.HasPrefix(conn.InstallURL, fake.WebURL+"/apps/keelson-e2e/installations/new?") || iu.Query().Get("state") == "" {
-			t.Fatalf("installUrl = %q", conn.InstallURL)
-		}
-		// ... which the provider sends back to the callback with the installation.
-		loc := callbackRedirect(t, ts, "77", iu.Query().Get("state"))
+		// Install: octocat has no code-host identity yet, so connect's URL goes
+		// through the code host's OAuth first, then on to the install page with
+		// a state; the provider sends that state back to the callback with the
+		// installation.
+		gh.SignIn("octocat")
+		state := installState(t, ts, newOAuthBrowser(t, ts), token, gh, true)
+		loc := callbackRedirect(t, ts, "77", state)
 		if loc != ts.App.Cfg.FrontendURL+"/settings/connected-accounts?codehost=connected" {
 			t.Fatalf("callback redirected to %q", loc)
 		}
 		// Replaying the callback links nothing and says why.
-		if loc := callbackRedirect(t, ts, "77", iu.Query().Get("state")); !strings.Contains(loc, "codehost=error&reason=state_already_used") {
+		if loc := callbackRedirect(t, ts, "77", state); !strings.Contains(loc, "codehost=error&reason=state_already_used") {
 			t.Fatalf("replayed callback redirected to %q", loc)
+		}
+		// Linked now: connect answers the install page directly.
+		if st := installState(t, ts, newOAuthBrowser(t, ts), token, gh, false); st == "" {
+			t.Fatal("no state")
 		}
 
 		var repos []struct {
@@ -254,6 +249,67 @@ func TestCodehostE2E(t *testing.T) {
 			t.Fatalf("app answered %q, want the pushed commit's page", body)
 		}
 	})
+}
+
+// newCodehostFakes starts the two GitHub fakes behind one origin, as
+// api.github.com serves both: the OAuth side (authorize, token, /user,
+// /user/emails) of auth/oauth/oauthtest, and the App side (installations,
+// tokens, repositories, GET /user/installations with the OAuth side's user
+// tokens) of codehost/githubfake.
+func newCodehostFakes(t *testing.T) (*oauthtest.GitHub, *githubfake.Server) {
+	t.Helper()
+	gh := oauthtest.NewGitHub(t)
+	fake := githubfake.New(githubfake.Options{AppSlug: "keelson-e2e", UserLogin: gh.LoginForToken})
+	t.Cleanup(fake.Close)
+	fake.URL = gh.URL // links and urls in its answers name the shared origin
+	gh.SetAPI(fake.Handler())
+	return gh, fake
+}
+
+// codehostConfig points the server at the fakes: the app, its webhook secret
+// and the app's OAuth client (the same GitHub App).
+func codehostConfig(c *Config, gh *oauthtest.GitHub, fake *githubfake.Server) {
+	c.CodehostAppID = strconv.FormatInt(fake.AppID, 10)
+	c.CodehostAppSlug = fake.AppSlug
+	c.CodehostAppPrivateKey = fake.PrivateKeyPEM()
+	c.CodehostWebhookSecret = e2eWebhookSecret
+	c.CodehostClientID, c.CodehostClientSecret = gh.ClientID, gh.ClientSecret
+	c.CodehostAPIURL, c.CodehostWebURL = gh.URL, gh.URL
+	c.FrontendURL = oauthFrontend
+}
+
+// installState runs GET /codehost/connect as token from browser b and
+// answers the install state. With linkFirst the answer must send b through
+// the code host's OAuth (as whoever is signed in at gh) before the install
+// page; without, straight to the install page.
+func installState(t *testing.T, ts *testServer, b *oauthBrowser, token string, gh *oauthtest.GitHub, linkFirst bool) string {
+	t.Helper()
+	h := b.get(ts.URL+"/codehost/connect", "Authorization", "Bearer "+token)
+	var conn struct {
+		InstallURL string `json:"installUrl"`
+		LinkFirst  bool   `json:"linkFirst"`
+	}
+	if h.status != http.StatusOK || json.Unmarshal([]byte(h.body), &conn) != nil || conn.LinkFirst != linkFirst {
+		t.Fatalf("GET /codehost/connect: %d %s (want linkFirst %v)", h.status, h.body, linkFirst)
+	}
+	install := conn.InstallURL
+	if linkFirst {
+		u, err := url.Parse(conn.InstallURL)
+		if err != nil || u.Path != "/auth/codehost/connect" || u.Query().Get("ticket") == "" {
+			t.Fatalf("installUrl %q is not a connect ticket", conn.InstallURL)
+		}
+		cb := b.begin(u.Path + "?" + u.RawQuery)
+		end := b.get(cb)
+		if end.status != http.StatusFound {
+			t.Fatalf("OAuth callback: %d %s", end.status, end.body)
+		}
+		install = end.loc.String()
+	}
+	iu, err := url.Parse(install)
+	if err != nil || !strings.HasPrefix(install, gh.URL+"/apps/keelson-e2e/installations/new?") || iu.Query().Get("state") == "" {
+		t.Fatalf("install page %q", install)
+	}
+	return iu.Query().Get("state")
 }
 
 type codehostDelivery struct {

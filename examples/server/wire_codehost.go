@@ -5,8 +5,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
+	"net/http"
 	"strconv"
 
+	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/codehost/github"
 	"github.com/keelson-dev/keelson/deployments"
@@ -40,6 +42,9 @@ func (a *App) wireCodehost(ctx context.Context) error {
 	}
 	if a.CodehostAccounts != nil {
 		d.Accounts = a.CodehostAccounts
+	}
+	if a.OAuth != nil {
+		d.Connector = oauthConnector{a.OAuth}
 	}
 	if len(d.Missing) == 0 {
 		appID, err := strconv.ParseInt(c.CodehostAppID, 10, 64)
@@ -135,6 +140,31 @@ func (r deploymentResults) DeploymentResult(ctx context.Context, ownerID, id str
 		res.Error = d.ErrorMessage
 	}
 	return res, nil
+}
+
+// OwnsProject implements codehost.ProjectLookup.
+func (p projectRepos) OwnsProject(ctx context.Context, userID, projectID string) (bool, error) {
+	if p.a.Projects == nil {
+		return false, errors.New("projects module not wired")
+	}
+	_, err := p.a.Projects.Get(ctx, userID, projectID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// oauthConnector adapts the oauth module to codehost.IdentityConnector: a
+// one-time connect ticket, bound to the asking browser by its cookie, whose
+// successful link continues to next (the app's install page).
+type oauthConnector struct{ o *oauth.Service }
+
+func (c oauthConnector) ConnectFirst(ctx context.Context, userID, next string) (string, *http.Cookie, error) {
+	t, err := c.o.IssueConnectTicket(ctx, userID, next)
+	if err != nil {
+		return "", nil, err
+	}
+	return t.ConnectURL, t.Cookie, nil
 }
 
 // pushDeployer hands push deployments to a.PushDeployer, looked up when used.

@@ -45,9 +45,12 @@ type ghGrant struct {
 	used                                    bool
 }
 
-// GitHub is a fake GitHub OAuth app server. Its URL serves both the web
-// endpoints (/login/oauth/...) and the REST API (/user, /user/emails), so it is
-// both the WebURL and the APIURL.
+// GitHub is a fake GitHub OAuth server, as a GitHub App's user authorization
+// (its tokens are user-to-server tokens, ghu_...). Its URL serves both the web
+// endpoints (/login/oauth/...) and the REST API (/user, /user/emails,
+// /user/installations), so it is both the WebURL and the APIURL. SetAPI puts
+// the rest of the API (codehost/githubfake's App endpoints) behind the same
+// origin, as api.github.com serves both.
 type GitHub struct {
 	URL          string
 	ClientID     string
@@ -59,6 +62,7 @@ type GitHub struct {
 	deny      bool
 	grants    map[string]*ghGrant
 	tokens    map[string]string // access token -> login
+	api       http.Handler      // the rest of the REST API (SetAPI)
 	exchanges int
 	jsonAsked int
 }
@@ -74,6 +78,8 @@ func NewGitHub(t testing.TB) *GitHub {
 	mux.HandleFunc("POST /login/oauth/access_token", g.accessToken)
 	mux.HandleFunc("GET /user", g.user)
 	mux.HandleFunc("GET /user/emails", g.emails)
+	mux.HandleFunc("GET /user/installations", g.installations)
+	mux.HandleFunc("/", g.rest)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	g.URL = srv.URL
@@ -130,6 +136,65 @@ func (g *GitHub) IssuedTokens() []string {
 		out = append(out, tok)
 	}
 	return out
+}
+
+// SetAPI serves every other request (the App endpoints, GET
+// /user/installations) with h, typically (*githubfake.Server).Handler() of a
+// fake whose Options.UserLogin is g.LoginForToken.
+func (g *GitHub) SetAPI(h http.Handler) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.api = h
+}
+
+// LoginForToken answers the login an access token this fake issued belongs to.
+func (g *GitHub) LoginForToken(tok string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	login, ok := g.tokens[tok]
+	return login, ok
+}
+
+// RevokeToken makes an access token fail from now on (401), as when the user
+// revokes the app's authorization or the token expires.
+func (g *GitHub) RevokeToken(tok string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.tokens, tok)
+}
+
+// installations is GET /user/installations ("List app installations
+// accessible to the user access token", docs.github.com/en/rest/apps/installations
+// #list-app-installations-accessible-to-the-user-access-token). The
+// installations live in the App fake given to SetAPI, which answers it (with
+// this fake's tokens); without one, an authenticated user has none:
+// {"total_count":0,"installations":[]}.
+func (g *GitHub) installations(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	api := g.api
+	g.mu.Unlock()
+	if api != nil {
+		api.ServeHTTP(w, r)
+		return
+	}
+	if g.authUser(w, r) == nil {
+		return
+	}
+	writeJSON(w, map[string]any{"total_count": 0, "installations": []any{}})
+}
+
+// rest answers the routes this fake does not serve: SetAPI's handler, or 404.
+func (g *GitHub) rest(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	api := g.api
+	g.mu.Unlock()
+	if api != nil {
+		api.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write([]byte(`{"message":"Not Found","documentation_url":"https://docs.github.com/rest","status":"404"}`))
 }
 
 // authorize is GET /login/oauth/authorize: the user approves (or declines) at
@@ -225,7 +290,7 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 		fail("bad_verification_code", "The code_verifier does not match the code_challenge.")
 		return
 	}
-	tok := "gho_" + randString(18)
+	tok := "ghu_" + randString(18)
 	g.tokens[tok] = gr.login
 	g.exchanges++
 	reply(map[string]string{"access_token": tok, "token_type": "bearer", "scope": "read:user,user:email"})
