@@ -38,6 +38,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("auth-verify-email", http.MethodPost, "/auth/verify-email", "Redeem a mailed email link (verification or email change)", pub), s.handleVerifyEmail)
 	huma.Register(api, op("auth-verify-email-resend", http.MethodPost, "/auth/verify-email/resend", "Mail a new verification link to the account's address", prot), s.handleResendVerification)
 
+	huma.Register(api, op("auth-2fa-login", http.MethodPost, "/auth/2fa/login", "Finish an OAuth login of a 2FA account with a TOTP or recovery code", pub), s.handleTwoFactorLogin)
 	huma.Register(api, op("auth-2fa-setup", http.MethodPost, "/auth/2fa/setup", "Generate a TOTP secret", prot), s.handleSetup)
 	huma.Register(api, op("auth-2fa-verify", http.MethodPost, "/auth/2fa/verify", "Enable 2FA with a TOTP code", prot), s.handleVerify)
 	huma.Register(api, op("auth-2fa-disable", http.MethodPost, "/auth/2fa/disable", "Disable 2FA with a TOTP or recovery code", prot), s.handleDisable)
@@ -295,6 +296,21 @@ func (s *Service) handleResendVerification(ctx context.Context, _ *struct{}) (*a
 }
 
 // ---- 2FA ----
+
+type twoFactorLoginInput struct {
+	Body struct {
+		Challenge string `json:"challenge" minLength:"1" maxLength:"256" doc:"The twoFactorChallenge from the OAuth callback's redirect (valid 5 minutes, at most 5 codes)"`
+		Code      string `json:"code" minLength:"1" maxLength:"32" doc:"6-digit TOTP code or a recovery code"`
+	}
+}
+
+func (s *Service) handleTwoFactorLogin(ctx context.Context, in *twoFactorLoginInput) (*tokenOutput, error) {
+	pair, err := s.CompleteTwoFactorLogin(ctx, in.Body.Challenge, in.Body.Code, ipFrom(ctx))
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
+	return &tokenOutput{Body: pair}, nil
+}
 
 type setupOutput struct{ Body TwoFactorSetup }
 

@@ -144,6 +144,21 @@ type loginSourceRow struct {
 	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
 }
 
+// challengeRow is a pending second factor of a login that a provider vouched
+// for (OAuth): the account has 2FA on, so tokens wait for a code.
+type challengeRow struct {
+	bun.BaseModel `bun:"table:auth_2fa_challenges"`
+
+	ID        string     `bun:"id,pk,type:varchar(64)"` // SHA-256 of the challenge
+	UserID    string     `bun:"user_id,notnull,type:varchar(36)"`
+	Attempts  int        `bun:"attempts,notnull,default:0"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	ExpiresAt time.Time  `bun:"expires_at,notnull"`
+	UsedAt    *time.Time `bun:"used_at"`
+
+	User *userRow `bun:"rel:belongs-to,join:user_id=id,on_delete:CASCADE"`
+}
+
 // Migrations are the auth module's tables, for db.Migrate.
 func Migrations() db.MigrationSet {
 	return db.MigrationSet{Module: "auth", Migrations: []db.Migration{{
@@ -171,6 +186,12 @@ func Migrations() db.MigrationSet {
 				_, err := idb.NewUpdate().Model((*userRow)(nil)).Set("role = ?", "USER").Where("role <> ?", "USER").Exec(ctx)
 				return err
 			},
+		),
+	}, {
+		ID: "0003_2fa_challenges",
+		Up: db.Steps(
+			db.CreateTables((*challengeRow)(nil)),
+			db.CreateIndex((*challengeRow)(nil), "auth_2fa_challenges_expires_idx", false, "expires_at"),
 		),
 	}}}
 }

@@ -73,7 +73,12 @@
 //   - A provider whose settings are missing answers 503 on its routes, naming
 //     the settings (KEELSON_CODEHOST_CLIENT_ID/_CLIENT_SECRET,
 //     KEELSON_IDP_ISSUER/_CLIENT_ID/_CLIENT_SECRET).
-//   - A login through a provider does not ask for the account's TOTP code:
-//     the provider's own login stands in for the password and its 2FA.
+//   - 2FA holds for provider logins too: the provider's login stands in for
+//     the password, not for the account's second factor. When the account
+//     has 2FA on, the callback issues no tokens (and no exchange code): it
+//     ends on <FrontendURL>/auth/callback?twoFactorChallenge=...&provider=<name>,
+//     a single-use challenge valid 5 minutes for at most 5 codes, which the
+//     frontend trades with a TOTP or recovery code at POST /auth/2fa/login
+//     {"challenge","code"} for the same token pair as POST /auth/login.
 //   - Expired states and codes are purged when a flow starts (no background job).
 package oauth

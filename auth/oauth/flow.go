@@ -189,6 +189,18 @@ func (s *Service) finish(ctx context.Context, p provider, st *stateRow, in callb
 		return "", err
 	}
 	q := url.Values{}
+	// The provider's login does not stand in for the account's second factor:
+	// a 2FA account gets a challenge, not tokens (or an exchange code), and
+	// trades it with a code at POST /auth/2fa/login.
+	challenge, err := s.d.Accounts.TwoFactorChallenge(ctx, userID)
+	if err != nil {
+		return "", err
+	}
+	if challenge != "" {
+		q.Set("twoFactorChallenge", challenge)
+		q.Set("provider", p.name())
+		return s.d.FrontendURL + "/auth/callback?" + q.Encode(), nil
+	}
 	if s.d.RedirectMode == RedirectCode {
 		code, err := s.exchangeInsert(ctx, userID)
 		if err != nil {

@@ -82,7 +82,9 @@ type exchangeOutput struct {
 const (
 	loginDoc = "On success the browser lands on <FrontendURL>/auth/callback?accessToken=...&refreshToken=... " +
 		"(redirect mode \"tokens\", the default) or <FrontendURL>/auth/callback?code=... (mode \"code\": trade the " +
-		"one-time code, valid 30 s, at POST /auth/oauth/exchange). On a refusal it lands on " +
+		"one-time code, valid 30 s, at POST /auth/oauth/exchange); or, when the account has 2FA on, on " +
+		"<FrontendURL>/auth/callback?twoFactorChallenge=...&provider=<provider> (no tokens: trade the challenge " +
+		"with a TOTP or recovery code at POST /auth/2fa/login). On a refusal it lands on " +
 		"<FrontendURL>/auth/callback?error=<status>&provider=<provider>, status one of email_not_verified, " +
 		"email_missing, email_invalid, already_linked, account_already_linked, link_requires_login, access_denied, " +
 		"provider_error, exchange_failed, invalid_id_token; nothing is created or linked then. An account is linked " +

@@ -25,6 +25,9 @@ type Accounts interface {
 	UserByEmail(ctx context.Context, email string) (*auth.User, error)
 	CreateUser(ctx context.Context, p auth.CreateUserParams) (*auth.User, error)
 	SetCodehostUsername(ctx context.Context, userID platform.ID, username string) error
+	// TwoFactorChallenge answers "" when the user may have tokens now, or a
+	// challenge to trade with a 2FA code at POST /auth/2fa/login.
+	TwoFactorChallenge(ctx context.Context, userID platform.ID) (string, error)
 }
 
 var _ Accounts = (*auth.Service)(nil)

@@ -1,0 +1,111 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// A login another party vouched for (an OAuth provider) does not stand in for
+// the account's second factor: when 2FA is on, the provider's callback gets a
+// challenge instead of tokens, and POST /auth/2fa/login trades the challenge
+// and a TOTP or recovery code for the token pair.
+const (
+	challengeTTL         = 5 * time.Minute
+	challengeMaxAttempts = 5
+)
+
+// TwoFactorChallenge answers "" when the user has 2FA off (issue tokens), or
+// a new single-use challenge, valid 5 minutes and at most 5 codes, to redeem
+// at POST /auth/2fa/login with a code.
+func (s *Service) TwoFactorChallenge(ctx context.Context, userID platform.ID) (string, error) {
+	row, err := s.userRow(ctx, s.db, "id", userID)
+	if err != nil {
+		return "", err
+	}
+	if !row.TOTPEnabled {
+		return "", nil
+	}
+	raw, hash := newOpaqueToken()
+	now := s.now()
+	if _, err := s.db.NewDelete().Model((*challengeRow)(nil)).Where("expires_at < ?", now).Exec(ctx); err != nil {
+		s.log.WarnContext(ctx, "purge expired 2FA challenges", "err", err)
+	}
+	if _, err := s.db.NewInsert().Model(&challengeRow{
+		ID: hash, UserID: row.ID, CreatedAt: now, ExpiresAt: now.Add(challengeTTL),
+	}).Exec(ctx); err != nil {
+		return "", db.Translate(err)
+	}
+	return raw, nil
+}
+
+var errBadChallenge = platform.Invalid("challenge: invalid, expired or already used; log in again")
+
+// CompleteTwoFactorLogin trades a challenge and a TOTP or recovery code for a
+// new session. A wrong code answers 401 TWO_FACTOR_INVALID and spends one of
+// the challenge's attempts (and of the user's 2FA budget).
+func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, ip string) (TokenPair, error) {
+	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
+		return TokenPair{}, err
+	}
+	id, now := hashToken(challenge), s.now()
+	ch := new(challengeRow)
+	if err := s.db.NewSelect().Model(ch).Where("id = ?", id).Scan(ctx); err != nil {
+		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+			return TokenPair{}, errBadChallenge
+		}
+		return TokenPair{}, err
+	}
+	if ch.UsedAt != nil || !now.Before(ch.ExpiresAt) || ch.Attempts >= challengeMaxAttempts {
+		return TokenPair{}, errBadChallenge
+	}
+	if err := s.allow(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+		return TokenPair{}, err
+	}
+	// Spend an attempt first, outside the transaction below, so a wrong code
+	// (which rolls that transaction back) still counts.
+	res, err := s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
+		Where("id = ? AND used_at IS NULL AND attempts < ?", id, challengeMaxAttempts).Exec(ctx)
+	if err != nil {
+		return TokenPair{}, db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return TokenPair{}, errBadChallenge
+	}
+	var pair TokenPair
+	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		row, err := s.userRow(ctx, tx, "id", ch.UserID)
+		if errors.Is(err, platform.ErrNotFound) {
+			return errBadChallenge
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := s.consumeSecondFactor(ctx, tx, row, code)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
+		}
+		res, err := tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL", id).Exec(ctx)
+		if err != nil {
+			return db.Translate(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errBadChallenge
+		}
+		pair, err = s.issue(ctx, tx, row, platform.NewID(), now.Add(s.d.RefreshTTL))
+		return err
+	})
+	if err != nil {
+		return TokenPair{}, err
+	}
+	s.refund(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
+	return pair, nil
+}
