@@ -230,10 +230,10 @@ func TestAbuse(t *testing.T) {
 					switch {
 					case st == http.StatusNotFound:
 						checkErrorModel(t, r.path+"?"+q, st, raw)
-					case r.path != "/deployments" && st == http.StatusOK && strings.TrimSpace(string(raw)) == "[]" && st2 == st && bytes.Equal(raw, raw2):
-						// Not yours and absent look alike: no leak. (GET /deployments answers
-						// 404 for a project filter the caller cannot see; the delivery log
-						// filters its own records and answers an empty page.)
+					case r.path != "/deployments" && r.path != "/codehost/deliveries" && st == http.StatusOK && strings.TrimSpace(string(raw)) == "[]" && st2 == st && bytes.Equal(raw, raw2):
+						// Not yours and absent look alike: no leak. (GET /deployments and
+						// GET /codehost/deliveries answer 404 for a project filter the
+						// caller cannot see.)
 						t.Logf("GET %s?%s=<another's>: 200 [] (same as a missing id), not 404", r.path, q)
 					default:
 						t.Errorf("bob GET %s?%s=<alice's %s>: %d %s (missing id: %d %s)", r.path, q, kind, st, raw, st2, raw2)
