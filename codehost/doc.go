@@ -6,20 +6,41 @@
 //
 // It speaks to the provider only through the Provider interface (the GitHub
 // adapter is codehost/github); it reaches projects and deployments only through
-// the small interfaces it declares (ProjectLookup, Deployer, LinkedAccounts),
-// which the host server wires. It does not log users in through the provider:
+// the small interfaces it declares (ProjectLookup, Deployer, LinkedAccounts,
+// IdentityConnector), which the host server wires. It does not log users in through the provider:
 // that is the auth module's OAuth flow.
 //
 // Decisions worth knowing:
 //
 //   - The install state is an HS256 token (10 minutes, bound to the user who
 //     asked for the install URL); its id is recorded when used, so it works once.
-//   - The callback confirms the installation through the provider's API with the
-//     app's JWT. When LinkedAccounts reports the user's provider login, an
-//     installation on a personal account must belong to that login. An
-//     organisation installation cannot be checked for membership without the
-//     user's own provider token, so it is accepted; a personal-account
-//     installation already linked to another Keelson user is refused.
+//   - A state proves who asked for the install URL, not what they may
+//     install: the installation id in a callback is the caller's word. So the
+//     callback confirms the installation with the app's JWT and then asks the
+//     provider with the user's own code-host token (LinkedAccounts, from the
+//     auth module's OAuth link; GitHub: GET /user/installations with the
+//     GitHub App's user-to-server token) whether the user may access it,
+//     organisations and personal accounts alike. A personal-account
+//     installation must moreover be the user's own account (a collaborator
+//     sees it listed too, but its token reaches every repository of that
+//     account), and is refused when already linked to another Keelson user.
+//     Anything else redirects with a reason and links nothing: no identity
+//     (codehost_account_not_linked), a token the provider rejects
+//     (codehost_authorization_expired), not listed (installation_not_yours).
+//   - GET /codehost/connect asks the provider with the caller's token first;
+//     a caller with no identity or a rejected token gets linkFirst=true and an
+//     installUrl that links their code-host account through OAuth (a one-time
+//     connect ticket bound to the browser by the cookie set with the answer,
+//     IdentityConnector) and then continues to the install page. The install
+//     callback itself never starts an OAuth link: a callback URL can be handed
+//     to someone else's browser, a cookie-bound ticket cannot.
+//   - Links made before this check existed are dropped by migration
+//     0003_drop_unverified_links; their users link again.
+//   - The delivery log shows a user only deliveries from installations they
+//     linked (and repository-webhook deliveries signed with their own
+//     project's secret), with decisions about their own projects only; a
+//     repository URL typed into a project never makes a delivery visible.
+//     ?projectId= of a project that is not the caller's is a 404.
 //   - Webhooks: the signature is checked on the raw body before anything else;
 //     a bad or missing signature answers 401 and stores nothing. A good delivery
 //     is stored as pending (unique on its delivery id, so a redelivery is

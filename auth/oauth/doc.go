@@ -49,15 +49,22 @@
 //     provider account squat the address, and once its real owner reset the
 //     password, share the account with them. A provider with no email at all
 //     gets email_missing.
-//   - Connect mode (/auth/codehost/connect) needs the caller's access token,
-//     as Authorization: Bearer or, since a browser following a link cannot
-//     send headers, as the query parameter token (the access token itself;
-//     the request logger logs paths only, and this module never logs it). It
-//     redirects straight to the provider; who is connecting is stored with
-//     the state (SPEC's "redirects to /auth/codehost with connect-mode
-//     metadata", without a hop that would carry it in a URL). It links the
-//     code-host identity to that user whatever its email, replacing the user's
-//     previous code-host identity, and ends on
+//   - Connect mode (/auth/codehost/connect) for a browser takes a one-time
+//     connect ticket, never the access token in a URL (a link carrying a token
+//     let any page link a visitor's code-host account to the token's owner):
+//     POST /auth/codehost/connect (Bearer) answers {ticket, connectUrl,
+//     expiresAt} and sets an HttpOnly, SameSite=Lax cookie
+//     (__Host-keelson_connect on https, so no sibling subdomain can plant one)
+//     whose SHA-256 is stored with the ticket's; GET
+//     /auth/codehost/connect?ticket= redeems the ticket once, within 5
+//     minutes, only together with that cookie, and otherwise answers 400
+//     before the provider is contacted. ?token= answers 400. Non-browser
+//     clients may still send Authorization: Bearer (SPEC). Other modules get a
+//     ticket through IssueConnectTicket, with next: where a successful link
+//     continues (the codehost module's install page). The connecting user and
+//     next are stored with the state. It links the code-host identity to that
+//     user whatever its email, replacing the user's previous code-host
+//     identity, and ends on next or
 //     <FrontendURL>/settings/connected-accounts?codehost=connected, or
 //     ?codehost=error&reason=already_linked when the identity belongs to
 //     someone else (nothing changes then).
