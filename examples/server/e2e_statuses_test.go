@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
 	"github.com/keelson-dev/keelson/codehost/githubfake"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -23,8 +23,7 @@ import (
 // deployment still goes live and the failure is logged.
 func TestCommitStatusesE2E(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		fake := githubfake.New(githubfake.Options{AppSlug: "keelson-statuses"})
-		t.Cleanup(fake.Close)
+		gh, fake := newCodehostFakes(t)
 		gs := newGitServer(t, fake)
 		fake.WebURL = gs.URL
 
@@ -38,25 +37,13 @@ func TestCommitStatusesE2E(t *testing.T) {
 		commit(t, work, bare, "main", map[string]string{"index.html": "<h1>shop v1</h1>\n"}, "first")
 		repo := &githubfake.Repository{ID: 5151, Owner: "octocat", Name: "shop", Private: true, DefaultBranch: "main"}
 		fake.AddInstallation(githubfake.Installation{ID: 91, Account: "octocat", Repositories: []*githubfake.Repository{repo}})
+		gh.AddUser(oauthtest.GitHubUser{ID: 583231, Login: "octocat", Emails: []oauthtest.GitHubEmail{{Email: "octocat@users.example", Primary: true, Verified: true}}})
 
-		ts := startServer(t, dbURL, func(c *Config) {
-			c.CodehostAppID = strconv.FormatInt(fake.AppID, 10)
-			c.CodehostAppSlug = fake.AppSlug
-			c.CodehostAppPrivateKey = fake.PrivateKeyPEM()
-			c.CodehostWebhookSecret = e2eWebhookSecret
-			c.CodehostAPIURL = fake.URL
-			c.CodehostWebURL = fake.WebURL
-		})
+		ts := startServer(t, dbURL, func(c *Config) { codehostConfig(c, gh, fake) })
 		token := ts.signup(t, "octocat@example.com")
-		var conn struct {
-			InstallURL string `json:"installUrl"`
-		}
-		ts.doJSON(t, http.StatusOK, "GET", "/codehost/connect", token, nil, &conn)
-		iu, err := url.Parse(conn.InstallURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if loc := callbackRedirect(t, ts, "91", iu.Query().Get("state")); !strings.Contains(loc, "codehost=connected") {
+		gh.SignIn("octocat")
+		state := installState(t, ts, newOAuthBrowser(t, ts), token, gh, true)
+		if loc := callbackRedirect(t, ts, "91", state); !strings.Contains(loc, "codehost=connected") {
 			t.Fatalf("callback redirected to %q", loc)
 		}
 		var project webhookProject
