@@ -1,0 +1,54 @@
+// Package container is Keelson's isolating deployments.Runtime: it builds each
+// deployment into an image and runs it as one container on the local Docker
+// engine (Engine API through the moby client), with the plan's memory and CPU
+// as hard limits. It is the default whenever an engine answers; the process
+// runtime (deployments/process) remains for development and single-tenant use.
+//
+// It is not a scheduler: one engine, one machine. The ingress proxy
+// (deployments/ingress) stays in the server and reaches each app on a port the
+// engine publishes on 127.0.0.1 only.
+//
+// BUILD: the repository is cloned with git on the host into
+// <DataDir>/containers/<deploymentID>/src (the credential stays in the
+// server's git process: it never enters a container, an image or a build
+// context), then sent without .git as the context of a classic-builder build
+// (no BuildKit session needed). A regular file named Dockerfile at the root is
+// used whatever the framework (framework "docker" requires one); otherwise the
+// framework preset becomes a generated Dockerfile (see Images): go and node are
+// multi-stage (builder image, then a small run image, running as uid 65534);
+// static copies dist/, public/, build/ or the root into a busybox httpd image.
+// A project's own BuildCommand/StartCommand run in the preset's builder image.
+// Build containers get the plan's memory (no swap on top) and CPU, run on a
+// network of their own with inter-container traffic off, and are removed on
+// success, failure, timeout and cancellation alike (the engine cancels a
+// build whose API request is closed). Build output goes to the deployment's
+// log, masked. Secret variables are NOT available at build time (no build
+// args, no labels): they reach the app as environment variables when its
+// container is created. Images are tagged keelson/<instance>-<project>:<deployment>;
+// the project's newest successful build is also tagged :cache so the next
+// build reuses its layers (dependency download layers included), and that is
+// the one image a project keeps beyond its existing deployments. Cleanup
+// removes the deployment's tag; CleanupProject removes the rest.
+//
+// PROVISION: one container per deployment, named and labelled with the
+// deployment, the project and this server's instance (a hash of its data dir,
+// so servers sharing an engine never touch each other's containers). Limits
+// are set at create time: memory = MemoryMi with MemorySwap equal (no swap),
+// NanoCPUs from CPUMillis, a pids limit, every capability dropped,
+// no-new-privileges, never privileged, no mount of any host path, its own
+// bridge network (no other container on it; Docker isolates bridge networks
+// from each other), PORT and the job's env. The container port is published on
+// 127.0.0.1 with a port the engine picks; that is the upstream the ingress
+// proxies to. The app counts as started when GET / gets any HTTP answer.
+// Its stdout and stderr flow to the deployment's log (masked). When it exits
+// the runtime says why in plain words ("app killed: out of memory (limit 64
+// MiB)") and starts it again with backoff; after MaxRestarts crashes within
+// RestartWindow it gives up and says so.
+//
+// Lifecycle: Stop and Cleanup remove the container and its network for good.
+// Start of a deployment whose container already runs (a server restarted, even
+// after kill -9) adopts it by name and label instead of starting a second one;
+// a container that is gone or stopped is created/started again from the image.
+// Errors from the engine are translated into messages a user understands at
+// this package's edge; the raw engine text goes to the operator's log.
+package container

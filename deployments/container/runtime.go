@@ -1,0 +1,570 @@
+package container
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/client"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+)
+
+// Labels on everything this runtime creates.
+const (
+	LabelKeelson    = "dev.keelson"            // "1" on every container, network and image
+	LabelInstance   = "dev.keelson.instance"   // the server instance (Config.Instance)
+	LabelDeployment = "dev.keelson.deployment" // the deployment id
+	LabelProject    = "dev.keelson.project"    // the project id
+	LabelRole       = "dev.keelson.role"       // app, build-network, app-network
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// Client talks to the engine. Default: client.New(client.FromEnv)
+	// (DOCKER_HOST or the default socket), closed by Close.
+	Client *client.Client
+	// DataDir holds the checkouts (<DataDir>/containers/<deploymentID>). Required.
+	DataDir string
+	// Instance tells this server's containers from other servers' on the same
+	// engine. Default: a hash of DataDir.
+	Instance string
+	// Ingress routes the apps' hosts. Required.
+	Ingress *ingress.Router
+	// Images are the presets' builder and run images.
+	Images Images
+	// Logger receives what operators need (engine errors, crashes). Default: discard.
+	Logger *slog.Logger
+	// GitPath is the git binary. Default "git" in PATH.
+	GitPath string
+	// GitCAFile, when set, is a PEM bundle git trusts for https.
+	GitCAFile string
+	// AllowLocalRepos allows file://, http:// and local paths as repositories.
+	AllowLocalRepos bool
+	// AllowPrivateHosts allows https repositories on private addresses.
+	AllowPrivateHosts bool
+	// CloneTimeout bounds fetching the repository. Default 10m.
+	CloneTimeout time.Duration
+	// BuildTimeout stops an image build when the job's plan sets none. Default 10m.
+	BuildTimeout time.Duration
+	// HealthTimeout is how long a started app may take to answer HTTP. Default 60s.
+	HealthTimeout time.Duration
+	// StopGrace is how long an app has between SIGTERM and SIGKILL. Default 10s.
+	StopGrace time.Duration
+	// MaxRestarts crashes within RestartWindow are restarted; then the runtime gives up. Default 5.
+	MaxRestarts int
+	// RestartWindow, see MaxRestarts. Default 5m.
+	RestartWindow time.Duration
+	// RestartBackoff is the first delay before a restart; it doubles per crash, up to 30s. Default 500ms.
+	RestartBackoff time.Duration
+	// DefaultMemoryMi bounds builds and apps whose plan sets no memory limit. Default 512.
+	DefaultMemoryMi int
+	// DefaultCPUMillis bounds builds and apps whose plan sets no CPU limit. Default 1000.
+	DefaultCPUMillis int
+	// PidsLimit caps the processes of one container. Default 256.
+	PidsLimit int64
+}
+
+func (c Config) withDefaults() Config {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.GitPath = cmp.Or(c.GitPath, "git")
+	c.Images = c.Images.withDefaults()
+	c.CloneTimeout = cmp.Or(c.CloneTimeout, 10*time.Minute)
+	c.BuildTimeout = cmp.Or(c.BuildTimeout, 10*time.Minute)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, 60*time.Second)
+	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
+	c.MaxRestarts = cmp.Or(c.MaxRestarts, 5)
+	c.RestartWindow = cmp.Or(c.RestartWindow, 5*time.Minute)
+	c.RestartBackoff = cmp.Or(c.RestartBackoff, 500*time.Millisecond)
+	c.DefaultMemoryMi = cmp.Or(c.DefaultMemoryMi, 512)
+	c.DefaultCPUMillis = cmp.Or(c.DefaultCPUMillis, 1000)
+	c.PidsLimit = cmp.Or(c.PidsLimit, 256)
+	return c
+}
+
+// Runtime builds deployments into images and runs them as containers. Safe
+// for concurrent use; every method is idempotent per deployment.
+type Runtime struct {
+	cfg       Config
+	docker    *client.Client
+	ownClient bool
+	base      context.Context // cancelled by Close: ends every build
+	cancel    context.CancelFunc
+	health    *http.Client
+
+	mu     sync.Mutex
+	closed bool
+	apps   map[string]*app
+	builds map[string]context.CancelFunc
+	locks  map[string]*idLock
+}
+
+var _ deployments.Runtime = (*Runtime)(nil)
+
+// NewClient returns a client for DOCKER_HOST (or the default socket) and
+// checks that an engine answers within timeout.
+func NewClient(ctx context.Context, timeout time.Duration) (*client.Client, error) {
+	c, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// New returns a Runtime. It creates the data directory.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("container: DataDir is required")
+	}
+	if cfg.Ingress == nil {
+		return nil, errors.New("container: Ingress is required")
+	}
+	cfg = cfg.withDefaults()
+	var err error
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("container: data dir: %w", err)
+	}
+	if cfg.Instance == "" {
+		sum := sha256.Sum256([]byte(cfg.DataDir))
+		cfg.Instance = hex.EncodeToString(sum[:6])
+	}
+	if !namePattern.MatchString(cfg.Instance) {
+		return nil, fmt.Errorf("container: instance %q must be lowercase letters and digits", cfg.Instance)
+	}
+	if cfg.GitPath, err = exec.LookPath(cfg.GitPath); err != nil {
+		return nil, fmt.Errorf("container: git not found: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "containers"), 0o700); err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	docker, own := cfg.Client, false
+	if docker == nil {
+		if docker, err = client.New(client.FromEnv); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+		own = true
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Runtime{
+		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel,
+		apps: map[string]*app{}, builds: map[string]context.CancelFunc{}, locks: map[string]*idLock{},
+		health: &http.Client{
+			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
+			Timeout:       5 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// Instance is the label value that marks this server's containers.
+func (r *Runtime) Instance() string { return r.cfg.Instance }
+
+var (
+	ansi        = regexp.MustCompile("\x1b\\[[0-9;]*[A-Za-z]")
+	idPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	namePattern = regexp.MustCompile(`^[a-z0-9]{1,32}$`)
+)
+
+func checkID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("deployment id %q is not valid", id)
+	}
+	return nil
+}
+
+// Names derived from ids (lowercase: image references must be).
+func (r *Runtime) containerName(deploymentID string) string {
+	return "keelson-" + r.cfg.Instance + "-" + strings.ToLower(deploymentID)
+}
+func (r *Runtime) networkName(deploymentID string) string { return r.containerName(deploymentID) }
+func (r *Runtime) buildNetwork() string                  { return "keelson-" + r.cfg.Instance + "-builds" }
+func (r *Runtime) repo(projectID string) string {
+	return "keelson/" + r.cfg.Instance + "-" + strings.ToLower(projectID)
+}
+func (r *Runtime) imageTag(job deployments.Job) string {
+	return r.repo(job.ProjectID) + ":" + strings.ToLower(job.DeploymentID)
+}
+func (r *Runtime) cacheTag(projectID string) string { return r.repo(projectID) + ":cache" }
+
+func (r *Runtime) labels(job deployments.Job, role string) map[string]string {
+	return map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
+		LabelDeployment: job.DeploymentID, LabelProject: job.ProjectID, LabelRole: role}
+}
+
+func (r *Runtime) workdir(id string) string { return filepath.Join(r.cfg.DataDir, "containers", id) }
+
+func (r *Runtime) limits(l deployments.Limits) (memBytes, nanoCPUs int64, memMi int) {
+	memMi = cmp.Or(l.MemoryMi, r.cfg.DefaultMemoryMi)
+	cpu := cmp.Or(l.CPUMillis, r.cfg.DefaultCPUMillis)
+	return int64(memMi) << 20, int64(cpu) * 1_000_000, memMi
+}
+
+// Build clones the job's repository on the host and builds its image.
+func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+	if err := checkID(job.DeploymentID); err != nil {
+		return "", err
+	}
+	if err := checkID(job.ProjectID); err != nil {
+		return "", errors.New("project id is not valid")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.base, cancel)()
+
+	unlock := r.lock(job.DeploymentID)
+	defer unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return "", errors.New("runtime is shut down")
+	}
+	if r.apps[job.DeploymentID] != nil {
+		r.mu.Unlock()
+		return "", fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
+	}
+	r.builds[job.DeploymentID] = cancel
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.builds, job.DeploymentID)
+		r.mu.Unlock()
+	}()
+
+	out := newOutput(logs, deployments.StreamBuild, masker(job))
+	root := r.workdir(job.DeploymentID)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", fmt.Errorf("creating the workspace: %w", err)
+	}
+	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
+		fmt.Errorf("fetching the repository timed out after %s", r.cfg.CloneTimeout))
+	commit, err := r.clone(cctx, job, root, out)
+	ccancel()
+	if err != nil {
+		return "", maskErr(out.mask, err)
+	}
+	src := filepath.Join(root, "src")
+	dockerfile, err := dockerfileFor(job, src, r.cfg.Images)
+	if err != nil {
+		return "", err
+	}
+	if dockerfile == "" {
+		out.system("building the image from the repository's Dockerfile")
+	} else {
+		out.system("building the image from the " + strings.ToLower(job.Framework) + " preset:\n" + dockerfile)
+	}
+
+	timeout := cmp.Or(job.Limits.BuildTimeout, r.cfg.BuildTimeout)
+	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
+	defer bcancel()
+	start := time.Now()
+	if err := r.buildImage(bctx, job, src, dockerfile, out); err != nil {
+		if bctx.Err() != nil {
+			return "", context.Cause(bctx)
+		}
+		return "", maskErr(out.mask, err)
+	}
+	out.system(fmt.Sprintf("image built in %.1fs", time.Since(start).Seconds()))
+
+	if gi := job.Limits.StorageGi; gi > 0 {
+		res, err := r.docker.ImageInspect(ctx, r.imageTag(job))
+		if err != nil {
+			return "", r.engineError("inspecting the built image", err)
+		}
+		if limit := int64(gi) << 30; res.Size > limit {
+			r.removeImage(context.WithoutCancel(ctx), r.imageTag(job))
+			return "", fmt.Errorf("the image is %.2f GiB, more than the plan's %d GiB storage limit", float64(res.Size)/(1<<30), gi)
+		}
+	}
+	// The newest build of the project is its layer cache for the next one.
+	if _, err := r.docker.ImageTag(ctx, client.ImageTagOptions{Source: r.imageTag(job), Target: r.cacheTag(job.ProjectID)}); err != nil {
+		r.cfg.Logger.Warn("container: tagging the project's cache image", "err", err)
+	}
+	r.pruneProject(context.WithoutCancel(ctx), job.ProjectID)
+	return commit, nil
+}
+
+// buildImage sends the checkout as a build context and streams the output.
+func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dockerfile string, out *output) error {
+	if err := r.ensureBuildNetwork(ctx); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeContext(pw, src, dockerfile)) }()
+	defer pr.Close()
+	mem, nano, _ := r.limits(job.Limits)
+	opts := client.ImageBuildOptions{
+		Tags:        []string{r.imageTag(job)},
+		Remove:      true,
+		ForceRemove: true, // intermediate containers go even when a step fails
+		PullParent:  false,
+		Memory:      mem,
+		MemorySwap:  mem,
+		CPUPeriod:   100_000,
+		CPUQuota:    nano / 10_000, // 1 CPU = 100000us per 100000us period
+		NetworkMode: r.buildNetwork(),
+		Labels:      r.labels(job, "app"),
+		Version:     build.BuilderV1,
+		SecurityOpt: nil,
+	}
+	if dockerfile != "" {
+		opts.Dockerfile = generatedDockerfile
+	}
+	res, err := r.docker.ImageBuild(ctx, pr, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return r.engineError("starting the image build", err)
+	}
+	defer res.Body.Close()
+	w := &lineWriter{o: out}
+	dec := json.NewDecoder(res.Body)
+	for {
+		var msg struct {
+			Stream      string `json:"stream"`
+			Status      string `json:"status"`
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&msg); err != nil {
+			w.Flush()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return r.engineError("reading the build's output", err)
+		}
+		if msg.Stream != "" {
+			_, _ = w.Write([]byte(ansi.ReplaceAllString(msg.Stream, "")))
+		}
+		if msg.Status != "" {
+			_, _ = w.Write([]byte(msg.Status + "\n"))
+		}
+		if msg.Error != "" {
+			w.Flush()
+			_, _, memMi := r.limits(job.Limits)
+			return fmt.Errorf("the image build failed: %s\n%s", buildErrorText(msg.Error, out.Tail(), memMi), out.Tail())
+		}
+	}
+	if _, err := r.docker.ImageInspect(ctx, r.imageTag(job)); err != nil {
+		return fmt.Errorf("the image build ended without an image:\n%s", out.Tail())
+	}
+	return nil
+}
+
+// buildErrorText keeps a failing step's message but words the engine's
+// common refusals for a user.
+func buildErrorText(msg, tail string, memMi int) string {
+	switch {
+	case strings.Contains(tail, "signal: killed") || strings.Contains(msg, "code: 137"):
+		return fmt.Sprintf("%s (a build process was killed: most likely out of memory, the plan allows %d MiB)", msg, memMi)
+	case strings.Contains(msg, "pull access denied"), strings.Contains(msg, "manifest unknown"),
+		strings.Contains(msg, "repository does not exist"), strings.Contains(msg, "No such image"):
+		return "a base image is not available on this server and could not be pulled (" + msg + ")"
+	}
+	return msg
+}
+
+func (r *Runtime) ensureBuildNetwork(ctx context.Context) error {
+	return r.ensureNetwork(ctx, r.buildNetwork(), map[string]string{
+		LabelKeelson: "1", LabelInstance: r.cfg.Instance, LabelRole: "build-network"})
+}
+
+// ensureNetwork creates a bridge network on which containers cannot talk to
+// each other (inter-container communication off), unless it exists.
+func (r *Runtime) ensureNetwork(ctx context.Context, name string, labels map[string]string) error {
+	if _, err := r.docker.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
+		return nil
+	}
+	_, err := r.docker.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver: "bridge",
+		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+		Labels:  labels,
+	})
+	if err != nil && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already exists") {
+		return r.engineError("creating a network", err)
+	}
+	return nil
+}
+
+// pruneProject removes the project's images that no tag names any more
+// (earlier builds, replaced as the cache).
+func (r *Runtime) pruneProject(ctx context.Context, projectID string) {
+	res, err := r.docker.ImageList(ctx, client.ImageListOptions{
+		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance, LabelProject+"="+projectID).Add("dangling", "true"),
+	})
+	if err != nil {
+		r.cfg.Logger.Warn("container: listing images to prune", "err", err)
+		return
+	}
+	for _, img := range res.Items {
+		r.removeImage(ctx, img.ID)
+	}
+}
+
+func (r *Runtime) removeImage(ctx context.Context, ref string) {
+	if _, err := r.docker.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		r.cfg.Logger.Warn("container: removing an image", "image", ref, "err", err)
+	}
+}
+
+// Route points the slug's host at upstream and returns the public URL.
+func (r *Runtime) Route(ctx context.Context, slug, deploymentID, upstream string) (string, error) {
+	if err := r.cfg.Ingress.Set(slug, deploymentID, upstream); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	a := r.apps[deploymentID]
+	r.mu.Unlock()
+	if a != nil {
+		a.setSlug(slug)
+	}
+	return r.cfg.Ingress.URL(slug), nil
+}
+
+// Unroute removes the slug's route if it still points at deploymentID.
+func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error {
+	r.cfg.Ingress.Remove(slug, deploymentID)
+	return nil
+}
+
+// Cleanup stops the app, cancels a running build, removes the container, its
+// network, the checkout and the deployment's image tag.
+func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
+	if err := checkID(deploymentID); err != nil {
+		return err
+	}
+	if err := r.Stop(ctx, deploymentID); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if cancel := r.builds[deploymentID]; cancel != nil {
+		cancel()
+	}
+	r.mu.Unlock()
+	unlock := r.lock(deploymentID)
+	defer unlock()
+	var errs []error
+	if err := os.RemoveAll(r.workdir(deploymentID)); err != nil {
+		errs = append(errs, fmt.Errorf("removing the workspace of %s: %w", deploymentID, err))
+	}
+	res, err := r.docker.ImageList(ctx, client.ImageListOptions{
+		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance, LabelDeployment+"="+deploymentID),
+	})
+	if err != nil {
+		errs = append(errs, r.engineError("listing the deployment's images", err))
+	} else {
+		for _, img := range res.Items {
+			for _, tag := range img.RepoTags {
+				if strings.HasSuffix(tag, ":"+strings.ToLower(deploymentID)) {
+					r.removeImage(ctx, tag)
+				}
+			}
+			if p := img.Labels[LabelProject]; p != "" {
+				r.pruneProject(ctx, p)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CleanupProject removes every image of a deleted project (its cache
+// included). Call it after every deployment of the project was cleaned up.
+func (r *Runtime) CleanupProject(ctx context.Context, projectID string) error {
+	res, err := r.docker.ImageList(ctx, client.ImageListOptions{
+		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance, LabelProject+"="+projectID),
+	})
+	if err != nil {
+		return r.engineError("listing the project's images", err)
+	}
+	// Newest first, so children go before the images they were built on.
+	sort.Slice(res.Items, func(i, j int) bool { return res.Items[i].Created > res.Items[j].Created })
+	for _, img := range res.Items {
+		if _, err := r.docker.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			r.cfg.Logger.Warn("container: removing a project image", "image", img.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// Close cancels every build and stops every app (their containers are
+// removed), waiting at most until ctx is done; a server killed without Close
+// leaves them running and the next one adopts them. The client is closed if
+// the runtime made it. The Runtime refuses new work afterwards.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	ids := make([]string, 0, len(r.apps))
+	for id := range r.apps {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.Stop(ctx, id)
+		}()
+	}
+	wg.Wait()
+	if r.ownClient {
+		errs = append(errs, r.docker.Close())
+	}
+	return errors.Join(errs...)
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (r *Runtime) lock(id string) (unlock func()) {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &idLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}

@@ -1,0 +1,332 @@
+package container_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type sink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *sink) Log(stream, line string) {
+	s.mu.Lock()
+	s.lines = append(s.lines, stream+": "+line)
+	s.mu.Unlock()
+}
+
+func (s *sink) all() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, "\n")
+}
+
+type env struct {
+	rt      *container.Runtime
+	docker  *client.Client
+	ingress *httptest.Server
+	dataDir string
+	cfg     container.Config
+}
+
+func newEnv(t *testing.T, mutate func(*container.Config)) *env {
+	t.Helper()
+	imgs, docker := containertest.Images(t)
+	router, err := ingress.New(ingress.Config{PublicPort: 8081})
+	require.NoError(t, err)
+	cfg := container.Config{
+		DataDir: t.TempDir(), AllowLocalRepos: true, Ingress: router, Images: imgs, Client: docker,
+		HealthTimeout: 60 * time.Second, StopGrace: 2 * time.Second, RestartBackoff: 10 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	rt, err := container.New(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(router)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		assert.NoError(t, rt.Close(ctx))
+		srv.Close()
+		router.Close()
+		containertest.RemoveInstance(docker, rt.Instance())
+	})
+	return &env{rt: rt, docker: docker, ingress: srv, dataDir: cfg.DataDir, cfg: cfg}
+}
+
+func (e *env) get(t *testing.T, host, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.ingress.URL+path, nil)
+	require.NoError(t, err)
+	req.Host = host
+	res, err := e.ingress.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(b)
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "git %v: %s", args, out)
+	return strings.TrimSpace(string(out))
+}
+
+func newRepo(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	git(t, dir, "init", "-q")
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "c")
+	return dir
+}
+
+func goJob(repo string) deployments.Job {
+	return deployments.Job{
+		DeploymentID: platform.NewID(), ProjectID: platform.NewID(), ProjectSlug: "app" + platform.NewID()[:8],
+		RepoURL: repo, Framework: "go",
+		Env: []deployments.EnvVar{
+			{Key: "API_TOKEN", Value: "tok-s3cret-value-42", Secret: true},
+			{Key: "GREETING", Value: "hi"},
+		},
+		Limits: deployments.Limits{MemoryMi: 200, CPUMillis: 1000},
+	}
+}
+
+// One build serves every check of a running app (builds are the slow part).
+func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	job := goJob(newRepo(t, containertest.HostileApp("v1")))
+	logs := &sink{}
+	commit, err := e.rt.Build(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	require.Len(t, commit, 40)
+
+	// The secret is in no layer, history entry or label of the image.
+	img, err := e.docker.ImageInspect(ctx, "keelson/"+e.rt.Instance()+"-"+job.ProjectID+":"+job.DeploymentID)
+	require.NoError(t, err)
+	raw := fmt.Sprint(img.Config, img.Config.Labels)
+	assert.NotContains(t, raw, "tok-s3cret-value-42")
+	hist, err := e.docker.ImageHistory(ctx, img.ID)
+	require.NoError(t, err)
+	assert.NotContains(t, fmt.Sprint(hist), "tok-s3cret-value-42")
+	assert.Equal(t, job.DeploymentID, img.Config.Labels[container.LabelDeployment])
+
+	up, err := e.rt.Start(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	require.True(t, strings.HasPrefix(up, "127.0.0.1:"), up)
+	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
+	require.NoError(t, err)
+	host := job.ProjectSlug + ".localhost"
+	code, body := e.get(t, host, "/")
+	require.Equal(t, 200, code, body)
+	assert.Equal(t, "hello v1", body)
+	_, body = e.get(t, host, "/env?k=API_TOKEN")
+	assert.Equal(t, "tok-s3cret-value-42", body, "secrets reach the app at run time")
+	_, body = e.get(t, host, "/env?k=PORT")
+	assert.Equal(t, "8080", body)
+	waitFor(t, "the app's first line", func() bool { return strings.Contains(logs.all(), "app: app starting with token=***") })
+	assert.NotContains(t, logs.all(), "tok-s3cret-value-42")
+
+	// Limits and hardening, as the engine reports them.
+	list, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", container.LabelDeployment+"="+job.DeploymentID)})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1)
+	cid := list.Items[0].ID
+	ins, err := e.docker.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	require.NoError(t, err)
+	hc := ins.Container.HostConfig
+	assert.Equal(t, int64(200<<20), hc.Memory)
+	assert.Equal(t, int64(200<<20), hc.MemorySwap, "no swap on top of the memory limit")
+	assert.Equal(t, int64(1_000_000_000), hc.NanoCPUs)
+	require.NotNil(t, hc.PidsLimit)
+	assert.Positive(t, *hc.PidsLimit)
+	assert.Equal(t, []string{"ALL"}, []string(hc.CapDrop))
+	assert.Contains(t, hc.SecurityOpt, "no-new-privileges:true")
+	assert.False(t, hc.Privileged)
+	assert.Empty(t, hc.Binds)
+	assert.Empty(t, ins.Container.Mounts)
+	assert.Equal(t, job.ProjectID, ins.Container.Config.Labels[container.LabelProject])
+
+	// Inside: the cgroup holds the plan's limits, no host path is there.
+	_, body = e.get(t, host, "/read?p=/sys/fs/cgroup/memory/memory.limit_in_bytes")
+	if strings.HasPrefix(body, "ERR") { // cgroup v2
+		_, body = e.get(t, host, "/read?p=/sys/fs/cgroup/memory.max")
+	}
+	assert.Equal(t, fmt.Sprint(200<<20), strings.TrimSpace(body))
+	_, body = e.get(t, host, "/read?p=/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+	if strings.HasPrefix(body, "ERR") { // cgroup v2: "quota period"
+		_, body = e.get(t, host, "/read?p=/sys/fs/cgroup/cpu.max")
+		body = strings.Fields(body)[0]
+	}
+	assert.Equal(t, "100000", strings.TrimSpace(body), "1000 millicores = 100000us per 100000us period")
+	_, body = e.get(t, host, "/read?p="+e.dataDir+"/containers/"+job.DeploymentID+"/src/main.go")
+	assert.True(t, strings.HasPrefix(body, "ERR"), body)
+
+	// A crash restarts it.
+	_, _ = e.get(t, host, "/crash")
+	waitFor(t, "the crash in the log", func() bool { return strings.Contains(logs.all(), "the app exited (exit code 3)") })
+	waitFor(t, "the app after the crash", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
+
+	// Past the memory limit it is killed, the log says so in words, and it comes back.
+	_, _ = e.get(t, host, "/alloc?mb=400")
+	waitFor(t, "the OOM kill in the log", func() bool {
+		return strings.Contains(logs.all(), "app killed: out of memory (limit 200 MiB)")
+	})
+	waitFor(t, "the app after the OOM kill", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
+
+	// A second runtime on the same data dir (a server restarted after kill -9)
+	// adopts the running container instead of starting another.
+	router2, err := ingress.New(ingress.Config{PublicPort: 8081})
+	require.NoError(t, err)
+	defer router2.Close()
+	cfg2 := e.cfg
+	cfg2.Ingress = router2
+	rt2, err := container.New(cfg2)
+	require.NoError(t, err)
+	logs2 := &sink{}
+	up2, err := rt2.Start(ctx, job, logs2)
+	require.NoError(t, err, logs2.all())
+	assert.Contains(t, logs2.all(), "adopting it")
+	list, err = e.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", container.LabelDeployment+"="+job.DeploymentID)})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1, "adopted, not started twice")
+	assert.Equal(t, cid, list.Items[0].ID)
+	assert.NotEmpty(t, up2)
+
+	// Cleanup leaves nothing of the deployment; CleanupProject nothing of the project.
+	require.NoError(t, e.rt.Stop(ctx, job.DeploymentID))
+	require.NoError(t, rt2.Cleanup(ctx, job.DeploymentID))
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	require.NoError(t, rt2.Close(cctx))
+	cancel()
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelDeployment, job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), "", ""))
+}
+
+func TestBuildTimeoutLeavesNothingRunning(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	marker := "keelson-timeout-" + strings.ToLower(platform.NewID()[:8])
+	job := goJob(newRepo(t, map[string]string{
+		"Dockerfile": "FROM " + e.cfg.Images.Static + "\nRUN echo " + marker + " && sleep 600\n",
+	}))
+	job.Framework = "docker"
+	job.Limits.BuildTimeout = 3 * time.Second
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "build timed out after 3s")
+	waitFor(t, "the build container to go", func() bool {
+		res, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true})
+		require.NoError(t, err)
+		for _, c := range res.Items {
+			if strings.Contains(c.Command, marker) {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+}
+
+func TestFrameworkDockerNeedsADockerfile(t *testing.T) {
+	e := newEnv(t, nil)
+	job := goJob(newRepo(t, map[string]string{"index.html": "hi"}))
+	job.Framework = "docker"
+	_, err := e.rt.Build(context.Background(), job, &sink{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `framework "docker" needs a Dockerfile at the root of the repository`)
+}
+
+// A static site whose dist is a symlink to / serves the container's own
+// file system, never the server's.
+func TestStaticSymlinkServesNothingOfTheHost(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	require.NoError(t, os.WriteFile(filepath.Join(e.dataDir, "host-only-secret"), []byte("host-secret-7731"), 0o600))
+	repo := newRepo(t, map[string]string{"index.html": "<h1>site</h1>"})
+	require.NoError(t, os.Symlink("/", filepath.Join(repo, "dist")))
+	git(t, repo, "add", "-A")
+	git(t, repo, "commit", "-q", "-m", "link")
+	job := goJob(repo)
+	job.Framework = "static"
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	up, err := e.rt.Start(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
+	require.NoError(t, err)
+	host := job.ProjectSlug + ".localhost"
+	code, body := e.get(t, host, "/index.html")
+	assert.Equal(t, 200, code)
+	assert.Contains(t, body, "site")
+	_, body = e.get(t, host, "/dist"+e.dataDir+"/host-only-secret")
+	assert.NotContains(t, body, "host-secret-7731")
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+}
