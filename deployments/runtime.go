@@ -88,3 +88,11 @@ type Runtime interface {
 	// Cleanup removes the deployment's workspace. Idempotent.
 	Cleanup(ctx context.Context, deploymentID string) error
 }
+
+// ProjectCleaner is implemented by runtimes that keep something per project
+// beyond its deployments (the docker runtime's layer-cache image).
+// Service.TeardownProject calls it once every deployment of a deleted project
+// was released.
+type ProjectCleaner interface {
+	CleanupProject(ctx context.Context, projectID string) error
+}

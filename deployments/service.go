@@ -327,6 +327,9 @@ func (s *Service) TeardownProject(ctx context.Context, projectID string) error {
 		}
 	}
 	if len(errs) == 0 {
+		if pc, ok := s.acts.rt.(ProjectCleaner); ok {
+			errs = append(errs, pc.CleanupProject(ctx, projectID))
+		}
 		errs = append(errs, s.store.UsageDeleteProject(ctx, projectID))
 	}
 	return errors.Join(errs...)

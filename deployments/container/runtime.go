@@ -110,6 +110,8 @@ type Runtime struct {
 	cancel    context.CancelFunc
 	health    *http.Client
 
+	buildMu sync.RWMutex // held (read) by builds using the build network, (write) to remove it
+
 	mu     sync.Mutex
 	closed bool
 	apps   map[string]*app
@@ -201,7 +203,7 @@ func (r *Runtime) containerName(deploymentID string) string {
 	return "keelson-" + r.cfg.Instance + "-" + strings.ToLower(deploymentID)
 }
 func (r *Runtime) networkName(deploymentID string) string { return r.containerName(deploymentID) }
-func (r *Runtime) buildNetwork() string                  { return "keelson-" + r.cfg.Instance + "-builds" }
+func (r *Runtime) buildNetwork() string                   { return "keelson-" + r.cfg.Instance + "-builds" }
 func (r *Runtime) repo(projectID string) string {
 	return "keelson/" + r.cfg.Instance + "-" + strings.ToLower(projectID)
 }
@@ -309,6 +311,8 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 
 // buildImage sends the checkout as a build context and streams the output.
 func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dockerfile string, out *output) error {
+	r.buildMu.RLock()
+	defer r.buildMu.RUnlock()
 	if err := r.ensureBuildNetwork(ctx); err != nil {
 		return err
 	}
@@ -326,7 +330,10 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		CPUPeriod:   100_000,
 		CPUQuota:    nano / 10_000, // 1 CPU = 100000us per 100000us period
 		NetworkMode: r.buildNetwork(),
-		Labels:      r.labels(job, "app"),
+		// No deployment id: the image outlives its deployment as the
+		// project's cache; tags say which deployment built it.
+		Labels: map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
+			LabelProject: job.ProjectID, LabelRole: "image"},
 		Version:     build.BuilderV1,
 		SecurityOpt: nil,
 	}
@@ -405,7 +412,7 @@ func (r *Runtime) ensureNetwork(ctx context.Context, name string, labels map[str
 		return nil
 	}
 	_, err := r.docker.NetworkCreate(ctx, name, client.NetworkCreateOptions{
-		Driver: "bridge",
+		Driver:  "bridge",
 		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
 		Labels:  labels,
 	})
@@ -477,7 +484,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 		errs = append(errs, fmt.Errorf("removing the workspace of %s: %w", deploymentID, err))
 	}
 	res, err := r.docker.ImageList(ctx, client.ImageListOptions{
-		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance, LabelDeployment+"="+deploymentID),
+		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance),
 	})
 	if err != nil {
 		errs = append(errs, r.engineError("listing the deployment's images", err))
@@ -486,10 +493,8 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 			for _, tag := range img.RepoTags {
 				if strings.HasSuffix(tag, ":"+strings.ToLower(deploymentID)) {
 					r.removeImage(ctx, tag)
+					r.pruneProject(ctx, img.Labels[LabelProject])
 				}
-			}
-			if p := img.Labels[LabelProject]; p != "" {
-				r.pruneProject(ctx, p)
 			}
 		}
 	}
@@ -528,6 +533,12 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.cancel()
+	// Builds end with the context; their network goes with the runtime.
+	r.buildMu.Lock()
+	if _, err := r.docker.NetworkRemove(ctx, r.buildNetwork(), client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+		r.cfg.Logger.Warn("container: removing the build network", "err", err)
+	}
+	r.buildMu.Unlock()
 	var wg sync.WaitGroup
 	errs := make([]error, len(ids))
 	for i, id := range ids {

@@ -169,7 +169,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	hist, err := e.docker.ImageHistory(ctx, img.ID)
 	require.NoError(t, err)
 	assert.NotContains(t, fmt.Sprint(hist), "tok-s3cret-value-42")
-	assert.Equal(t, job.DeploymentID, img.Config.Labels[container.LabelDeployment])
+	assert.Equal(t, job.ProjectID, img.Config.Labels[container.LabelProject])
 
 	up, err := e.rt.Start(ctx, job, logs)
 	require.NoError(t, err, logs.all())
@@ -263,6 +263,10 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	cancel()
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelDeployment, job.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+	cctx, cancel = context.WithTimeout(ctx, time.Minute)
+	require.NoError(t, e.rt.Close(cctx))
+	cancel()
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), "", ""))
 }
 

@@ -54,7 +54,13 @@ type Config struct {
 	MaxLogStreams         int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
 	Regions               []string
 	Engine                string // KEELSON_ENGINE: local | temporal
-	TemporalAddress       string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
+	// Runtime is KEELSON_RUNTIME: docker, process, or "" (docker when an
+	// engine answers at start-up, else process with a warning).
+	Runtime string
+	// Images are KEELSON_IMAGE_GO, _GO_RUN, _NODE and _STATIC: the docker
+	// runtime's preset images ("" = the documented official image).
+	ImageGo, ImageGoRun, ImageNode, ImageStatic string
+	TemporalAddress                             string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
 	// TemporalNamespace is KEELSON_TEMPORAL_NAMESPACE (default "default").
 	TemporalNamespace string
 	// TemporalTaskQueue is KEELSON_TEMPORAL_TASK_QUEUE (default
@@ -139,6 +145,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		GitCAFile:             get("KEELSON_GIT_CA_FILE", ""),
 		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
 		Engine:                get("KEELSON_ENGINE", "local"),
+		Runtime:               strings.ToLower(get("KEELSON_RUNTIME", "")),
+		ImageGo:               get("KEELSON_IMAGE_GO", ""),
+		ImageGoRun:            get("KEELSON_IMAGE_GO_RUN", ""),
+		ImageNode:             get("KEELSON_IMAGE_NODE", ""),
+		ImageStatic:           get("KEELSON_IMAGE_STATIC", ""),
 		TemporalAddress:       get("KEELSON_TEMPORAL_ADDRESS", ""),
 		TemporalNamespace:     get("KEELSON_TEMPORAL_NAMESPACE", "default"),
 		TemporalTaskQueue:     get("KEELSON_TEMPORAL_TASK_QUEUE", "keelson-deployments"),
@@ -271,6 +282,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.OAuthRedirectMode != "tokens" && c.OAuthRedirectMode != "code" {
 		return c, &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
+	}
+	switch c.Runtime {
+	case "", "docker", "process":
+	default:
+		return c, &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
 	}
 	switch c.Engine {
 	case "local":

@@ -97,7 +97,7 @@ func TestDeploymentSurvivesServerKill(t *testing.T) {
 	env := []string{
 		"KEELSON_ADDR=" + api, "KEELSON_INGRESS_ADDR=" + ingress, "KEELSON_DATA_DIR=" + data,
 		"KEELSON_ALLOW_LOCAL_REPOS=true", "KEELSON_DATABASE_URL=",
-		"KEELSON_JWT_SECRET=", "KEELSON_SECRET_KEY=", "KEELSON_ENGINE=local",
+		"KEELSON_JWT_SECRET=", "KEELSON_SECRET_KEY=", "KEELSON_ENGINE=local", "KEELSON_RUNTIME=process",
 	}
 	srv := startProc(t, bin, env)
 	ts := &testServer{URL: "http://" + api, Client: &http.Client{Timeout: 30 * time.Second}}

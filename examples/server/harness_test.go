@@ -50,6 +50,9 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
 	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
 	cfg.AllowLocalRepos = true
+	// The e2e suites build their Go apps with the host's toolchain; the docker
+	// runtime has its own suite (e2e_docker_test.go).
+	cfg.Runtime = "process"
 	cfg.AdminEmails = []string{"admin@example.com"}
 	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

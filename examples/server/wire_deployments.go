@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"errors"
 	"log/slog"
 	"net"
 	"strconv"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
@@ -43,7 +47,7 @@ func (a *App) wireDeployments(ctx context.Context) error {
 	// What runs the steps here: the process runtime and the ingress serving
 	// its apps (every role but api).
 	var (
-		rt     *process.Runtime
+		rt     appRuntime
 		router *ingress.Router
 	)
 	a.onClose(func(ctx context.Context) error {
@@ -69,9 +73,7 @@ func (a *App) wireDeployments(ctx context.Context) error {
 		if err != nil {
 			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 		}
-		rt, err = process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
-			Ingress: router, Logger: log})
-		if err != nil {
+		if rt, err = a.newRuntime(ctx, router, log); err != nil {
 			return err
 		}
 		a.Ingress = router
@@ -121,7 +123,7 @@ func (a *App) wireDeployments(ctx context.Context) error {
 // wireLocalEngine builds the embedded engine (KEELSON_ROLE=all only; the
 // config refuses other roles with it).
 func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, src deploySource,
-	rt *process.Runtime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
+	rt appRuntime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
 	if rt == nil {
 		return nil, nil, &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
 	}
@@ -140,6 +142,60 @@ func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, 
 	// them), then the runtime's apps (the closer wireDeployments registered).
 	a.onClose(func(context.Context) error { return eng.Close() })
 	return eng, acts, nil
+}
+
+// appRuntime is what runs builds and apps here: the docker runtime
+// (deployments/container) or the process runtime (deployments/process).
+type appRuntime interface {
+	deployments.Runtime
+	Close(ctx context.Context) error
+}
+
+// newRuntime picks KEELSON_RUNTIME's runtime. Unset: docker when an engine
+// answers (DOCKER_HOST or the default socket), else process with one
+// warning; docker with no engine stops start-up naming the variable.
+func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.Logger) (appRuntime, error) {
+	c := a.Cfg
+	kind := c.Runtime
+	var docker *client.Client
+	if kind != "process" {
+		var err error
+		docker, err = container.NewClient(ctx, 5*time.Second)
+		switch {
+		case err != nil && kind == "docker":
+			return nil, &ConfigError{"KEELSON_RUNTIME", "docker: no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): " + oneLine(err)}
+		case err != nil:
+			log.Warn("no Docker engine answers: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (start Docker for isolation, or set KEELSON_RUNTIME=process to choose this)")
+			kind = "process"
+		default:
+			kind = "docker"
+		}
+	}
+	if kind == "process" {
+		return process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+			Ingress: router, Logger: log})
+	}
+	rt, err := container.New(container.Config{
+		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
+		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
+		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+	})
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
+	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance())
+	return dockerRuntime{rt, docker}, nil
+}
+
+// dockerRuntime closes the engine client after the runtime.
+type dockerRuntime struct {
+	*container.Runtime
+	docker *client.Client
+}
+
+func (d dockerRuntime) Close(ctx context.Context) error {
+	return errors.Join(d.Runtime.Close(ctx), d.docker.Close())
 }
 
 // listenLogs feeds the log hub what other processes store (Postgres

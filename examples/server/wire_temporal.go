@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
-	"github.com/keelson-dev/keelson/deployments/process"
 	"github.com/keelson-dev/keelson/deployments/temporal"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -30,7 +29,7 @@ const temporalDialTimeout = 15 * time.Second
 // runtime whose apps this process's ingress serves. A process of role api
 // has no runtime: it runs no step and no app.
 func (a *App) wireTemporal(ctx context.Context, store *deployments.Store, logs *deployments.Logs, src deploySource,
-	rt *process.Runtime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
+	rt appRuntime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
 	c := a.Cfg
 	tc, err := dialTemporal(ctx, c, log)
 	if err != nil {
