@@ -7,8 +7,8 @@
 # from the machine's own binaries with `docker import` (like postgres-image.sh):
 #
 #   keelson-test/go:1      builder for the go preset: the host's Go toolchain
-#                          (/usr/local/go) + busybox, with the standard library
-#                          compiled once into the image's build cache
+#                          (/usr/local/go) + busybox, with net/http and its
+#                          dependencies compiled once into the image's build cache
 #   keelson-test/run:1     run image for the go preset: FROM scratch with only
 #                          /etc/passwd, /etc/group and CA certificates
 #   keelson-test/static:1  run image for the static preset: busybox (sh, httpd)
@@ -85,10 +85,11 @@ if ! have "$GO_IMAGE"; then
   tar -C "$r" -cf - . | docker import \
     -c 'ENV PATH=/usr/local/go/bin:/bin HOME=/root GOTOOLCHAIN=local CGO_ENABLED=0' \
     -c 'WORKDIR /src' - "$GO_IMAGE-base" >/dev/null
-  # Compile the standard library once, with the flags the go preset builds
-  # with, so a test build does not spend a minute on it.
+  # Compile what a web app needs of the standard library once (net/http and
+  # its dependencies), with the flags the go preset builds with, so a test
+  # build does not spend minutes on it.
   mkdir -p "$WORK/goctx"
-  printf 'FROM %s\nRUN go build -trimpath std\n' "$GO_IMAGE-base" >"$WORK/goctx/Dockerfile"
+  printf 'FROM %s\nRUN go build -trimpath net/http encoding/json\n' "$GO_IMAGE-base" >"$WORK/goctx/Dockerfile"
   DOCKER_BUILDKIT=0 docker build --force-rm -q -t "$GO_IMAGE" "$WORK/goctx" >/dev/null
   docker rmi "$GO_IMAGE-base" >/dev/null 2>&1 || true
   log "built $GO_IMAGE in $((SECONDS - t))s"
