@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -325,4 +326,40 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 	eventually(t, time.Minute, "the project to leave nothing", func() bool {
 		return len(keelsonObjects(t, docker, container.LabelProject, p.ID)) == 0
 	})
+}
+
+// KEELSON_RUNTIME: unset picks process with one warning when no engine
+// answers; docker without an engine stops start-up naming the variable.
+func TestRuntimeSelection(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-engine.sock")
+
+	ts := startServer(t, "", func(c *Config) { c.Runtime = "" })
+	var warns []string
+	for _, l := range strings.Split(ts.Logs.String(), "\n") {
+		if strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "NOT isolated") {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) != 1 {
+		t.Fatalf("want one WARN line about isolation, got %d:\n%s", len(warns), ts.Logs.String())
+	}
+
+	cfg, err := LoadConfig(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir, cfg.Runtime = t.TempDir(), "docker"
+	app, err := NewApp(context.Background(), cfg, ts.App.Log)
+	if err == nil {
+		app.Close(context.Background())
+		t.Fatal("KEELSON_RUNTIME=docker started without an engine")
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Var != "KEELSON_RUNTIME" || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %q, want one line naming KEELSON_RUNTIME", err)
+	}
+
+	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_RUNTIME": "vm"}[k] }); !errors.As(err, &ce) || ce.Var != "KEELSON_RUNTIME" {
+		t.Fatalf("KEELSON_RUNTIME=vm: %v", err)
+	}
 }

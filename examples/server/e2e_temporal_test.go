@@ -298,6 +298,7 @@ func TestScaleOutTemporalE2E(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.DataDir = t.TempDir()
+			cfg.Runtime = "process"
 			cfg.Engine, cfg.TemporalAddress = "temporal", srv.FrontendHostPort()
 			mutate(&cfg)
 			app, err := NewApp(context.Background(), cfg, a.App.Log)
