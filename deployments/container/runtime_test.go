@@ -24,6 +24,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 func TestMain(m *testing.M) {
@@ -103,17 +104,6 @@ func (e *env) get(t *testing.T, host, path string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
@@ -184,7 +174,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	assert.Equal(t, "tok-s3cret-value-42", body, "secrets reach the app at run time")
 	_, body = e.get(t, host, "/env?k=PORT")
 	assert.Equal(t, "8080", body)
-	waitFor(t, "the app's first line", func() bool { return strings.Contains(logs.all(), "app: app starting with token=***") })
+	platformtest.Eventually(t, 90*time.Second, "the app's first line", func() bool { return strings.Contains(logs.all(), "app: app starting with token=***") })
 	assert.NotContains(t, logs.all(), "tok-s3cret-value-42")
 
 	// Limits and hardening, as the engine reports them.
@@ -225,15 +215,15 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 
 	// A crash restarts it.
 	_, _ = e.get(t, host, "/crash")
-	waitFor(t, "the crash in the log", func() bool { return strings.Contains(logs.all(), "the app exited (exit code 3)") })
-	waitFor(t, "the app after the crash", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
+	platformtest.Eventually(t, 90*time.Second, "the crash in the log", func() bool { return strings.Contains(logs.all(), "the app exited (exit code 3)") })
+	platformtest.Eventually(t, 90*time.Second, "the app after the crash", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
 
 	// Past the memory limit it is killed, the log says so in words, and it comes back.
 	_, _ = e.get(t, host, "/alloc?mb=400")
-	waitFor(t, "the OOM kill in the log", func() bool {
+	platformtest.Eventually(t, 90*time.Second, "the OOM kill in the log", func() bool {
 		return strings.Contains(logs.all(), "app killed: out of memory (limit 200 MiB)")
 	})
-	waitFor(t, "the app after the OOM kill", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
+	platformtest.Eventually(t, 90*time.Second, "the app after the OOM kill", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
 
 	// A second runtime on the same data dir (a server restarted after kill -9)
 	// adopts the running container instead of starting another.
@@ -283,7 +273,7 @@ func TestBuildTimeoutLeavesNothingRunning(t *testing.T) {
 	_, err := e.rt.Build(ctx, job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "build timed out after 3s")
-	waitFor(t, "the build container to go", func() bool {
+	platformtest.Eventually(t, 90*time.Second, "the build container to go", func() bool {
 		res, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true})
 		require.NoError(t, err)
 		for _, c := range res.Items {

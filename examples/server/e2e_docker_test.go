@@ -16,6 +16,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // dockerServer starts the reference server with KEELSON_RUNTIME=docker and
@@ -189,10 +190,10 @@ func TestDockerRuntimeE2E_HostileTenant(t *testing.T) {
 
 	// Past the limit it is OOM-killed, the log says so, and it answers again.
 	probe(t, ts, pa.Slug, "/alloc?mb=900")
-	eventually(t, 2*time.Minute, "the OOM kill in alice's log", func() bool {
+	platformtest.Eventually(t, 2*time.Minute, "the OOM kill in alice's log", func() bool {
 		return strings.Contains(logText(t, ts, alice, da), "app killed: out of memory (limit 512 MiB)")
 	})
-	eventually(t, 2*time.Minute, "alice's app to answer again", func() bool {
+	platformtest.Eventually(t, 2*time.Minute, "alice's app to answer again", func() bool {
 		code, body := probe(t, ts, pa.Slug, "/")
 		return code == 200 && body == "hello alice"
 	})
@@ -209,14 +210,14 @@ func TestDockerRuntimeE2E_HostileTenant(t *testing.T) {
 		DeploymentID string `json:"deploymentId"`
 	}
 	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": pc.ID}, &tr)
-	eventually(t, 2*time.Minute, "the slow build to run", func() bool {
+	platformtest.Eventually(t, 2*time.Minute, "the slow build to run", func() bool {
 		return strings.Contains(logText(t, ts, alice, tr.DeploymentID), marker)
 	})
 	ts.doJSON(t, http.StatusOK, "POST", "/deployments/"+tr.DeploymentID+"/cancel", alice, nil, nil)
 	if st, _ := waitDeployment(t, ts, alice, tr.DeploymentID); st.Status != "CANCELLED" {
 		t.Fatalf("cancelled build ended %s", st.Status)
 	}
-	eventually(t, time.Minute, "the cancelled build's container to go", func() bool {
+	platformtest.Eventually(t, time.Minute, "the cancelled build's container to go", func() bool {
 		res, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true})
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +243,7 @@ func TestDockerRuntimeE2E_HostileTenant(t *testing.T) {
 		p     dockerProject
 	}{{alice, pa}, {alice, pc}, {bob, pb}} {
 		ts.doJSON(t, http.StatusAccepted, "DELETE", "/projects/"+p.p.ID, p.token, nil, nil)
-		eventually(t, time.Minute, "project "+p.p.Slug+" to leave nothing", func() bool {
+		platformtest.Eventually(t, time.Minute, "project "+p.p.Slug+" to leave nothing", func() bool {
 			return len(keelsonObjects(t, docker, container.LabelProject, p.p.ID)) == 0
 		})
 	}
@@ -269,7 +270,7 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 		return err == nil && resp.StatusCode == 200
 	}
 	srv := startProc(t, bin, env)
-	eventually(t, time.Minute, "the server to answer /healthz", healthy)
+	platformtest.Eventually(t, time.Minute, "the server to answer /healthz", healthy)
 	ts := &testServer{URL: "http://" + api, Ingress: ingress, Client: &http.Client{Timeout: 30 * time.Second}}
 	ts.App = &App{Cfg: Config{AppsDomain: "localhost"}}
 	alice := ts.signup(t, "alice@example.com")
@@ -308,8 +309,8 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 		t.Fatalf("after SIGKILL of the server: %v, want the container still there", after)
 	}
 	srv2 := startProc(t, bin, env)
-	eventually(t, time.Minute, "the restarted server to answer /healthz", healthy)
-	eventually(t, 2*time.Minute, "the app to be adopted", func() bool {
+	platformtest.Eventually(t, time.Minute, "the restarted server to answer /healthz", healthy)
+	platformtest.Eventually(t, 2*time.Minute, "the app to be adopted", func() bool {
 		return strings.Contains(strings.Join(sseLines(t, ts, alice, tr.DeploymentID, 2*time.Second), "\n"), "app is running again")
 	})
 	all := strings.Join(sseLines(t, ts, alice, tr.DeploymentID, 5*time.Second), "\n")
@@ -323,7 +324,7 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 		t.Fatalf("the adopted app says %q", body)
 	}
 	ts.doJSON(t, http.StatusAccepted, "DELETE", "/projects/"+p.ID, alice, nil, nil)
-	eventually(t, time.Minute, "the project to leave nothing", func() bool {
+	platformtest.Eventually(t, time.Minute, "the project to leave nothing", func() bool {
 		return len(keelsonObjects(t, docker, container.LabelProject, p.ID)) == 0
 	})
 }
