@@ -118,7 +118,7 @@ func idleMiB(b *testing.B, docker *client.Client, deploymentID string) float64 {
 	}
 	require.NoError(b, json.NewDecoder(st.Body).Decode(&s))
 	used := s.MemoryStats.Usage - s.MemoryStats.Stats["cache"] // cgroup v1
-	if f, ok := s.MemoryStats.Stats["inactive_file"]; ok { // cgroup v2
+	if f, ok := s.MemoryStats.Stats["inactive_file"]; ok {     // cgroup v2
 		used = s.MemoryStats.Usage - f
 	}
 	return float64(used) / (1 << 20)
