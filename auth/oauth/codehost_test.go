@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -567,6 +568,40 @@ func TestConnectTicketCookie(t *testing.T) {
 			if n, _ := bdb.NewSelect().Table("oauth_connect_tickets").Where("id = ?", body.Ticket).Count(context.Background()); n != 0 {
 				t.Error("the ticket is stored in clear")
 			}
+		}
+	})
+}
+
+// TestConnectTicketNext: a ticket another module issues with next ends a
+// successful link there (the codehost install page), and only a next on the
+// code host, the frontend or this API is accepted.
+func TestConnectTicketNext(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		ctx := context.Background()
+		e.gh.AddUser(octo)
+		e.gh.SignIn("octocat")
+		u, _ := e.password("next@example.com")
+		for _, bad := range []string{"https://evil.example/apps/x", "javascript:alert(1)", "//evil.example/x", e.gh.URL + "@evil.example/"} {
+			if _, err := e.svc.IssueConnectTicket(ctx, u.ID, bad); err == nil {
+				t.Fatalf("next %q accepted", bad)
+			}
+		}
+		next := e.gh.URL + "/apps/keelson/installations/new?state=abc"
+		tk, err := e.svc.IssueConnectTicket(ctx, u.ID, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBrowser(t)
+		jarURL, _ := url.Parse(e.url + "/auth/codehost/connect")
+		b.c.Jar.SetCookies(jarURL, []*http.Cookie{tk.Cookie})
+		cb := e.begin(b, "/auth/codehost/connect?ticket="+url.QueryEscape(tk.Ticket))
+		if got := b.get(cb.String()).location(t).String(); got != next {
+			t.Fatalf("connect ended on %s, want %s", got, next)
+		}
+		if login, _ := e.svc.CodehostLogin(ctx, u.ID); login != "octocat" {
+			t.Fatalf("linked %q", login)
 		}
 	})
 }
