@@ -12,6 +12,15 @@
 //
 // Decisions worth knowing:
 //
+//   - Repository webhooks (GitHub, Gitea/Forgejo/Gogs, GitLab; repohook.go)
+//     need no app: a delivery the app's secret does not sign is checked
+//     against the webhookSecret (ProjectSecrets) of each ACTIVE project whose
+//     repository matches the payload's, and acts only on the projects whose
+//     secret authenticates it: one delivery row per such project,
+//     de-duplicated per (delivery id, project). None: 401, nothing stored.
+//   - Commit statuses (statuses.go): a push deployment through the app posts
+//     "pending", then its final state once DeploymentResults reports it
+//     ended; posting failures are logged, never fail the deployment.
 //   - The install state is an HS256 token (10 minutes, bound to the user who
 //     asked for the install URL); its id is recorded when used, so it works once.
 //   - A state proves who asked for the install URL, not what they may
