@@ -72,7 +72,9 @@ func TestAdminRoleFollowsTheVerifiedEmailE2E(t *testing.T) {
 			t.Fatalf("former admin created a plan: %d %s", st, body)
 		}
 		old := sink.to("admin@example.com")
-		if !slices.ContainsFunc(old, func(m sinkMail) bool { return strings.Contains(m.Data, "Subject: Your Keelson email address is being changed") }) {
+		if !slices.ContainsFunc(old, func(m sinkMail) bool {
+			return strings.Contains(m.Data, "Subject: Your Keelson email address is being changed")
+		}) {
 			t.Fatalf("the old address was not told; it got %d mails", len(old))
 		}
 	})
