@@ -18,9 +18,12 @@
 //     An unknown email is hashed against a dummy so it takes as long as a wrong
 //     password, and both answer the same 401 body.
 //   - Access tokens are HS256 JWTs (the only accepted algorithm) carrying sub,
-//     role, typ "access", iss, aud, iat, exp and sv (the user's session
-//     version). Authenticate also checks that the user still exists and that
-//     sv matches, so a password reset ends existing access tokens at once.
+//     role, typ "access", iss, aud, iat, exp, sv (the user's session version)
+//     and fam (the session: the login's refresh-token family). Authenticate
+//     also checks that the user still exists, that sv matches (a password
+//     reset ends every access token at once) and that the session is not
+//     revoked (logout with its refresh token, refresh-token reuse and an email
+//     change end that session's access tokens at once, not 15 minutes later).
 //   - Refresh tokens are 32 random bytes (base64url), stored as SHA-256
 //     hashes, grouped in families (one per login). Every refresh uses its
 //     token up atomically and answers a new one of the same family; the
@@ -34,22 +37,62 @@
 //     ResetTTL (default 30 minutes), single-use; a new request does not kill
 //     older tokens, but a successful reset kills every token of the user and
 //     every refresh token. The link is FrontendURL + /reset-password?token=...
-//     Mail goes through SMTP when configured; otherwise LogMailer writes the
-//     mail, link included, to the log at INFO: the documented development
-//     fallback of DESIGN.md section 2. No other log line ever holds a token.
+//   - Mail never runs inside a request: forgot-password, register, resend and
+//     email change queue a job (bounded queue, MailQueueSize, default 1000;
+//     full: 503 whatever the account) that MailWorkers background senders run
+//     between Start and Close. The forgot-password job itself looks the
+//     account up and stores the token, so the request does the same work
+//     whether or not the address has an account. Close drains the queue
+//     until its context ends and returns when every sender has. Mail goes
+//     through SMTP when configured; otherwise LogMailer writes the mail, link
+//     included, to the log at INFO: the documented development fallback of
+//     DESIGN.md section 2. No other log line ever holds a token.
+//   - Email verification: sign-up (and POST /auth/verify-email/resend)
+//     mails FrontendURL + /verify-email?token=..., 32 random bytes, SHA-256
+//     at rest, single-use, valid VerifyTTL (24h); POST /auth/verify-email
+//     redeems it while the account still has that address.
+//   - Email change (PATCH /auth/me with a new email) needs proof in the same
+//     body: currentPassword for accounts with a password, plus twoFactorCode
+//     when 2FA is on; a password-less account needs twoFactorCode (with
+//     neither: 403). Missing: 400, wrong: 403, and nothing changes (other
+//     fields included). Accepted, it ends every other session of the
+//     account, mails a change link to the new address (the newest request
+//     retires older ones) and a notice to the old one; the email changes,
+//     verified, only when POST /auth/verify-email redeems that link (409 if
+//     the address was taken meanwhile). Whether the new address is taken is
+//     not checked at request time, so the request reveals nothing.
+//   - OAuth logins of 2FA accounts: TwoFactorChallenge gives the OAuth
+//     callback a single-use challenge (SHA-256 at rest, 5 minutes, at most 5
+//     codes) instead of tokens; POST /auth/2fa/login {"challenge","code"}
+//     trades it with a TOTP or recovery code for a token pair.
 //   - 2FA: setup stores a new sealed secret (409 when 2FA is already on);
 //     verify enables it with a valid code and answers ten one-time recovery
 //     codes (SHA-256 at rest); disable needs a valid code or recovery code.
 //     A TOTP code is accepted for one time step either side of now, and the
 //     last accepted time step is stored, so each code works once.
-//   - Rate limits are token buckets kept in process memory, per replica, keyed
-//     per account (lower-cased email, or user id for 2FA) and per client IP
-//     (RemoteAddr; X-Forwarded-For only with Config.TrustProxy). They are
-//     checked before any password is hashed and answer 429 with Retry-After.
-//     The limiter holds at most MaxKeys keys; idle full buckets are evicted first.
-//   - Roles: a user is ADMIN when their stored role is ADMIN or their email is
-//     in AdminEmails (KEELSON_ADMIN_EMAILS). Whoever registers such an address
-//     first gets the role, so operators should register those accounts first;
-//     PATCH /auth/me refuses (403) to move an account onto such an address.
+//   - Rate limits are token buckets in the auth_rate_limits table (one
+//     atomic upsert per attempt), so every replica on one database shares
+//     them; buckets idle longer than the longest period are purged (at most
+//     once a minute, no goroutine). They are keyed per account (lower-cased
+//     email, or user id for 2FA) and per client address, and checked before
+//     any password is hashed; 429 with Retry-After. The client address is the
+//     TCP peer; only when the peer is in TrustedProxies
+//     (KEELSON_TRUSTED_PROXIES) is X-Forwarded-For believed, and then the
+//     client is its rightmost address that is not a trusted proxy (all header
+//     lines joined in order, so a client-written line is never reached).
+//   - The per-account login limit does not lock the owner out: it counts only
+//     attempts from addresses that have not logged in successfully to that
+//     account within 90 days (auth_login_sources, SHA-256 of user id and
+//     address). We chose this over slowing down: slowing every attempt still
+//     lets an attacker hold the owner at the slowest rate, while an address
+//     the owner used before keeps working at full speed. The owner at a new
+//     address shares the attacker's budget; the per-address limit still
+//     bounds every address, including the owner's own typos.
+//   - Roles: a user is ADMIN only while their email is verified and listed in
+//     AdminEmails (KEELSON_ADMIN_EMAILS). It is derived from the stored row at
+//     every authenticated request (the token's role claim is informational),
+//     so verifying, changing the email, or removing the address from the list
+//     takes effect on the next request. A role stored at sign-up grants
+//     nothing (migration 0002 resets it).
 //   - Emails are trimmed and lower-cased before they are stored or compared.
 package auth
