@@ -57,6 +57,28 @@ type projectBook struct {
 	mu       sync.Mutex
 	projects []codehost.RepoProject
 	repoIDs  map[string]string // project id -> codehost repo id
+	secrets  map[string]string // project id -> webhookSecret
+}
+
+// WebhookSecret implements codehost.ProjectSecrets.
+func (b *projectBook) WebhookSecret(_ context.Context, projectID string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.projects {
+		if p.ProjectID == projectID {
+			return b.secrets[projectID], nil
+		}
+	}
+	return "", platform.ErrNotFound
+}
+
+func (b *projectBook) setSecret(projectID, secret string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.secrets == nil {
+		b.secrets = map[string]string{}
+	}
+	b.secrets[projectID] = secret
 }
 
 func (b *projectBook) add(p codehost.RepoProject) codehost.RepoProject {
@@ -239,7 +261,7 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 	d := codehost.Deps{
 		DB: bdb, Auth: users{}, Provider: e.provider, WebhookSecret: webhookSecret,
 		StateKey: []byte("state-key-0123456789abcdef0123456789"), FrontendURL: frontend,
-		Projects: e.projects, Deployer: e.deployer, Accounts: accts, Connector: o.connector, Clock: e.clock, Missing: o.missing,
+		Projects: e.projects, Secrets: e.projects, Deployer: e.deployer, Accounts: accts, Connector: o.connector, Clock: e.clock, Missing: o.missing,
 	}
 	if len(o.missing) > 0 {
 		d.Provider, d.WebhookSecret = nil, ""

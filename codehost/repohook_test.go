@@ -1,0 +1,150 @@
+package codehost_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/codehost"
+	"github.com/keelson-dev/keelson/codehost/githubfake"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
+	"github.com/uptrace/bun"
+)
+
+func hmacHex(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// waitOwn polls owner's delivery log until deliveryID is processed.
+func (e *env) waitOwn(owner, deliveryID string) delivery {
+	e.t.Helper()
+	var got delivery
+	platformtest.Eventually(e.t, 20*time.Second, "delivery "+deliveryID+" for "+owner, func() bool {
+		all, _ := e.deliveries(owner, "?limit=100")
+		for _, d := range all {
+			if d.DeliveryID == deliveryID && d.Status != codehost.DeliveryPending {
+				got = d
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// TestRepositoryWebhooksWithApp: with the app configured, a repository
+// webhook (no installation) signed with a project's webhookSecret deploys
+// that project only, in each host's signature scheme; the app's secret keeps
+// the app's rules (no installation: not linked); anything else is a 401.
+func TestRepositoryWebhooksWithApp(t *testing.T) {
+	each(t, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{})
+		alice, bob, carol := platform.NewID(), platform.NewID(), platform.NewID()
+		repo := &githubfake.Repository{ID: 300, Owner: "acme", Name: "web", DefaultBranch: "main"}
+		url := e.fake.WebURL + "/acme/web"
+		pa := e.projects.add(codehost.RepoProject{OwnerID: alice, AutoDeploy: true, RepoURL: url + ".git"})
+		pb := e.projects.add(codehost.RepoProject{OwnerID: bob, AutoDeploy: true, RepoURL: url})
+		e.projects.add(codehost.RepoProject{OwnerID: carol, AutoDeploy: true, RepoURL: url}) // no secret
+		e.projects.setSecret(pa.ProjectID, "alice-secret-0123")
+		e.projects.setSecret(pb.ProjectID, "bob-secret-4567")
+
+		post := func(body []byte, hdr map[string]string) (int, string) {
+			t.Helper()
+			status, resp, _ := e.do(http.MethodPost, "/codehost/webhook", "", bytes.NewReader(body), hdr)
+			return status, strings.TrimSpace(string(resp))
+		}
+		sha := githubfake.RandomSHA()
+		body := e.fake.PushPayload(githubfake.Push{Repo: repo, Branch: "main", After: sha, Message: "ship it"})
+
+		// GitHub's scheme, alice's secret, delivered twice.
+		id := githubfake.NewDeliveryID()
+		for range 2 {
+			if st, resp := post(body, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": id,
+				"X-Hub-Signature-256": "sha256=" + hmacHex("alice-secret-0123", body)}); st != 200 || resp != `{"ok":true}` {
+				t.Fatalf("alice's push: %d %s", st, resp)
+			}
+		}
+		d := e.waitOwn(alice, id)
+		if len(d.Decisions) != 1 || d.Decisions[0].ProjectID != pa.ProjectID || d.Decisions[0].Decision != codehost.DecisionDeployed {
+			t.Fatalf("alice's decisions = %+v", d.Decisions)
+		}
+		if _, err := e.svc.ProcessPending(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if tr := e.deployer.triggers(); len(tr) != 1 || tr[0].ProjectID != pa.ProjectID || tr[0].SHA != sha || tr[0].OwnerID != alice {
+			t.Fatalf("triggers = %+v", tr)
+		}
+		for _, who := range []string{bob, carol} {
+			if log, _ := e.deliveries(who, ""); len(log) != 0 {
+				t.Fatalf("%s sees alice's delivery: %+v", who, log)
+			}
+		}
+
+		// Gitea's bare hex signature; Forgejo's, prefixed; GitLab's token: bob's.
+		for name, hdr := range map[string]map[string]string{
+			"gitea":   {"X-Gitea-Event": "push", "X-Gitea-Delivery": githubfake.NewDeliveryID(), "X-Gitea-Signature": hmacHex("bob-secret-4567", body)},
+			"forgejo": {"X-Forgejo-Event": "push", "X-Forgejo-Delivery": githubfake.NewDeliveryID(), "X-Forgejo-Signature": "sha256=" + hmacHex("bob-secret-4567", body)},
+			"gitlab":  {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Event-UUID": githubfake.NewDeliveryID(), "X-Gitlab-Token": "bob-secret-4567"},
+		} {
+			if st, resp := post(body, hdr); st != 200 {
+				t.Fatalf("%s: %d %s", name, st, resp)
+			}
+		}
+		platformtest.Eventually(t, 20*time.Second, "bob's three deliveries", func() bool {
+			log, _ := e.deliveries(bob, "")
+			n := 0
+			for _, d := range log {
+				if d.Status == codehost.DeliveryProcessed && len(d.Decisions) == 1 && d.Decisions[0].ProjectID == pb.ProjectID &&
+					d.Decisions[0].Decision == codehost.DecisionDeployed {
+					n++
+				}
+			}
+			return n == 3
+		})
+
+		// Refused: unsigned, wrong secret, GitLab token of the wrong case, a
+		// GitLab token sent as a GitHub signature, bob's Gitea signature of
+		// another body.
+		before := e.count("codehost_deliveries")
+		other := e.fake.PushPayload(githubfake.Push{Repo: repo, Branch: "main", After: githubfake.RandomSHA()})
+		for name, hdr := range map[string]map[string]string{
+			"unsigned":          {"X-GitHub-Event": "push"},
+			"wrong secret":      {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + hmacHex("guess", body)},
+			"gitlab case":       {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "BOB-SECRET-4567"},
+			"gitlab prefix":     {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "bob-secret-456"},
+			"token as sig":      {"X-GitHub-Event": "push", "X-Hub-Signature-256": "bob-secret-4567"},
+			"gitea other body":  {"X-Gitea-Event": "push", "X-Gitea-Signature": hmacHex("bob-secret-4567", other)},
+			"carol's no secret": {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + hmacHex("", body)},
+		} {
+			if st, resp := post(body, hdr); st != http.StatusUnauthorized || !strings.Contains(resp, "webhookSecret") {
+				t.Errorf("%s: %d %s, want 401", name, st, resp)
+			}
+		}
+		if n := e.count("codehost_deliveries"); n != before {
+			t.Fatalf("refused deliveries stored %d rows", n-before)
+		}
+
+		// The app's secret takes the app's path: without an installation
+		// nobody is linked, so nothing deploys.
+		appID := githubfake.NewDeliveryID()
+		e.deliver("push", appID, body)
+		d = e.waitProcessed(appID)
+		for _, dec := range d.Decisions {
+			if dec.Decision != codehost.DecisionNotLinked {
+				t.Fatalf("app-signed push without installation: %+v", d.Decisions)
+			}
+		}
+		if tr := e.deployer.triggers(); len(tr) != 4 {
+			t.Fatalf("triggers = %d, want 4 (alice once, bob three times)", len(tr))
+		}
+	})
+}
