@@ -363,9 +363,14 @@ type hookPayload struct {
 
 // identity returns the repository's URLs (ssh ones as their https twin) and
 // its host id ("" when none).
+// maxHookURL is the longest repository URL a repository webhook is matched by.
+const maxHookURL = 2048
+
 func (p *hookPayload) identity() (urls []string, id string) {
 	add := func(u string) {
-		if u = strings.TrimSpace(u); u != "" && len(urls) < 8 {
+		// No repository URL is longer than maxHookURL; an unsigned payload
+		// naming a 25 MB "URL" must not cost a database query built from it.
+		if u = strings.TrimSpace(u); u != "" && len(u) <= maxHookURL && len(urls) < 8 {
 			if h := sshToHTTPS(u); h != "" {
 				u = h
 			}

@@ -103,6 +103,16 @@ const maxJSONBody = 2 << 20
 // codehost module decodes and validates it itself.
 func isWebhook(r *http.Request) bool { return r.URL.Path == "/codehost/webhook" }
 
+// maxBodyBytes is the largest body any route accepts, for the body budget:
+// the webhook's 25 MiB, maxJSONBody elsewhere (a route needing more must be
+// named here, or its larger bodies are refused 413 at the edge).
+func maxBodyBytes(r *http.Request) int64 {
+	if isWebhook(r) {
+		return codehost.MaxWebhookBytes
+	}
+	return maxJSONBody
+}
+
 // NewApp opens the database, builds and registers every module, and runs the
 // migrations and start-up hooks. Close releases everything.
 func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
@@ -168,8 +178,11 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return nil, err
 		}
 	}
-	a.Handler = httpx.Middleware(log, httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
-		httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux)))
+	// Bodies: the whole server's body memory is budgeted first
+	// (KEELSON_MAX_BODY_MEMORY_MIB), then JSON bodies are checked.
+	a.Handler = httpx.Middleware(log, httpx.LimitBodies(httpx.BodyBudget{Bytes: int64(cmp.Or(cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20, MaxBytes: maxBodyBytes},
+		httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
+			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux))))
 	if !cfg.ServesAPI() {
 		// A worker (KEELSON_ROLE=worker) answers health checks only; the
 		// modules are built all the same (its deployments read projects).

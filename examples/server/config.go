@@ -79,6 +79,9 @@ type Config struct {
 	IdleTimeout       time.Duration // KEELSON_IDLE_TIMEOUT: a keep-alive connection between requests (default 60s)
 	MaxConns          int           // KEELSON_MAX_CONNS: connections the API holds open (default 4096)
 	IngressMaxConns   int           // KEELSON_INGRESS_MAX_CONNS: connections the ingress holds open (default 8192)
+	// MaxBodyMemoryMiB is KEELSON_MAX_BODY_MEMORY_MIB: memory request bodies
+	// may hold together while handled (default 64).
+	MaxBodyMemoryMiB int
 }
 
 // Defaults of the connection settings.
@@ -88,6 +91,7 @@ const (
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultMaxConns          = 4096
 	DefaultIngressMaxConns   = 8192
+	DefaultMaxBodyMemoryMiB  = 64
 )
 
 // Roles of KEELSON_ROLE.
@@ -228,6 +232,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{"KEELSON_MAX_CONNS", &c.MaxConns, DefaultMaxConns},
 		{"KEELSON_INGRESS_MAX_CONNS", &c.IngressMaxConns, DefaultIngressMaxConns},
+		{"KEELSON_MAX_BODY_MEMORY_MIB", &c.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB},
 	} {
 		*n.dst = n.def
 		if v := strings.TrimSpace(getenv(n.name)); v != "" {
