@@ -60,6 +60,7 @@ func TestAdminByEmailSquattingIsRefused(t *testing.T) {
 		if me.Role != platform.RoleAdmin {
 			t.Fatalf("verified listed address is %s", me.Role)
 		}
+		e.wantErr(e.do("POST", "/auth/verify-email/resend", eve, nil), 409, "already verified")
 		e.svc.admins = map[string]bool{} // a replica started with the address removed
 		if p, err := e.svc.Authenticate(context.Background(), eve); err != nil || p.Role != platform.RoleUser {
 			t.Fatalf("removed from the list: %+v %v", p, err)
