@@ -16,7 +16,9 @@
 //     nonce for OIDC, stores them server-side (state as a SHA-256 hash,
 //     verifier sealed) for StateTTL (10 minutes), and binds the state to the
 //     browser with a cookie keelson_oauth_<provider>: HttpOnly, SameSite=Lax,
-//     Path=/auth/<provider>, Secure when PublicURL is https. The callback
+//     Path=/auth/<provider>; when PublicURL is https it is
+//     __Host-keelson_oauth_<provider> (Secure, Path=/, no Domain), which no
+//     sibling subdomain can set, and the plain name is ignored. The callback
 //     needs the state in the query, the same state in the cookie, and an
 //     unused, unexpired stored state, which it marks used atomically (so one of
 //     two concurrent callbacks wins) and the cookie is cleared. Anything else

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"strings"
 
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/platform"
@@ -58,13 +57,25 @@ type redirect struct {
 	cookies  []*http.Cookie // more cookies to set (or clear)
 }
 
-func (s *Service) cookieName(p provider) string { return "keelson_oauth_" + p.name() }
+// cookieName is the state cookie's name: with the __Host- prefix when the API
+// is served over https, so no sibling subdomain (a deployed app, say) can
+// plant a state of its choosing in a victim's browser (cookie tossing).
+func (s *Service) cookieName(p provider) string {
+	if s.secure() {
+		return "__Host-keelson_oauth_" + p.name()
+	}
+	return "keelson_oauth_" + p.name()
+}
 
 func (s *Service) stateCookie(p provider, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{
+	c := &http.Cookie{
 		Name: s.cookieName(p), Value: value, Path: "/auth/" + p.name(), MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: strings.HasPrefix(s.d.PublicURL, "https://"),
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.secure(),
 	}
+	if s.secure() {
+		c.Path = "/" // required by the __Host- prefix
+	}
+	return c
 }
 
 // start begins a flow at provider p: it records the state (with the sealed

@@ -194,6 +194,50 @@ func TestSecureCookieOnHTTPSPublicURL(t *testing.T) {
 	if q := r.location(t).Query(); q.Get("redirect_uri") != "https://api.example.com/auth/codehost/callback" {
 		t.Fatalf("redirect_uri %q", q.Get("redirect_uri"))
 	}
+	// On https the state cookie is __Host- (Path=/, Secure, no Domain), so a
+	// sibling subdomain (a deployed app) cannot toss one into a victim's browser.
+	if c := r.header.Get("Set-Cookie") + ";"; !strings.HasPrefix(c, "__Host-keelson_oauth_codehost=") || !strings.Contains(c, "Path=/;") || strings.Contains(c, "Domain") {
+		t.Fatalf("state cookie %q", c)
+	}
+}
+
+// TestTossedStateCookieLinksNothing: Mallory starts a connect with her own
+// ticket in her own browser, stops at the provider, and plants the state in
+// Victor's browser from a sibling subdomain (a cookie without the __Host-
+// prefix, which a subdomain can set for the parent domain), then sends Victor
+// through the provider's authorize page. On https the callback only believes
+// the __Host- cookie: 400, nothing linked.
+func TestTossedStateCookieLinksNothing(t *testing.T) {
+	t.Parallel()
+	bdb := dbtest.SQLite(t, sets...)
+	e := newEnv(t, bdb, func(d *oauth.Deps) { d.PublicURL = "https://api.example.com" })
+	e.gh.AddUser(octo)
+	e.gh.SignIn("octocat") // Victor at the code host
+	mallory, malloryTok := e.password("mallory@example.com")
+	// Mallory's browser: the ticket's __Host- cookie is Secure, which the test
+	// client (plain http) would not send by itself, so it is sent by hand.
+	r := newBrowser(t).postWithToken(e.url+"/auth/codehost/connect", malloryTok, nil)
+	var tk struct{ Ticket string }
+	mustJSON(t, r.body, &tk)
+	binding := strings.TrimPrefix(strings.Split(r.header.Get("Set-Cookie"), ";")[0], "__Host-keelson_connect=")
+	start := newBrowser(t).get(e.url+"/auth/codehost/connect?ticket="+tk.Ticket, "Cookie", "__Host-keelson_connect="+binding)
+	authz := start.location(t)
+	state := authz.Query().Get("state")
+	// Victor's browser: the tossed cookie, then the provider's redirect back.
+	victim := newBrowser(t)
+	cb := victim.get(authz.String()).location(t)
+	cbURL := e.url + cb.Path + "?" + cb.RawQuery
+	if r := victim.get(cbURL, "Cookie", "keelson_oauth_codehost="+state); r.status != http.StatusBadRequest {
+		t.Fatalf("callback with a tossed state cookie: %d %s", r.status, r.body)
+	}
+	if login, _ := e.svc.CodehostLogin(context.Background(), mallory.ID); login != "" || e.count("oauth_identities") != 0 {
+		t.Fatalf("linked %q", login)
+	}
+	// The __Host- cookie itself is what the callback believes on https (the
+	// state was not used up by the refusal).
+	if u := victim.get(cbURL, "Cookie", "__Host-keelson_oauth_codehost="+state).location(t); u.Query().Get("codehost") != "connected" {
+		t.Fatalf("callback with the __Host- state cookie: %s", u)
+	}
 }
 
 func TestOpenAPIDescribesTheRedirectRoutes(t *testing.T) {

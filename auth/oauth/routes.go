@@ -57,7 +57,8 @@ type codehostCallbackInput struct {
 	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
 	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
 	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect"`
+	Cookie           string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect (__Host-keelson_oauth_codehost on https)"`
+	HostCookie       string `cookie:"__Host-keelson_oauth_codehost" hidden:"true"`
 }
 
 type idpCallbackInput struct {
@@ -65,7 +66,8 @@ type idpCallbackInput struct {
 	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
 	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
 	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp"`
+	Cookie           string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp (__Host-keelson_oauth_idp on https)"`
+	HostCookie       string `cookie:"__Host-keelson_oauth_idp" hidden:"true"`
 }
 
 type exchangeInput struct {
@@ -130,11 +132,7 @@ func (s *Service) Register(api huma.API) error {
 				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser"))
 		}
 		if in.Ticket != "" {
-			cookie := in.Cookie
-			if s.secure() {
-				cookie = in.HostCookie // on https only the __Host- cookie, which no subdomain can set
-			}
-			r, err := s.startConnectWithTicket(ctx, in.Ticket, cookie)
+			r, err := s.startConnectWithTicket(ctx, in.Ticket, s.pick(in.Cookie, in.HostCookie))
 			if err != nil {
 				return nil, platform.HTTPError(ctx, err)
 			}
@@ -183,7 +181,7 @@ func (s *Service) Register(api huma.API) error {
 			" The code host's user token is stored sealed and its login becomes the profile's codehostUsername.",
 		Errors: redirectErrs,
 	}, func(ctx context.Context, in *codehostCallbackInput) (*redirectOutput, error) {
-		r, err := s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: in.Cookie})
+		r, err := s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
 		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
@@ -212,7 +210,7 @@ func (s *Service) Register(api huma.API) error {
 			"state answers 400 and changes nothing. The ID token is verified (JWKS signature, iss, aud, exp, nonce). " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, in *idpCallbackInput) (*redirectOutput, error) {
-		r, err := s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: in.Cookie})
+		r, err := s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
 		if err != nil {
 			return nil, platform.HTTPError(ctx, err)
 		}
@@ -252,4 +250,13 @@ func (s *Service) authenticate(ctx context.Context, header string) (platform.Pri
 		return platform.Principal{}, err
 	}
 	return p, nil
+}
+
+// pick chooses the cookie this deployment sets: on https only the __Host-
+// one, which no subdomain can set; the plain name is then ignored.
+func (s *Service) pick(plain, host string) string {
+	if s.secure() {
+		return host
+	}
+	return plain
 }
