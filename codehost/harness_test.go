@@ -222,6 +222,7 @@ type envOpts struct {
 	connector codehost.IdentityConnector
 	missing   []string
 	noStart   bool
+	results   codehost.DeploymentResults // set: commit statuses through the provider
 	pageSize  int
 	fake      *githubfake.Server
 	projects  *projectBook
@@ -262,6 +263,9 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 		DB: bdb, Auth: users{}, Provider: e.provider, WebhookSecret: webhookSecret,
 		StateKey: []byte("state-key-0123456789abcdef0123456789"), FrontendURL: frontend,
 		Projects: e.projects, Secrets: e.projects, Deployer: e.deployer, Accounts: accts, Connector: o.connector, Clock: e.clock, Missing: o.missing,
+	}
+	if o.results != nil {
+		d.Statuses, d.Results = e.provider, o.results
 	}
 	if len(o.missing) > 0 {
 		d.Provider, d.WebhookSecret = nil, ""

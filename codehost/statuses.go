@@ -126,18 +126,27 @@ func (s *Service) ReportStatuses(ctx context.Context) (int, error) {
 			}
 			st = CommitStatus{State: StateFailure, Description: clean("Deployment failed: "+msg, 140), Context: StatusContext}
 		}
-		done := true
+		// Claim the row first, so two replicas never post the same status twice.
+		res2, err := s.d.DB.NewUpdate().Model((*statusRow)(nil)).Set("done = ?", true).Set("attempts = attempts + 1").
+			Where("id = ? AND done = ? AND attempts = ?", r.ID, false, r.Attempts).Exec(ctx)
+		if err != nil {
+			return posted, db.Translate(err)
+		}
+		if n, _ := res2.RowsAffected(); n != 1 {
+			continue // another worker has it
+		}
 		if err := s.d.Statuses.PostCommitStatus(ctx, r.InstallationID, r.Repository, r.CommitSHA, st); err != nil {
 			s.d.Log.WarnContext(ctx, "codehost: post final commit status", "repository", r.Repository,
 				"sha", r.CommitSHA, "deployment_id", r.DeploymentID, "attempt", r.Attempts+1, "err", err)
-			done = r.Attempts+1 >= maxStatusAttempts
-		} else {
-			posted++
+			if r.Attempts+1 < maxStatusAttempts {
+				if _, err := s.d.DB.NewUpdate().Model((*statusRow)(nil)).Set("done = ?", false).
+					Where("id = ?", r.ID).Exec(context.WithoutCancel(ctx)); err != nil {
+					return posted, db.Translate(err)
+				}
+			}
+			continue
 		}
-		if _, err := s.d.DB.NewUpdate().Model((*statusRow)(nil)).Set("done = ?", done).Set("attempts = attempts + 1").
-			Where("id = ?", r.ID).Exec(ctx); err != nil {
-			return posted, db.Translate(err)
-		}
+		posted++
 	}
 	return posted, nil
 }
