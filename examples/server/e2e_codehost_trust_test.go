@@ -159,3 +159,21 @@ func TestCodehostTrustE2E(t *testing.T) {
 		}
 	})
 }
+
+// TestCodehostConnectNeedsOAuthClient: with the app configured but not its
+// OAuth client, nobody's access can be verified: GET /codehost/connect for a
+// user without a code-host identity is a 503 naming the missing settings (no
+// install state is handed out).
+func TestCodehostConnectNeedsOAuthClient(t *testing.T) {
+	gh, fake := newCodehostFakes(t)
+	fake.AddInstallation(githubfake.Installation{ID: 31, Account: "octocat"})
+	ts := startServer(t, "", func(c *Config) {
+		codehostConfig(c, gh, fake)
+		c.CodehostClientID, c.CodehostClientSecret = "", ""
+	})
+	tok := ts.signup(t, "octocat@example.com")
+	status, body, _ := ts.do(t, "GET", "/codehost/connect", tok, nil)
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "KEELSON_CODEHOST_CLIENT_ID") {
+		t.Fatalf("GET /codehost/connect: %d %s", status, body)
+	}
+}
