@@ -160,7 +160,7 @@ func (l *Logs) Sink(ctx context.Context, deploymentID string) (*Sink, error) {
 	if s := l.sinks[deploymentID]; s != nil {
 		return s, nil
 	}
-	s = &Sink{logs: l, id: deploymentID, stored: seq, secrets: map[string]bool{}}
+	s = &Sink{logs: l, id: deploymentID, stored: seq}
 	l.sinks[deploymentID] = s
 	return s, nil
 }
@@ -616,8 +616,8 @@ type Sink struct {
 	stored int64
 
 	mu      sync.Mutex
-	secrets map[string]bool
-	masker  *strings.Replacer
+	secrets []string
+	masker  *Masker
 	tail    []string // last lines of build/app output of the current step
 }
 
@@ -626,56 +626,36 @@ var _ LogSink = (*Sink)(nil)
 // tailLines is how many output lines a failure message quotes.
 const tailLines = 15
 
-// minSecretLen: shorter secret values are not masked (masking "1" everywhere
-// would make logs unreadable while hiding nothing).
-const minSecretLen = 3
-
-// AddSecrets masks each value (of at least 3 bytes) in every later line.
+// AddSecrets masks each value in every later line (see Masker: values
+// shorter than MinSecretLen are not masked).
 func (s *Sink) AddSecrets(values ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	changed := false
 	for _, v := range values {
-		if len(v) >= minSecretLen && !s.secrets[v] {
-			s.secrets[v] = true
+		if !slices.Contains(s.secrets, v) {
+			s.secrets = append(s.secrets, v)
 			changed = true
 		}
 	}
-	if !changed {
-		return
+	if changed {
+		s.masker = NewMasker(s.secrets...)
 	}
-	keys := make([]string, 0, len(s.secrets))
-	for k := range s.secrets {
-		keys = append(keys, k)
-	}
-	// Longest first, so a secret containing another is masked whole.
-	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	pairs := make([]string, 0, 2*len(keys))
-	for _, k := range keys {
-		pairs = append(pairs, k, "***")
-	}
-	s.masker = strings.NewReplacer(pairs...)
 }
 
 // Mask returns text with the sink's secret values replaced by ***.
 func (s *Sink) Mask(text string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.maskLocked(text)
-}
-
-func (s *Sink) maskLocked(text string) string {
-	if s.masker != nil {
-		text = s.masker.Replace(text)
-	}
-	return text
+	return s.masker.Mask(text)
 }
 
 // Log stores and streams one line. It waits only when the storage queue is full.
 func (s *Sink) Log(stream, line string) {
-	line = clean(line)
 	s.mu.Lock()
-	line = s.maskLocked(line)
+	// Mask before cleaning cuts the line, and again after: removing a NUL
+	// or an invalid byte could join the halves of a secret.
+	line = cutLine(s.masker.Mask(clean(s.masker.Mask(line))))
 	ln := &LogLine{DeploymentID: s.id, Time: now(), Stream: stream, Message: line}
 	if stream != StreamSystem {
 		if len(s.tail) == tailLines {
@@ -706,7 +686,7 @@ func (s *Sink) Tail() []string {
 }
 
 // clean makes line storable on both databases: valid UTF-8, no NUL, no
-// trailing newline, at most MaxLineBytes.
+// trailing newline (cutLine bounds its length).
 func clean(line string) string {
 	line = strings.TrimRight(line, "\r\n")
 	if !utf8.ValidString(line) {
@@ -715,6 +695,12 @@ func clean(line string) string {
 	if strings.IndexByte(line, 0) >= 0 {
 		line = strings.ReplaceAll(line, "\x00", "")
 	}
+	return line
+}
+
+// cutLine cuts a line longer than MaxLineBytes (after masking: a cut must
+// never leave half a secret).
+func cutLine(line string) string {
 	if len(line) > MaxLineBytes {
 		cut := MaxLineBytes
 		for cut > 0 && !utf8.RuneStart(line[cut]) {

@@ -173,6 +173,9 @@ func TestValidationChangesNothing(t *testing.T) {
 			{"value too long", envs(kv("BIG", strings.Repeat("x", projects.MaxEnvValueLen+1))), "value"},
 			{"NUL in value", envs(kv("A", "x\x00y")), "envVars[0].value"},
 			{"mask without secret", envs(map[string]any{"key": "NEW", "value": projects.Mask, "isSecret": true}), "envVars[0].value"},
+			// Too short to mask in logs safely ("x" would mask every x): refused.
+			{"one-character secret", envs(kv("A", "1"), map[string]any{"key": "S", "value": "x", "isSecret": true}), "envVars[1].value: a secret value must be at least 8 characters"},
+			{"short secret padded", envs(map[string]any{"key": "S", "value": "  abc12  \n", "isSecret": true}), "cannot be masked in deployment logs"},
 			{"bad branch", set("autoDeployBranch", "--evil"), "autoDeployBranch"},
 			{"repoUrl not settable", set("repoUrl", "https://github.com/x/y"), "repoUrl"},
 		} {

@@ -243,6 +243,10 @@ func (in *SettingsInput) validate() error {
 		if err := noNUL(field+".value", e.Value); err != nil {
 			return err
 		}
+		if e.IsSecret && e.Value != Mask && len(strings.TrimSpace(e.Value)) < MinSecretLen {
+			return platform.Invalidf("%s.value: a secret value must be at least %d characters (not counting surrounding spaces): "+
+				"shorter ones cannot be masked in deployment logs safely; lengthen it or set isSecret to false", field, MinSecretLen)
+		}
 		total += len(e.Key) + len(e.Value)
 	}
 	if total > MaxEnvTotalBytes {

@@ -15,7 +15,12 @@ import (
 
 // Limits of input sizes (also declared in the OpenAPI document).
 const (
-	MaxEnvVars       = 100
+	MaxEnvVars = 100
+	// MinSecretLen is the shortest secret env value accepted: shorter ones
+	// cannot be masked in logs safely (masking "x" replaces every x of the
+	// output while hiding nothing), so they are refused rather than stored
+	// and shown. deployments.MinSecretLen is the same number.
+	MinSecretLen     = 8
 	MaxEnvKeyLen     = 128
 	MaxEnvValueLen   = 16 << 10
 	MaxEnvTotalBytes = 256 << 10

@@ -230,7 +230,7 @@ func (a *app) attach() error {
 		stop := context.AfterFunc(a.ctx, res.Close)
 		defer stop()
 		defer res.Close()
-		w := &lineWriter{o: a.out}
+		w := a.out.writer()
 		_, _ = stdcopy.StdCopy(w, w, res.Reader)
 		w.Flush()
 	}()

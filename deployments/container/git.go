@@ -158,7 +158,7 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, root string, o
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second
-		w := &lineWriter{o: out}
+		w := out.writer()
 		cmd.Stdout, cmd.Stderr = w, w
 		err := cmd.Run()
 		w.Flush()

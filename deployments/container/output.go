@@ -1,11 +1,7 @@
 package container
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 
@@ -22,14 +18,14 @@ const tailLines = 30
 type output struct {
 	sink   deployments.LogSink
 	stream string
-	mask   *strings.Replacer
+	mask   *deployments.Masker
 
 	mu   sync.Mutex
 	tail []string
 	next int
 }
 
-func newOutput(sink deployments.LogSink, stream string, mask *strings.Replacer) *output {
+func newOutput(sink deployments.LogSink, stream string, mask *deployments.Masker) *output {
 	if sink == nil {
 		sink = discardSink{}
 	}
@@ -41,7 +37,7 @@ type discardSink struct{}
 func (discardSink) Log(string, string) {}
 
 func (o *output) line(s string) {
-	s = o.mask.Replace(strings.ToValidUTF8(s, "\uFFFD"))
+	s = o.mask.Mask(strings.ToValidUTF8(s, "\uFFFD"))
 	o.mu.Lock()
 	if len(o.tail) < tailLines {
 		o.tail = append(o.tail, s)
@@ -54,7 +50,7 @@ func (o *output) line(s string) {
 }
 
 // system logs a runtime message (masked) on the system stream.
-func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Replace(msg)) }
+func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Mask(msg)) }
 
 // Tail returns the last lines seen, oldest first.
 func (o *output) Tail() string {
@@ -64,53 +60,22 @@ func (o *output) Tail() string {
 	return strings.Join(lines, "\n")
 }
 
-// pump reads r until EOF or error, one line per newline; long lines are split.
+// pump reads r until EOF or error, one masked line per newline; long lines
+// are split after masking (deployments.LineSplitter).
 func (o *output) pump(r io.Reader) {
-	br := bufio.NewReaderSize(r, maxLine)
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			o.line(string(bytes.TrimRight(chunk, "\r\n")))
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			return
-		}
-	}
+	w := o.writer()
+	_, _ = io.Copy(w, r)
+	w.Flush()
 }
 
-// writer is an io.Writer that emits lines to o (for stdcopy and exec).
-type lineWriter struct {
-	o   *output
-	buf []byte
+// writer returns an io.Writer that emits masked lines to o (for stdcopy and
+// exec); call Flush at the end of the output.
+func (o *output) writer() *deployments.LineSplitter {
+	return &deployments.LineSplitter{MaxLine: maxLine, Mask: o.mask, Emit: o.line}
 }
 
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		w.o.line(string(bytes.TrimRight(w.buf[:i], "\r")))
-		w.buf = w.buf[i+1:]
-	}
-	for len(w.buf) > maxLine {
-		w.o.line(string(w.buf[:maxLine]))
-		w.buf = w.buf[maxLine:]
-	}
-	return len(p), nil
-}
-
-// Flush emits what is left without a trailing newline.
-func (w *lineWriter) Flush() {
-	if len(w.buf) > 0 {
-		w.o.line(string(w.buf))
-		w.buf = nil
-	}
-}
-
-// masker replaces the job's secret values (and its git credential) by ***.
-func masker(job deployments.Job) *strings.Replacer {
+// masker masks the job's secret values (and its git credential) as ***.
+func masker(job deployments.Job) *deployments.Masker {
 	var secrets []string
 	for _, v := range job.Env {
 		if v.Secret && v.Value != "" {
@@ -120,12 +85,7 @@ func masker(job deployments.Job) *strings.Replacer {
 	if a := job.GitAuth; a != nil && a.Password != "" {
 		secrets = append(secrets, a.Password, basicToken(a))
 	}
-	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
-	pairs := make([]string, 0, 2*len(secrets))
-	for _, s := range secrets {
-		pairs = append(pairs, s, "***")
-	}
-	return strings.NewReplacer(pairs...)
+	return deployments.NewMasker(secrets...)
 }
 
 // maskedError is err with secrets masked in its text; errors.Is/As still see the cause.
@@ -137,9 +97,9 @@ type maskedError struct {
 func (e *maskedError) Error() string { return e.msg }
 func (e *maskedError) Unwrap() error { return e.cause }
 
-func maskErr(mask *strings.Replacer, err error) error {
+func maskErr(mask *deployments.Masker, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &maskedError{msg: mask.Replace(err.Error()), cause: err}
+	return &maskedError{msg: mask.Mask(err.Error()), cause: err}
 }

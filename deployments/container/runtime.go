@@ -348,7 +348,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		return r.engineError("starting the image build", err)
 	}
 	defer res.Body.Close()
-	w := &lineWriter{o: out}
+	w := out.writer()
 	dec := json.NewDecoder(res.Body)
 	for {
 		var msg struct {

@@ -1,10 +1,7 @@
 package process
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,7 +12,8 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 )
 
-// maxLine caps one log line; longer output is split into several lines.
+// maxLine caps one log line; longer output is split into several lines
+// (never through a secret: see deployments.LineSplitter).
 const maxLine = 8 << 10
 
 // pipeDrainWait bounds how long output is read after a process group is gone,
@@ -27,7 +25,7 @@ const pipeDrainWait = 2 * time.Second
 type output struct {
 	sink   deployments.LogSink
 	stream string
-	mask   *strings.Replacer
+	mask   *deployments.Masker
 
 	mu   sync.Mutex
 	tail []string // ring of the last tailLines lines
@@ -36,12 +34,12 @@ type output struct {
 
 const tailLines = 30
 
-func newOutput(sink deployments.LogSink, stream string, mask *strings.Replacer) *output {
+func newOutput(sink deployments.LogSink, stream string, mask *deployments.Masker) *output {
 	return &output{sink: sink, stream: stream, mask: mask}
 }
 
 func (o *output) line(s string) {
-	s = o.mask.Replace(strings.ToValidUTF8(s, "\uFFFD"))
+	s = o.mask.Mask(strings.ToValidUTF8(s, "\uFFFD"))
 	o.mu.Lock()
 	if len(o.tail) < tailLines {
 		o.tail = append(o.tail, s)
@@ -54,7 +52,7 @@ func (o *output) line(s string) {
 }
 
 // system logs a runtime message (masked) on the system stream.
-func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Replace(msg)) }
+func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Mask(msg)) }
 
 // Tail returns the last lines seen, oldest first, joined by newlines.
 func (o *output) Tail() string {
@@ -64,17 +62,18 @@ func (o *output) Tail() string {
 	return strings.Join(lines, "\n")
 }
 
-// pump reads r until EOF or error, emitting one line per newline; lines longer
-// than maxLine are split.
+// pump reads r until EOF or error, emitting one masked line per newline;
+// lines longer than maxLine are split (after masking).
 func (o *output) pump(r *os.File) {
-	br := bufio.NewReaderSize(r, maxLine)
+	ls := &deployments.LineSplitter{MaxLine: maxLine, Mask: o.mask, Emit: o.line}
+	buf := make([]byte, 32<<10)
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			chunk = bytes.TrimRight(chunk, "\r\n")
-			o.line(string(chunk))
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = ls.Write(buf[:n])
 		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		if err != nil {
+			ls.Flush()
 			return
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -183,8 +182,8 @@ func jobEnv(job deployments.Job) ([]string, error) {
 	return env, nil
 }
 
-// masker replaces the job's secret values (and its git credential) by ***.
-func masker(job deployments.Job) *strings.Replacer {
+// masker masks the job's secret values (and its git credential) as ***.
+func masker(job deployments.Job) *deployments.Masker {
 	var secrets []string
 	for _, v := range job.Env {
 		if v.Secret && v.Value != "" {
@@ -194,13 +193,7 @@ func masker(job deployments.Job) *strings.Replacer {
 	if a := job.GitAuth; a != nil && a.Password != "" {
 		secrets = append(secrets, a.Password, basicToken(a))
 	}
-	// Longest first, so a secret containing another is masked whole.
-	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
-	pairs := make([]string, 0, 2*len(secrets))
-	for _, s := range secrets {
-		pairs = append(pairs, s, "***")
-	}
-	return strings.NewReplacer(pairs...)
+	return deployments.NewMasker(secrets...)
 }
 
 func sinkOrDiscard(s deployments.LogSink) deployments.LogSink {
@@ -397,8 +390,8 @@ type maskedError struct {
 func (e *maskedError) Error() string { return e.msg }
 func (e *maskedError) Unwrap() error { return e.cause }
 
-func maskErr(mask *strings.Replacer, err error) error {
-	return &maskedError{msg: mask.Replace(err.Error()), cause: err}
+func maskErr(mask *deployments.Masker, err error) error {
+	return &maskedError{msg: mask.Mask(err.Error()), cause: err}
 }
 
 // idLock serializes work on one deployment's workspace.

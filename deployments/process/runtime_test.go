@@ -482,3 +482,42 @@ func TestCloseStopsEveryAppAndRefusesNewWork(t *testing.T) {
 	_, err = e.rt.Build(ctx, job, nil)
 	require.ErrorContains(t, err, "shut down")
 }
+
+// TestSecretsAreMaskedHoweverTheBuildPrintsThem: a hostile build prints its
+// secrets split across the 8 KiB line cut, in pieces across writes, with and
+// without a trailing newline, as a multi-line PEM, and with a NUL inside;
+// none reaches the log. A one-character secret does not eat the output.
+func TestSecretsAreMaskedHoweverTheBuildPrintsThem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	repo, _ := newRepo(t, map[string]string{"README": "x"})
+	logs := &sink{}
+	const tok = "S3cr3tValueXYZ123456"
+	pemLines := []string{"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "BKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"}
+	pem := "-----BEGIN PRIVATE KEY-----\n" + strings.Join(pemLines, "\n") + "\n-----END PRIVATE KEY-----\n"
+	job := deployments.Job{
+		DeploymentID: platform.NewID(), ProjectSlug: "s", RepoURL: repo, StartCommand: "true",
+		BuildCommand: `head -c 8180 /dev/zero | tr '\0' A; printf '%s\n' "$TOK"
+printf 'half:%s' "$(echo "$TOK" | cut -c1-9)"; sleep 0.1; printf '%s:end\n' "$(echo "$TOK" | cut -c10-)"
+printf 'nl:%s' "$NL"
+printf '%s' "$PEM"
+printf 'x marks the spot\n'
+printf 'last:%s' "$TOK"`,
+		Env: []deployments.EnvVar{
+			{Key: "TOK", Value: tok, Secret: true},
+			{Key: "NL", Value: "newline-secret-value\n", Secret: true},
+			{Key: "PEM", Value: pem, Secret: true},
+			{Key: "X", Value: "x", Secret: true},
+		},
+	}
+	_, err := e.rt.Build(context.Background(), job, logs)
+	require.NoError(t, err)
+	all := logs.all()
+	for _, s := range append([]string{tok, tok[:9], tok[9:], "newline-secret-value"}, pemLines...) {
+		assert.NotContains(t, all, s)
+	}
+	assert.Contains(t, all, "half:***:end")
+	assert.Contains(t, all, "nl:***")
+	assert.Contains(t, all, "last:***")
+	assert.Contains(t, all, "x marks the spot", "a one-character secret is not masked")
+}
