@@ -117,3 +117,58 @@ func BenchmarkLoginBurst100(b *testing.B) {
 	b.ReportMetric(float64(peakAbove)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(cap(svc.hasher.sem)), "hash-concurrency")
 }
+
+// BenchmarkAuthenticate measures the bearer check every protected request
+// runs: JWT verify plus one indexed query for the user and its session (not
+// revoked), on SQLite.
+func BenchmarkAuthenticate(b *testing.B) {
+	_, svc := benchAPI(b)
+	u, err := svc.UserByEmail(context.Background(), "ada@example.com")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp, err := svc.IssueTokens(context.Background(), u.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := svc.Authenticate(context.Background(), tp.AccessToken); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoginWithLimits is BenchmarkLogin with the default limits on
+// (per-address bucket, known-address check, per-account bucket: the table
+// upserts every replica shares), one address per goroutine.
+func BenchmarkLoginWithLimits(b *testing.B) {
+	bdb := dbtest.SQLite(b, sets...)
+	sealer, _ := secret.New("bench-seal-key-0123456789abcdef")
+	svc, err := New(Deps{DB: bdb, Sealer: sealer, JWTSecret: testSecret, Logger: slog.New(slog.DiscardHandler), Mailer: &captureMailer{},
+		Limits: Limits{LoginPerAccount: Limit{Max: 1 << 30, Per: time.Hour}, LoginPerIP: Limit{Max: 1 << 30, Per: time.Hour}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.CreateUser(context.Background(), CreateUserParams{Email: "ada@example.com", Password: testPassword}); err != nil {
+		b.Fatal(err)
+	}
+	var n sync.Mutex
+	next := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		n.Lock()
+		next++
+		ip := "192.0.2." + string(rune('0'+next%10))
+		n.Unlock()
+		for pb.Next() {
+			if _, err := svc.Login(context.Background(), LoginParams{Email: "ada@example.com", Password: testPassword, IP: ip}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "logins/s")
+}
