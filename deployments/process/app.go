@@ -149,7 +149,7 @@ func (a *app) spawnLocked(port int) (*proc, error) {
 	cmd := exec.Command("/bin/sh", "-c", a.cmdline)
 	cmd.Dir = a.dir
 	cmd.Env = append(slices.Clip(a.env), "PORT="+strconv.Itoa(port))
-	p, err := startProc(cmd, a.out, true)
+	p, err := a.r.startProc(cmd, a.out, a.id, "app")
 	if err != nil {
 		return nil, fmt.Errorf("starting the app: %w", err)
 	}

@@ -55,13 +55,23 @@
 // ingress still has in flight to the deployment, so a swap (route the new
 // deployment, then stop the old) loses no request.
 //
-// Processes: each build command and app runs under `sh -c` in its own process
-// group; a timeout, a cancellation or Stop signals the whole group (SIGTERM,
-// then SIGKILL after Config.StopGrace for apps; SIGKILL for builds), and
-// whatever a finished build left running in its group is killed too. Apps get
-// Pdeathsig=SIGKILL so they die with the server even if it is killed hard
-// (Pdeathsig reaches the group leader only; Close stops whole groups on a clean
-// shutdown). A crashed app is restarted with exponential backoff on the same
+// Processes: each git command, and each build command and app (under
+// `sh -c`), runs in its own process group; a timeout, a cancellation or Stop signals the whole
+// group (SIGTERM, then SIGKILL after Config.StopGrace for apps; SIGKILL for
+// builds). Whatever a group started dies with it, even what left the group or
+// the session (`setsid cmd &`, a daemon's double fork): each group has its own
+// cgroup when the server may create one (v2 under the server's cgroup, entered
+// at fork; else the v1 pids hierarchy), and every process it starts carries a
+// KEELSON_PROCESS_TAG environment variable; when the leader exits, or the
+// group is stopped, everything found by cgroup, tag or process group is
+// killed until none is left. Without a writable cgroup (a server that is not
+// root), a process that both leaves the session and replaces its environment
+// (`setsid env -i ...`) is not found. Each running group is recorded in
+// <DataDir>/run; New kills what a server killed with -9 left running on the
+// same data dir (by record, tag and cgroup) before it starts anything, so a
+// restarted server never runs an app next to its orphan. Apps also get
+// Pdeathsig=SIGKILL (it reaches the group leader only). A crashed app is
+// restarted with exponential backoff on the same
 // port when it is free (else on a new one, and the ingress follows); after
 // Config.MaxRestarts crashes within Config.RestartWindow the runtime gives up,
 // logs it to the deployment's log and leaves the route answering 502.

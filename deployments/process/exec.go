@@ -82,38 +82,53 @@ func (o *output) pump(r *os.File) {
 // proc is one started child: a process group whose output is pumped into out.
 type proc struct {
 	cmd    *exec.Cmd
+	g      *group
 	out    *output
 	exited chan struct{} // closed once the leader was reaped, the group killed and output drained
 	err    error         // the leader's exit error, set before exited is closed
 }
 
-// startProc starts cmd in its own process group with stdout and stderr merged
-// into out. When the leader exits, the rest of its group is killed.
-func startProc(cmd *exec.Cmd, out *output, pdeathsig bool) (*proc, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if pdeathsig {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
-	pr, pw, err := os.Pipe()
+// startProc starts cmd (with its Env set) for deployment id in its own
+// process group, marked so that all it starts can be found (see contain.go),
+// with stdout and stderr merged into out. When the leader exits, everything
+// else it started is killed, wherever it went.
+func (r *Runtime) startProc(cmd *exec.Cmd, out *output, id, kind string) (*proc, error) {
+	g, err := r.contain.newGroup(cmd, id, kind)
 	if err != nil {
 		return nil, err
 	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		g.abandon(cmd)
+		return nil, err
+	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	if err := g.start(cmd); err != nil {
+		if cmd.Process != nil { // started, but the server thread is stuck in its cgroup
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		g.abandon(cmd)
 		pr.Close()
 		pw.Close()
 		return nil, err
 	}
+	g.started(cmd)
 	pw.Close()
-	p := &proc{cmd: cmd, out: out, exited: make(chan struct{})}
+	r.running.add()
+	p := &proc{cmd: cmd, g: g, out: out, exited: make(chan struct{})}
 	pumped := make(chan struct{})
 	go func() {
 		out.pump(pr)
 		close(pumped)
 	}()
 	go func() {
+		defer r.running.done()
 		p.err = cmd.Wait()
 		p.signal(syscall.SIGKILL) // leftovers of the group go with their leader
+		g.killAll()               // and so does whatever left the group
 		t := time.NewTimer(pipeDrainWait)
 		select {
 		case <-pumped:
@@ -127,9 +142,11 @@ func startProc(cmd *exec.Cmd, out *output, pdeathsig bool) (*proc, error) {
 	return p, nil
 }
 
-// signal sends sig to the whole process group.
+// signal sends sig to the whole process group and to every process that
+// left it.
 func (p *proc) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	p.g.signal(sig)
 }
 
 // terminate asks the group to stop, kills it after grace, and waits.
@@ -153,8 +170,8 @@ func (p *proc) terminate(grace time.Duration) {
 
 // runProc runs cmd to completion, killing its group when ctx is done. It
 // returns the exit error, or ctx's error when ctx ended it.
-func runProc(ctx context.Context, cmd *exec.Cmd, out *output) error {
-	p, err := startProc(cmd, out, true)
+func (r *Runtime) runProc(ctx context.Context, cmd *exec.Cmd, out *output, id, kind string) error {
+	p, err := r.startProc(cmd, out, id, kind)
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, 
 	git := func(args ...string) error {
 		cmd := exec.Command(r.cfg.GitPath, args...)
 		cmd.Dir, cmd.Env = ws.root, env
-		return runProc(ctx, cmd, out)
+		return r.runProc(ctx, cmd, out, job.DeploymentID, "git")
 	}
 	ref := "HEAD"
 	switch {

@@ -30,6 +30,9 @@ var testCacheDir string
 const serverOnlySecret = "KEELSON_TEST_SERVER_ONLY_SECRET"
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperVar); mode != "" {
+		runHelper(mode) // a "server" for the kill -9 tests; never returns
+	}
 	os.Setenv(serverOnlySecret, "server-only-value")
 	dir, err := os.MkdirTemp("", "keelson-process-cache-")
 	if err != nil {

@@ -93,6 +93,8 @@ type Runtime struct {
 	ports    map[int]string                                               // ports handed to apps -> deploymentID
 	health   *http.Client                                                 // probes started apps
 	portFree func(port int) bool                                          // whether a restarted app may keep its port (a seam for tests)
+	contain  *containment                                                 // finds and kills what builds and apps start
+	running  runCount                                                     // started process groups not yet ended
 	lookupIP func(ctx context.Context, host string) ([]netip.Addr, error) // resolves repository hosts (a seam for tests)
 }
 
@@ -122,9 +124,22 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("process: %w", err)
 		}
 	}
+	contain, err := newContainment(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	// What a previous server on this data dir left running (killed with -9,
+	// it cleaned nothing up) dies before anything starts: a LIVE deployment
+	// started again must not run next to its orphan.
+	if n := contain.sweep(); n > 0 {
+		cfg.Logger.Warn("process: killed processes a previous server run left behind", "count", n)
+	}
+	if contain.cg == noCgroup {
+		cfg.Logger.Info("process: no writable cgroup; builds and apps are tracked by process group and environment tag only")
+	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
-		cfg: cfg, base: base, cancel: cancel,
+		cfg: cfg, base: base, cancel: cancel, contain: contain,
 		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
 		locks: map[string]*idLock{}, ports: map[int]string{}, portFree: portFree, lookupIP: lookupIP,
 		health: &http.Client{
@@ -285,7 +300,7 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 		out.system("running build command: " + cmdline)
 		cmd := exec.Command("/bin/sh", "-c", cmdline)
 		cmd.Dir, cmd.Env = ws.src, append(r.baseEnv(ws), env...)
-		err := runProc(bctx, cmd, out)
+		err := r.runProc(bctx, cmd, out, job.DeploymentID, "build")
 		bcancel()
 		if err != nil {
 			var exit *exec.ExitError
@@ -377,6 +392,13 @@ func (r *Runtime) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// Cancelled builds end on their own; wait for their groups to be killed.
+	select {
+	case <-r.running.zero():
+		r.contain.close()
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("process: closing: %w", context.Cause(ctx)))
+	}
 	return errors.Join(errs...)
 }
 
@@ -392,6 +414,43 @@ func (e *maskedError) Unwrap() error { return e.cause }
 
 func maskErr(mask *deployments.Masker, err error) error {
 	return &maskedError{msg: mask.Mask(err.Error()), cause: err}
+}
+
+// runCount counts running process groups; unlike a WaitGroup it may be
+// waited on while groups still start.
+type runCount struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed when n drops to 0
+}
+
+func (c *runCount) add() {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.none = make(chan struct{})
+	}
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *runCount) done() {
+	c.mu.Lock()
+	if c.n--; c.n == 0 {
+		close(c.none)
+	}
+	c.mu.Unlock()
+}
+
+// zero is closed once no group runs.
+func (c *runCount) zero() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return c.none
 }
 
 // idLock serializes work on one deployment's workspace.
