@@ -21,6 +21,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // daemonize is shell that starts `sleep 300` in a new session (setsid: out of
@@ -38,7 +39,7 @@ echo "spawned daemon $(cat daemon.pid)"`
 // really left the build's process group and session.
 func daemonOf(t *testing.T, src string) int {
 	t.Helper()
-	waitFor(t, "the daemon's stat", func() bool {
+	platformtest.Eventually(t, time.Minute, "the daemon's stat", func() bool {
 		b, err := os.ReadFile(filepath.Join(src, "daemon.stat"))
 		return err == nil && len(b) > 0 && b[len(b)-1] == '\n'
 	})
@@ -107,7 +108,7 @@ func TestSetsidDaemonOfABuildDies(t *testing.T) {
 			}()
 			var daemon int
 			if tc.end != nil {
-				waitFor(t, "the build to daemonize", func() bool { return logs.has("spawned daemon") })
+				platformtest.Eventually(t, time.Minute, "the build to daemonize", func() bool { return logs.has("spawned daemon") })
 				daemon = daemonOf(t, srcOf(e, job.DeploymentID))
 				require.True(t, alive(daemon))
 				tc.end(e, job.DeploymentID, cancel)
@@ -311,7 +312,7 @@ func TestSetsidDaemonOfABuildDiesAfterAServerKill(t *testing.T) {
 	id := platform.NewID()
 	helper, lines := startHelper(t, "build", "HELPER_DATA="+data, "HELPER_REPO="+repo, "HELPER_ID="+id)
 	src := filepath.Join(data, "workspaces", id, "src")
-	waitFor(t, "the helper's build to daemonize", func() bool {
+	platformtest.Eventually(t, time.Minute, "the helper's build to daemonize", func() bool {
 		_, err := os.Stat(filepath.Join(src, "daemon.stat"))
 		return err == nil
 	})
