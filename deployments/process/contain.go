@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,6 +58,7 @@ type containment struct {
 	seq      atomic.Uint64
 	cg       cgroupMode // the cgroup flavour, or noCgroup
 	cgRoot   string     // <cgroup of the server>/keelson-<owner>; its children are instances
+	mu       sync.Mutex // orders creating group cgroups and removing empty parents
 	v1Home   string     // the server's own v1 cgroup (cgroupV1 only)
 }
 
@@ -130,7 +132,9 @@ func findCgroup(owner string) (cgroupMode, string) {
 		if p, ok := selfPaths["pids"]; ok {
 			root := filepath.Join(mnt, p, "keelson-"+owner)
 			if err := os.MkdirAll(root, 0o755); err == nil {
-				if f, err := os.OpenFile(filepath.Join(root, "cgroup.procs"), os.O_WRONLY, 0); err == nil {
+				f, err := os.OpenFile(filepath.Join(root, "cgroup.procs"), os.O_WRONLY, 0)
+				_ = os.Remove(root) // created again with the first group; fails if in use
+				if err == nil {
 					f.Close()
 					return cgroupV1, root
 				}
@@ -144,6 +148,7 @@ func findCgroup(owner string) (cgroupMode, string) {
 // (no delegation, no clone3).
 func probeV2(root string) bool {
 	dir := filepath.Join(root, "probe-"+strconv.Itoa(os.Getpid()))
+	defer os.Remove(root) // created again with the first group; fails if in use
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false
 	}
@@ -237,7 +242,10 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 	}
 	if c.cg != noCgroup {
 		g.cgroup = filepath.Join(c.instanceDir(), id+"."+kind+"-"+strconv.FormatUint(seq, 10))
-		if err := os.MkdirAll(g.cgroup, 0o755); err != nil {
+		c.mu.Lock()
+		err := os.MkdirAll(g.cgroup, 0o755)
+		c.mu.Unlock()
+		if err != nil {
 			return nil, fmt.Errorf("creating the cgroup of %s: %w", id, err)
 		}
 		if c.cg == cgroupV2 {
@@ -330,6 +338,10 @@ func (g *group) killAll() {
 		if g.record != "" {
 			_ = os.Remove(g.record)
 		}
+		// A server killed later leaves no empty cgroup directories behind.
+		g.c.mu.Lock()
+		g.c.tidy()
+		g.c.mu.Unlock()
 	}
 }
 
@@ -527,8 +539,10 @@ func (c *containment) sweep() int {
 		}
 	}
 	if len(prefixes) == 0 {
+		c.tidyOthers(deadInstance)
 		return 0
 	}
+	defer c.tidyOthers(deadInstance)
 	killed := len(findMembers(procs, nil, prefixes, leaders, cgroups))
 	if killUntilGone(c.cg, nil, prefixes, leaders, cgroups) {
 		for _, r := range records {
@@ -560,9 +574,39 @@ func cgroupTree(dir string) []string {
 
 // close removes this instance's cgroup directory (its groups removed theirs).
 func (c *containment) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tidy()
+}
+
+// tidy removes this instance's cgroup directory and the owner's if they are
+// empty (removing a cgroup directory with a child fails). Caller holds c.mu.
+func (c *containment) tidy() {
 	if c.cg != noCgroup {
 		_ = os.Remove(c.instanceDir())
-		_ = os.Remove(c.cgRoot) // fails while another instance uses it: fine
+		_ = os.Remove(c.cgRoot)
+	}
+}
+
+// tidyOthers removes the empty cgroup directories of server instances that no
+// longer run, of any data dir (what a server killed with -9 left, when no
+// server starts on its data dir again). A cgroup holding a process cannot be
+// removed, so nothing running is touched.
+func (c *containment) tidyOthers(dead func(inst string) bool) {
+	if c.cg == noCgroup {
+		return
+	}
+	roots, _ := filepath.Glob(filepath.Join(filepath.Dir(c.cgRoot), "keelson-*"))
+	for _, root := range roots {
+		insts, _ := os.ReadDir(root)
+		for _, inst := range insts {
+			if inst.IsDir() && !strings.HasPrefix(inst.Name(), "probe-") && dead(inst.Name()) {
+				for _, cg := range cgroupTree(filepath.Join(root, inst.Name())) {
+					_ = os.Remove(cg)
+				}
+			}
+		}
+		_ = os.Remove(root)
 	}
 }
 
