@@ -27,7 +27,24 @@ type LogsConfig struct {
 	QueueSize int
 	// BatchSize is the most lines stored in one INSERT. Default 500.
 	BatchSize int
+	// MaxBuildLines and MaxBuildBytes cap the build output stored per
+	// deployment (each step's output counts; system lines do not); past
+	// either, one system line says so and later build output is dropped.
+	// Defaults DefaultMaxBuildLines, DefaultMaxBuildBytes.
+	MaxBuildLines int
+	MaxBuildBytes int64
+	// MaxAppLines is how many of a deployment's newest app output lines are
+	// kept: older ones are deleted as new ones arrive (a system line says so
+	// once). Default DefaultMaxAppLines.
+	MaxAppLines int
 }
+
+// Defaults of the log caps (operator settings, not plan quotas).
+const (
+	DefaultMaxBuildLines       = 100_000
+	DefaultMaxBuildBytes int64 = 50 << 20
+	DefaultMaxAppLines         = 10_000
+)
 
 // MaxLineBytes is the longest message stored; longer lines are cut.
 const MaxLineBytes = 16 << 10
@@ -70,6 +87,7 @@ type Logs struct {
 }
 
 type logItem struct {
+	trim  int // delete all but this many newest app lines of sink's deployment
 	line  *LogLine
 	sink  *Sink         // the line's sink (numbers it)
 	flush chan struct{} // closed once every earlier line is stored and published
@@ -89,6 +107,9 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 256)
 	cfg.QueueSize = cmp.Or(cfg.QueueSize, 8192)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.MaxBuildLines = cmp.Or(cfg.MaxBuildLines, DefaultMaxBuildLines)
+	cfg.MaxBuildBytes = cmp.Or(cfg.MaxBuildBytes, DefaultMaxBuildBytes)
+	cfg.MaxAppLines = cmp.Or(cfg.MaxAppLines, DefaultMaxAppLines)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -229,6 +250,13 @@ func (l *Logs) run() {
 }
 
 func (l *Logs) mark(it logItem) {
+	if it.trim > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := l.store.LogTrimApp(ctx, it.sink.id, it.trim); err != nil {
+			l.log.Warn("delete old app log lines", "deployment", it.sink.id, "err", err)
+		}
+		cancel()
+	}
 	if it.flush != nil {
 		close(it.flush)
 	}
@@ -615,10 +643,17 @@ type Sink struct {
 	// lines (or found stored). Only the writer goroutine touches it.
 	stored int64
 
-	mu      sync.Mutex
-	secrets []string
-	masker  *Masker
-	tail    []string // last lines of build/app output of the current step
+	mu sync.Mutex
+	// Output caps: build output counted against MaxBuildLines/Bytes, app
+	// lines since the last trim.
+	buildLines   int
+	buildBytes   int64
+	buildDropped bool
+	appLines     int
+	appTrimmed   bool
+	secrets      []string
+	masker       *Masker
+	tail         []string // last lines of build/app output of the current step
 }
 
 var _ LogSink = (*Sink)(nil)
@@ -653,9 +688,37 @@ func (s *Sink) Mask(text string) string {
 // Log stores and streams one line. It waits only when the storage queue is full.
 func (s *Sink) Log(stream, line string) {
 	s.mu.Lock()
+	cfg := &s.logs.cfg
+	if stream == StreamBuild && s.buildDropped {
+		s.mu.Unlock()
+		return // past the cap: dropped before any work
+	}
 	// Mask before cleaning cuts the line, and again after: removing a NUL
 	// or an invalid byte could join the halves of a secret.
 	line = cutLine(s.masker.Mask(clean(s.masker.Mask(line))))
+	switch stream {
+	case StreamBuild:
+		if s.buildLines+1 > cfg.MaxBuildLines || s.buildBytes+int64(len(line)) > cfg.MaxBuildBytes {
+			s.buildDropped = true
+			s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: now(), Stream: StreamSystem, Message: fmt.Sprintf(
+				"build output reached the log cap (%d lines or %d MB per deployment): later build output is not stored", cfg.MaxBuildLines, cfg.MaxBuildBytes>>20)}})
+			s.mu.Unlock()
+			return
+		}
+		s.buildLines++
+		s.buildBytes += int64(len(line))
+	case StreamApp:
+		// Trim in steps of a tenth of the cap, not at every line.
+		if s.appLines++; s.appLines > cfg.MaxAppLines+max(cfg.MaxAppLines/10, 1) {
+			if !s.appTrimmed {
+				s.appTrimmed = true
+				s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: now(), Stream: StreamSystem, Message: fmt.Sprintf(
+					"app output is over the log cap (the newest %d lines are kept): older app lines are deleted", cfg.MaxAppLines)}})
+			}
+			s.logs.enqueue(logItem{sink: s, trim: cfg.MaxAppLines})
+			s.appLines = cfg.MaxAppLines
+		}
+	}
 	ln := &LogLine{DeploymentID: s.id, Time: now(), Stream: stream, Message: line}
 	if stream != StreamSystem {
 		if len(s.tail) == tailLines {

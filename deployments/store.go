@@ -217,6 +217,17 @@ func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogLine, error)
 	return out, nil
 }
 
+// LogTrimApp deletes the deployment's app output lines but the newest keep.
+func (s *Store) LogTrimApp(ctx context.Context, deploymentID string, keep int) error {
+	cutoff := s.db.NewSelect().Model((*LogLine)(nil)).Column("seq").
+		Where("deployment_id = ? AND stream = ?", deploymentID, StreamApp).
+		Order("seq DESC").Limit(1).Offset(int64(keep))
+	_, err := s.db.NewDelete().Model((*LogLine)(nil)).
+		Where("deployment_id = ? AND stream = ?", deploymentID, StreamApp).
+		Where("seq <= (?)", cutoff).Exec(ctx)
+	return db.Translate(err)
+}
+
 // LogMaxSeq returns the highest sequence number stored for the deployment (0 if none).
 func (s *Store) LogMaxSeq(ctx context.Context, deploymentID string) (int64, error) {
 	var n *int64

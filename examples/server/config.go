@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/keelson-dev/keelson/deployments"
 )
 
 // Config is the reference server's configuration, read from the environment
@@ -82,6 +84,11 @@ type Config struct {
 	// MaxBodyMemoryMiB is KEELSON_MAX_BODY_MEMORY_MIB: memory request bodies
 	// may hold together while handled (default 64).
 	MaxBodyMemoryMiB int
+
+	// Log caps per deployment (operator settings, not plan quotas).
+	BuildLogMaxLines int // KEELSON_BUILD_LOG_MAX_LINES (default 100000)
+	BuildLogMaxMB    int // KEELSON_BUILD_LOG_MAX_MB (default 50)
+	AppLogMaxLines   int // KEELSON_APP_LOG_MAX_LINES: newest app lines kept (default 10000)
 }
 
 // Defaults of the connection settings.
@@ -226,19 +233,22 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	for _, n := range []struct {
-		name string
-		dst  *int
-		def  int
+		name     string
+		dst      *int
+		def, min int
 	}{
-		{"KEELSON_MAX_CONNS", &c.MaxConns, DefaultMaxConns},
-		{"KEELSON_INGRESS_MAX_CONNS", &c.IngressMaxConns, DefaultIngressMaxConns},
-		{"KEELSON_MAX_BODY_MEMORY_MIB", &c.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB},
+		{"KEELSON_MAX_CONNS", &c.MaxConns, DefaultMaxConns, 16},
+		{"KEELSON_INGRESS_MAX_CONNS", &c.IngressMaxConns, DefaultIngressMaxConns, 16},
+		{"KEELSON_MAX_BODY_MEMORY_MIB", &c.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB, 16},
+		{"KEELSON_BUILD_LOG_MAX_LINES", &c.BuildLogMaxLines, deployments.DefaultMaxBuildLines, 100},
+		{"KEELSON_BUILD_LOG_MAX_MB", &c.BuildLogMaxMB, int(deployments.DefaultMaxBuildBytes >> 20), 1},
+		{"KEELSON_APP_LOG_MAX_LINES", &c.AppLogMaxLines, deployments.DefaultMaxAppLines, 100},
 	} {
 		*n.dst = n.def
 		if v := strings.TrimSpace(getenv(n.name)); v != "" {
 			i, err := strconv.Atoi(v)
-			if err != nil || i < 16 || i > 1_000_000 {
-				return c, &ConfigError{n.name, fmt.Sprintf("%q is not a number from 16 to 1000000", v)}
+			if err != nil || i < n.min || i > 1_000_000 {
+				return c, &ConfigError{n.name, fmt.Sprintf("%q is not a number from %d to 1000000", v, n.min)}
 			}
 			*n.dst = i
 		}

@@ -277,3 +277,40 @@ func (zeros) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestLoudBuildStopsAtTheLogCap: a build printing 300 MB (3 million lines)
+// fails for its own reason (exit 3) with the stored log at the configured
+// cap and one line saying so, not millions of rows.
+func TestLoudBuildStopsAtTheLogCap(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, "", func(c *Config) { c.BuildLogMaxLines = 2000 })
+	alice := ts.signup(t, "alice@example.com")
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	var p e2eProject
+	ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{"name": "Loud", "repoUrl": work, "framework": "go", "port": 8080}, &p)
+	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
+		"region": "local", "planName": "free", "envVars": []any{},
+		"buildCommand": `head -c 300000000 /dev/zero | tr '\0' a | fold -w 99; echo "the build's own last words"; exit 3`}, nil)
+	var trig struct{ DeploymentID string }
+	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &trig)
+	st, _ := waitDeployment(t, ts, alice, trig.DeploymentID)
+	if st.Status != "FAILED" || !strings.Contains(st.ErrorMessage, "exit status 3") {
+		t.Fatalf("status %s %q, want FAILED for exit status 3", st.Status, st.ErrorMessage)
+	}
+	lines, err := ts.App.Deployments.LogLines(context.Background(), ownerOf(t, ts, alice), trig.DeploymentID, 0, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build, capped := 0, 0
+	for _, l := range lines {
+		if l.Stream == "build" {
+			build++
+		}
+		if strings.Contains(l.Message, "build output reached the log cap (2000 lines") {
+			capped++
+		}
+	}
+	if build > 2000 || capped != 1 || len(lines) > 2100 {
+		t.Fatalf("%d lines stored (%d build, %d cap lines), want the build at 2000 and one cap line", len(lines), build, capped)
+	}
+}

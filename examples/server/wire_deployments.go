@@ -42,7 +42,8 @@ func (a *App) wireDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
 	store := deployments.NewStore(a.DB)
-	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log})
+	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log,
+		MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20, MaxAppLines: a.Cfg.AppLogMaxLines})
 	src := deploySource{a}
 	// What runs the steps here: the process runtime and the ingress serving
 	// its apps (every role but api).
