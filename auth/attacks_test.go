@@ -118,6 +118,19 @@ func TestEmailChangeTakeoverIsRefused(t *testing.T) {
 		}
 		// The link works once.
 		e.wantErr(e.do("POST", "/auth/verify-email", "", map[string]any{"token": e.emailLink("ada@new.example")}), 400, "token")
+
+		// An attacker who knows the password asks for a change to their
+		// address; the owner, told by mail, resets the password: the
+		// attacker's link is dead.
+		e.want(e.do("PATCH", "/auth/me", phone.AccessToken, map[string]any{"email": "eve@evil.example", "currentPassword": testPassword}), http.StatusOK, nil)
+		evesLink := e.emailLink("eve@evil.example")
+		e.want(e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "ada@new.example"}), http.StatusOK, nil)
+		resets := e.resets()
+		e.want(e.do("POST", "/auth/reset-password", "", map[string]any{"token": resetToken(t, resets[len(resets)-1]), "newPassword": "owner again", "confirmPassword": "owner again"}), http.StatusOK, nil)
+		e.wantErr(e.do("POST", "/auth/verify-email", "", map[string]any{"token": evesLink}), 400, "token")
+		if e.count("auth_users", "email = ?", "ada@new.example") != 1 {
+			t.Fatal("the attacker's change went through after the reset")
+		}
 	})
 }
 

@@ -59,8 +59,9 @@
 //     account, mails a change link to the new address (the newest request
 //     retires older ones) and a notice to the old one; the email changes,
 //     verified, only when POST /auth/verify-email redeems that link (409 if
-//     the address was taken meanwhile). Whether the new address is taken is
-//     not checked at request time, so the request reveals nothing.
+//     the address was taken meanwhile); a password reset cancels it. Whether
+//     the new address is taken is not checked at request time, so the
+//     request reveals nothing.
 //   - OAuth logins of 2FA accounts: TwoFactorChallenge gives the OAuth
 //     callback a single-use challenge (SHA-256 at rest, 5 minutes, at most 5
 //     codes) instead of tokens; POST /auth/2fa/login {"challenge","code"}

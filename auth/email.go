@@ -95,7 +95,7 @@ func (s *Service) changeJob(userID, oldEmail, newEmail string) func(ctx context.
 			Subject: "Your Keelson email address is being changed",
 			Text: "Someone asked to change the email of your Keelson account to " + maskEmail(newEmail) + ".\n\n" +
 				"It changes only when the link mailed to the new address is opened. Your other sessions were signed out.\n" +
-				"If it was not you, reset your password now: someone knows it.\n",
+				"If it was not you, reset your password now: someone knows it, and a reset cancels the change.\n",
 		})
 		return errors.Join(err, notice)
 	}

@@ -131,8 +131,9 @@ func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
 var errBadReset = platform.Invalid("token: invalid or expired reset token")
 
 // ResetPassword sets a new password with a reset token. The token is used
-// up, every other reset token of the user is killed, every refresh token
-// revoked and every access token ended (session version). 2FA stays as it is.
+// up, every other reset token of the user is killed, every pending email
+// change cancelled, every refresh token revoked and every access token ended
+// (session version). 2FA stays as it is.
 func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) error {
 	rr := new(resetRow)
 	if err := s.db.NewSelect().Model(rr).Where("hash = ?", hashToken(token)).Scan(ctx); err != nil {
@@ -160,6 +161,12 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 		}
 		if _, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
 			Where("user_id = ? AND used_at IS NULL", rr.UserID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		// A pending email change was asked for with the old password: whoever
+		// knew it must not finish the change after the owner took control back.
+		if _, err := tx.NewUpdate().Model((*emailTokenRow)(nil)).Set("used_at = ?", now).
+			Where("user_id = ? AND kind = ? AND used_at IS NULL", rr.UserID, emailKindChange).Exec(ctx); err != nil {
 			return db.Translate(err)
 		}
 		if _, err := tx.NewUpdate().Model((*userRow)(nil)).Set("password_hash = ?", hash).

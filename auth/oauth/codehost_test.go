@@ -254,6 +254,19 @@ func TestCodehostEmailVerificationRules(t *testing.T) {
 			t.Fatalf("a password account with an unverified email was linked to %q", login)
 		}
 
+		// Nor any other account whose email we never verified, with or without
+		// a password: unverified accounts are never linked by email.
+		unverified, err := e.accounts.CreateUser(ctx, auth.CreateUserParams{Email: "nopw@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.gh.AddUser(oauthtest.GitHubUser{ID: 7, Login: "nopw-owner", Emails: []oauthtest.GitHubEmail{{Email: "nopw@example.com", Primary: true, Verified: true}}})
+		e.gh.SignIn("nopw-owner")
+		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrLinkRequiresLogin)
+		if login, _ := e.svc.CodehostLogin(ctx, unverified.ID); login != "" {
+			t.Fatalf("an unverified account was linked to %q", login)
+		}
+
 		// A verified (non-primary) email of an existing verified, password-less
 		// account (e.g. made by an earlier idp login) links to it.
 		ada, err := e.accounts.CreateUser(ctx, auth.CreateUserParams{Email: "ada@example.com", EmailVerified: true})
@@ -283,7 +296,7 @@ func TestCodehostEmailVerificationRules(t *testing.T) {
 		// The user declines at the provider.
 		e.gh.Deny(true)
 		e.refused(e.flow(newBrowser(t), "/auth/codehost"), oauth.ErrAccessDenied)
-		if e.count("auth_users") != 3 || e.count("oauth_identities") != 1 {
+		if e.count("auth_users") != 4 || e.count("oauth_identities") != 1 {
 			t.Fatalf("users %d identities %d", e.count("auth_users"), e.count("oauth_identities"))
 		}
 	})
