@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
 )
 
 // DeleteStatus is the deletion state of a project.
@@ -121,11 +124,21 @@ func (s *Service) runTeardown(id string) {
 	now := s.now()
 	switch {
 	case err == nil:
-		_, err = s.d.DB.NewUpdate().Model((*projectRow)(nil)).
-			Set("status = ?", StatusDeleted).Set("deleted_at = ?", now).Set("updated_at = ?", now).
-			// Nothing secret outlives the project.
-			Set("env_vars = '[]'").Set("webhook_secret = ''").Set("error_message = ''").
-			Where("id = ? AND status = ?", id, StatusDeleting).Exec(wctx)
+		err = db.InTx(wctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+			res, err := tx.NewUpdate().Model((*projectRow)(nil)).
+				Set("status = ?", StatusDeleted).Set("deleted_at = ?", now).Set("updated_at = ?", now).
+				// Nothing secret outlives the project.
+				Set("env_vars = '[]'").Set("webhook_secret = ''").Set("error_message = ''").
+				Where("id = ? AND status = ?", id, StatusDeleting).Exec(ctx)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				// The slot is free again, in the same transaction.
+				return giveBackSlot(ctx, tx, id)
+			}
+			return nil
+		})
 		if err != nil {
 			log.Error("project teardown: record DELETED", "err", err)
 			return

@@ -87,6 +87,10 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex(m, "projects_plan_name_idx", false, "plan_name"),
 			db.CreateIndex(m, "projects_status_idx", false, "status"),
 		),
+	}, {
+		// The maxProjects counter per owner (counts.go), filled from the rows.
+		ID: "0002_project_counts",
+		Up: db.Steps(db.CreateTables((*projectCountRow)(nil)), backfillCounts),
 	}}}
 }
 

@@ -98,20 +98,8 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	// lock we do not hold) is a unique violation: retry with a new suffix.
 	for attempt := 0; ; attempt++ {
 		err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-			if db.IsPostgres(tx) {
-				// Serialises creates of one owner so two cannot both take the last slot.
-				if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", "keelson:projects:"+owner); err != nil {
-					return err
-				}
-			}
-			n, err := tx.NewSelect().Model((*projectRow)(nil)).
-				Where("owner_id = ? AND status <> ?", owner, StatusDeleted).Count(ctx)
-			if err != nil {
+			if err := takeSlot(ctx, tx, owner, plan); err != nil {
 				return err
-			}
-			if plan.MaxProjects > 0 && int(n) >= plan.MaxProjects {
-				return platform.Forbidden(fmt.Sprintf("maxProjects quota reached: %d of %d projects used on plan %s",
-					n, plan.MaxProjects, plan.Name)).WithCode("QUOTA_EXCEEDED")
 			}
 			if row.Slug, err = freeSlug(ctx, tx, base, attempt > 0); err != nil {
 				return err
