@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,22 @@ func TestRepositoryWebhooksWithApp(t *testing.T) {
 		}
 		if tr := e.deployer.triggers(); len(tr) != 4 {
 			t.Fatalf("triggers = %d, want 4 (alice once, bob three times)", len(tr))
+		}
+
+		// GitHub's default content type for repository webhooks is
+		// form-encoded: payload=<json>, signed as sent.
+		sha3 := githubfake.RandomSHA()
+		form := []byte("payload=" + neturl.QueryEscape(string(e.fake.PushPayload(githubfake.Push{Repo: repo, Branch: "main", After: sha3}))))
+		formID := githubfake.NewDeliveryID()
+		if st, resp := post(form, map[string]string{"Content-Type": "application/x-www-form-urlencoded", "X-GitHub-Event": "push",
+			"X-GitHub-Delivery": formID, "X-Hub-Signature-256": "sha256=" + hmacHex("alice-secret-0123", form)}); st != 200 {
+			t.Fatalf("form-encoded push: %d %s", st, resp)
+		}
+		if d := e.waitOwn(alice, formID); len(d.Decisions) != 1 || d.Decisions[0].Decision != codehost.DecisionDeployed {
+			t.Fatalf("form-encoded push decisions = %+v", d.Decisions)
+		}
+		if tr := e.deployer.triggers(); len(tr) != 5 || tr[4].SHA != sha3 {
+			t.Fatalf("triggers after the form-encoded push = %+v", tr)
 		}
 	})
 }
