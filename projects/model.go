@@ -29,7 +29,7 @@ type projectRow struct {
 	CodehostRepositoryID string    `bun:"codehost_repository_id,notnull"`
 	WebhookSecret        string    `bun:"webhook_secret,notnull"` // sealed; "" when none
 	Region               string    `bun:"region,notnull"`
-	PlanName             string    `bun:"plan_name,notnull"` // "" follows the account plan
+	PlanName             string    `bun:"plan_name,notnull"` // "" follows the account plan (answered as its name)
 	EnvVars              string    `bun:"env_vars,notnull"`  // JSON []storedEnv, secret values sealed
 	StartCommand         string    `bun:"start_command,notnull"`
 	BuildCommand         string    `bun:"build_command,notnull"`
@@ -109,7 +109,7 @@ type Project struct {
 	CodehostRepositoryID string      `json:"codehostRepositoryId" doc:"Repository id at the code host"`
 	HasWebhookSecret     bool        `json:"hasWebhookSecret" doc:"A webhook secret is set (the secret itself is write-only)"`
 	Region               string      `json:"region" doc:"Region"`
-	PlanName             string      `json:"planName" doc:"Plan of the project (empty: the owner's account plan)"`
+	PlanName             string      `json:"planName" doc:"Plan of the project: the plan chosen in its settings, else the owner's account plan (which it then follows)"`
 	EnvVars              []EnvVarOut `json:"envVars" doc:"Environment variables; secret values are masked"`
 	StartCommand         string      `json:"startCommand" doc:"Start command (empty: the framework preset)"`
 	BuildCommand         string      `json:"buildCommand" doc:"Build command (empty: the framework preset)"`

@@ -18,9 +18,12 @@
 //     show secret values as "********" and only whether a webhook secret is
 //     set. A settings update that sends "********" for a secret keeps the
 //     stored value. On DELETED, env vars and the webhook secret are erased.
-//   - A project's planName is empty until a settings update picks one; the
-//     effective plan is planName's plan, else (or when that plan is above the
-//     owner's current account plan, e.g. after a downgrade) the account plan.
+//   - A project follows its owner's account plan until a settings update names
+//     a plan (stored planName ""; answered as the account plan's name, so a
+//     GET sent back to PATCH /settings is accepted; it then names that plan
+//     from there on). The effective plan is
+//     planName's plan, else (or when that plan is above the owner's current
+//     account plan, e.g. after a downgrade) the account plan.
 //   - maxProjects counts the owner's projects that are not DELETED.
 //   - Deletion: DELETE marks the project DELETING and answers 202; a background
 //     teardown (Teardown) runs with a bounded context; success makes it

@@ -2,6 +2,7 @@ package projects_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,7 +26,7 @@ func TestCreateGetList(t *testing.T) {
 		p := e.create("alice", body)
 		if !platform.ValidID(p.ID) || p.Name != "My Shiny App!" || p.Slug != "my-shiny-app" || p.Port != 3000 ||
 			p.Region != "eu-west" || p.Status != "ACTIVE" || !p.HasWebhookSecret || !p.IsPrivate || !p.AutoDeploy ||
-			p.AutoDeployBranch != "main" || p.CodehostRepositoryID != "12345" || p.PlanName != "" || len(p.EnvVars) != 0 {
+			p.AutoDeployBranch != "main" || p.CodehostRepositoryID != "12345" || p.PlanName != "free" || len(p.EnvVars) != 0 {
 			t.Fatalf("created: %+v", p)
 		}
 		resp := e.api.Get("/projects/"+p.ID, as("alice"))
@@ -538,6 +539,57 @@ func TestConcurrentCreatesCannotPassTheLastSlot(t *testing.T) {
 			t.Fatalf("projects: %+v", ps)
 		}
 	})
+}
+
+// TestSettingsRoundTrip: what GET /projects/{id} answers, sent back to PATCH
+// /projects/{id}/settings unchanged, is accepted and changes nothing; a
+// project that follows its owner's account plan keeps following it.
+func TestSettingsRoundTrip(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb, opts{regions: []string{"eu-west", "us-east"}})
+		ctx := context.Background()
+		p := e.create("alice", validCreate("roundtrip"))
+		resp := e.api.Get("/projects/"+p.ID, as("alice"))
+		if resp.Code != 200 {
+			t.Fatalf("get: %d %s", resp.Code, resp.Body)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(resp.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got["planName"] != "free" || got["region"] != "eu-west" {
+			t.Fatalf("a project shows its plan and region: %v %v", got["planName"], got["region"])
+		}
+		settings := map[string]any{}
+		for _, f := range []string{"region", "planName", "envVars", "startCommand", "buildCommand", "isPrivate",
+			"autoDeploy", "autoDeployBranch", "codehostRepositoryId"} {
+			settings[f] = got[f]
+		}
+		resp = e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), settings)
+		if resp.Code != 200 {
+			t.Fatalf("settings sent back unchanged: %d %s", resp.Code, resp.Body)
+		}
+		after := decode[projects.Project](t, resp.Body.Bytes())
+		if after.PlanName != "free" || after.Region != "eu-west" {
+			t.Fatalf("after round trip: %+v", after)
+		}
+		before := decode[projects.Project](t, []byte(mustJSON(t, got)))
+		before.UpdatedAt = after.UpdatedAt
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			t.Fatalf("round trip changed the project:\nbefore %+v\nafter  %+v", before, after)
+		}
+		_ = ctx
+	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestPlanChoice(t *testing.T) {

@@ -116,7 +116,12 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 		return nil, wrap("create", err)
 	}
 	s.d.Logger.InfoContext(ctx, "project created", "project_id", row.ID, "owner_id", owner, "slug", row.Slug)
-	return row.toProject()
+	out, err := row.toProject()
+	if err != nil {
+		return nil, err
+	}
+	out.PlanName = plan.Name // follows the account plan (stored "")
+	return out, nil
 }
 
 // freeSlug returns base if no live project has it, else base with a random
@@ -167,7 +172,32 @@ func (s *Service) Get(ctx context.Context, owner, id string) (*Project, error) {
 	if err != nil {
 		return nil, err
 	}
-	return row.toProject()
+	p, err := row.toProject()
+	if err != nil {
+		return nil, err
+	}
+	return p, s.fillPlanName(ctx, owner, p)
+}
+
+// fillPlanName answers projects that follow their owner's account plan
+// (planName stored empty) with that plan's name: a project always shows its
+// plan, so what GET answers can be sent back to PATCH /settings unchanged.
+func (s *Service) fillPlanName(ctx context.Context, owner string, ps ...*Project) error {
+	var acct *Plan
+	for _, p := range ps {
+		if p.PlanName != "" {
+			continue
+		}
+		if acct == nil {
+			a, err := s.d.Plans.AccountPlan(ctx, owner)
+			if err != nil {
+				return wrap("account plan", err)
+			}
+			acct = a
+		}
+		p.PlanName = acct.Name
+	}
+	return nil
 }
 
 // ListParams filter and page List.
@@ -203,6 +233,9 @@ func (s *Service) List(ctx context.Context, owner string, p ListParams) ([]*Proj
 			return nil, "", err
 		}
 		out = append(out, pr)
+	}
+	if err := s.fillPlanName(ctx, owner, out...); err != nil {
+		return nil, "", err
 	}
 	return out, next, nil
 }
@@ -318,7 +351,11 @@ func (s *Service) UpdateSettings(ctx context.Context, owner, id string, in Setti
 		return nil, platform.Conflict("project is being deleted; its settings cannot change")
 	}
 	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
-	return upd.toProject()
+	out, err := upd.toProject()
+	if err != nil {
+		return nil, err
+	}
+	return out, s.fillPlanName(ctx, owner, out)
 }
 
 func setStr(dst *string, v *string) {
