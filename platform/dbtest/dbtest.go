@@ -5,6 +5,13 @@
 // default postgres:16-alpine). Without either, Postgres tests skip saying why,
 // unless KEELSON_TEST_REQUIRE_POSTGRES=1 (CI), where they fail.
 //
+// Where Docker answers but the image is neither present nor pullable (a
+// machine with no registry), dbtest uses LocalPostgresImage, building it first
+// from the machine's own PostgreSQL with the repository's
+// .ci/postgres-image.sh when it is missing (as root, one build at a time
+// across test binaries); failing that, Postgres tests skip with one line
+// saying why.
+//
 // Packages that use Postgres call dbtest.Main from TestMain so the container is
 // stopped when the binary ends.
 package dbtest
@@ -31,6 +38,10 @@ import (
 
 // DefaultPostgresImage is the image used when KEELSON_TEST_POSTGRES_IMAGE is unset.
 const DefaultPostgresImage = "postgres:16-alpine"
+
+// LocalPostgresImage is the image .ci/postgres-image.sh builds from the
+// machine's PostgreSQL binaries, used when the wanted image cannot be pulled.
+const LocalPostgresImage = "keelson-test/postgres:15"
 
 type shared struct {
 	once      sync.Once
@@ -143,6 +154,11 @@ func startShared() {
 		}
 		if reason := dockerUnavailable(ctx); reason != "" {
 			pg.skip = "no KEELSON_TEST_DATABASE_URL and " + reason
+			return
+		}
+		var skip string
+		if img, skip = resolveImage(ctx, img); skip != "" {
+			pg.skip = skip
 			return
 		}
 		start := time.Now()
