@@ -420,3 +420,10 @@ func (s *Service) handleLogout(ctx context.Context, in *logoutInput) (*ackOutput
 	}
 	return &ackOutput{Body: Ack{OK: true, Message: "Logged out."}}, nil
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (registerBody) SchemaName() string { return "RegisterRequest" }
+func (loginBody) SchemaName() string    { return "LoginRequest" }
+func (forgotBody) SchemaName() string   { return "ForgotPasswordRequest" }
+func (resetBody) SchemaName() string    { return "ResetPasswordRequest" }
+func (patchBody) SchemaName() string    { return "UpdateProfileRequest" }

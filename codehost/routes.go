@@ -53,8 +53,19 @@ func (s *Service) Register(api huma.API) error {
 	// the handler runs; the signature check must judge every request first
 	// (an unsigned empty body is a 401 like any other unsigned one). The
 	// registered operation shares this RequestBody.
+	// The body is read raw, but it is the provider's JSON as GitHub sends it
+	// (application/json), or its form-encoded payload=; declare those, so
+	// request validators accept real deliveries.
 	if pi := api.OpenAPI().Paths["/codehost/webhook"]; pi != nil && pi.Post != nil && pi.Post.RequestBody != nil {
 		pi.Post.RequestBody.Required = false
+		pi.Post.RequestBody.Description = "The provider's event payload, verified by the signature over the raw bytes before it is parsed."
+		pi.Post.RequestBody.Content = map[string]*huma.MediaType{
+			"application/json": {Schema: &huma.Schema{Type: huma.TypeObject, AdditionalProperties: true,
+				Description: "The event's JSON as the code host sends it (e.g. a GitHub push event)"}},
+			"application/x-www-form-urlencoded": {Schema: &huma.Schema{Type: huma.TypeObject,
+				Properties: map[string]*huma.Schema{"payload": {Type: huma.TypeString, Description: "The event's JSON"}},
+				Required:   []string{"payload"}}},
+		}
 	}
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
@@ -446,3 +457,8 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (RepositoryOut) SchemaName() string { return "Repository" }
+func (DeliveryOut) SchemaName() string   { return "WebhookDelivery" }
+func (DecisionOut) SchemaName() string   { return "DeliveryDecision" }

@@ -200,3 +200,6 @@ func (s *Steps) Scan(src any) error {
 	}
 	return json.Unmarshal(b, s)
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (Step) SchemaName() string { return "DeploymentStep" }

@@ -316,3 +316,7 @@ func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, e
 }
 
 func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (View) SchemaName() string       { return "Deployment" }
+func (StatusView) SchemaName() string { return "DeploymentStatus" }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,56 @@ type logEvent struct {
 	Stream    string     `json:"stream,omitempty" enum:"system,build,app" doc:"log only"`
 }
 
+// logEventSchema registers one schema per event type and returns a reference
+// to DeploymentLogEvent, their oneOf with type as discriminator.
+func logEventSchema(r huma.Registry) *huma.Schema {
+	const prefix = "#/components/schemas/"
+	typ := func(v string) *huma.Schema {
+		return &huma.Schema{Type: huma.TypeString, Enum: []any{v}, Description: "Event type"}
+	}
+	events := []struct {
+		name, typ, doc string
+		props          map[string]*huma.Schema
+	}{
+		{"DeploymentLogReady", "ready", "The stream is open; the backlog follows.", nil},
+		{"DeploymentLogLine", "log", "One log line. Its SSE id: line is the cursor.", map[string]*huma.Schema{
+			"cursor":    {Type: huma.TypeInteger, Format: "int64", Minimum: ptrFloat(1), Description: "The line's cursor (per-deployment sequence number), also its SSE id"},
+			"timestamp": {Type: huma.TypeString, Format: "date-time", Description: "When the line was logged (RFC 3339, UTC)"},
+			"stream":    {Type: huma.TypeString, Enum: []any{"system", "build", "app"}, Description: "Where the line came from"},
+			"message":   {Type: huma.TypeString, Description: "The line (absent when empty); secret env values are replaced by ***"},
+		}},
+		{"DeploymentLogError", "error", "The stream failed and ends.", map[string]*huma.Schema{
+			"message": {Type: huma.TypeString, Description: "What went wrong"},
+		}},
+		{"DeploymentLogDone", "done", "The deployment is terminal and every line was sent; the stream ends.", nil},
+	}
+	m := r.Map()
+	one := &huma.Schema{
+		Description:   "One event of a deployment's log stream (the JSON of its data: line).",
+		Discriminator: &huma.Discriminator{PropertyName: "type", Mapping: map[string]string{}},
+	}
+	for _, e := range events {
+		props := map[string]*huma.Schema{"type": typ(e.typ)}
+		required := []string{"type"}
+		for k, v := range e.props {
+			props[k] = v
+			if k != "message" || e.typ == "error" { // an empty log line has no message
+				required = append(required, k)
+			}
+		}
+		slices.Sort(required)
+		m[e.name] = &huma.Schema{Type: huma.TypeObject, Description: e.doc, Properties: props, Required: required,
+			AdditionalProperties: false}
+		ref := prefix + e.name
+		one.OneOf = append(one.OneOf, &huma.Schema{Ref: ref})
+		one.Discriminator.Mapping[e.typ] = ref
+	}
+	m["DeploymentLogEvent"] = one
+	return &huma.Schema{Ref: prefix + "DeploymentLogEvent"}
+}
+
+func ptrFloat(f float64) *float64 { return &f }
+
 func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
 	oa := api.OpenAPI()
 	if oa.Components == nil {
@@ -66,18 +117,22 @@ func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
 		Type: "apiKey", In: "query", Name: "token",
 		Description: "Short-lived token from POST /deployments/{id}/logs/token, valid for that deployment's log stream only.",
 	}
-	schema := oa.Components.Schemas.Schema(reflectType[logEvent](), true, "DeploymentLogEvent")
+	schema := logEventSchema(oa.Components.Schemas)
 	huma.Register(api, huma.Operation{
 		OperationID: "stream-deployment-logs", Method: http.MethodGet, Path: "/deployments/{id}/logs",
-		Summary:     "Stream a deployment's logs (Server-Sent Events)",
-		Description: "Unnamed events whose data is JSON with a type: ready, then the backlog (after, since or Last-Event-ID), then live lines, then done when the deployment is LIVE, FAILED or CANCELLED and every line was sent. Each log event carries id: <cursor>. Comment heartbeats (: ping) keep the stream open.",
+		Summary: "Stream a deployment's logs (Server-Sent Events)",
+		Description: "Server-Sent Events (text/event-stream). Every event is unnamed (no event: line) and has one data: line " +
+			"holding one JSON object, a DeploymentLogEvent: its type is ready, log, error or done. A log event also has an " +
+			"id: line holding its cursor. Order: ready, then the backlog (after, since or Last-Event-ID), then live lines, " +
+			"then done when the deployment is LIVE, FAILED or CANCELLED and every line was sent. Lines starting with a colon " +
+			"(: ping) are heartbeats to ignore.",
 		Tags:        []string{"Deployments"},
 		Security:    []map[string][]string{{platform.SecurityScheme: {}}, {LogTokenScheme: {}}},
 		Middlewares: huma.Middlewares{h.logsAuth(api, auth)},
 		Responses: map[string]*huma.Response{
 			"200": {
-				Description: "text/event-stream of DeploymentLogEvent objects in data: lines",
-				Content:     map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{Type: huma.TypeArray, Items: schema}}},
+				Description: "A stream of events; the schema is that of one event's data: line (framing: id: <cursor> for log events, data: <JSON>, a blank line).",
+				Content:     map[string]*huma.MediaType{"text/event-stream": {Schema: schema}},
 			},
 		},
 	}, h.logs)

@@ -380,3 +380,7 @@ func (s *Service) Seed(ctx context.Context) (bool, error) {
 	}
 	return seeded, nil
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (PlanInput) SchemaName() string { return "CreatePlanRequest" }
+func (PlanPatch) SchemaName() string { return "UpdatePlanRequest" }

@@ -1,16 +1,27 @@
 package platform
 
-import "github.com/danielgtaylor/huma/v2"
+import (
+	"reflect"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+)
 
 // APIConfig returns a Huma config for an API that serves Keelson modules: the
-// NestJS-compatible error model installed, the bearer scheme declared, OpenAPI
-// 3.1 at /openapi.json, 3.0 at /openapi-3.0.json and docs at /docs.
+// NestJS-compatible error model installed, the bearer scheme declared, schema
+// names a generated client would want (SchemaNamer), arrays not nullable (the
+// modules always answer [] for an empty list). Huma's own document and docs
+// routes are off: serve them with platform/apidocs (Register), which makes
+// the documents acceptable to strict tools and the docs work offline.
+//
+// Arrays: Huma keeps the default nullability of arrays in a package variable
+// (huma.DefaultArrayNullable); like InstallErrorModel, APIConfig sets it for
+// the whole process.
 func APIConfig(title, version string) huma.Config {
 	InstallErrorModel()
+	huma.DefaultArrayNullable = false
 	cfg := huma.DefaultConfig(title, version)
-	if cfg.Components == nil {
-		cfg.Components = &huma.Components{}
-	}
+	cfg.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", SchemaNamer)
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		SecurityScheme: {
 			Type: "http", Scheme: "bearer", BearerFormat: "JWT",
@@ -19,5 +30,45 @@ func APIConfig(title, version string) huma.Config {
 	}
 	// No $schema links in responses: clients of SPEC.md do not expect them.
 	cfg.CreateHooks = nil
+	cfg.OpenAPIPath = ""
+	cfg.DocsPath = ""
 	return cfg
+}
+
+// SchemaNamed is implemented by types that choose their OpenAPI schema name
+// (e.g. projects.View answers "Project"), so Go names that read well inside a
+// package (View, Input) do not become generic names in generated clients.
+type SchemaNamed interface {
+	SchemaName() string
+}
+
+var schemaNamedType = reflect.TypeFor[SchemaNamed]()
+
+// SchemaNamer is Huma's default namer, except that a type implementing
+// SchemaNamed (by value or pointer) is named by its SchemaName, and an
+// anonymous body struct, which Huma names after its field (fooInput.Body:
+// FooInputBody), is named FooRequest or FooResponse.
+func SchemaNamer(t reflect.Type, hint string) string {
+	d := t
+	for d.Kind() == reflect.Pointer {
+		d = d.Elem()
+	}
+	if d.Name() != "" {
+		if d.Implements(schemaNamedType) {
+			return reflect.Zero(d).Interface().(SchemaNamed).SchemaName()
+		}
+		if reflect.PointerTo(d).Implements(schemaNamedType) {
+			return reflect.New(d).Interface().(SchemaNamed).SchemaName()
+		}
+	}
+	name := huma.DefaultSchemaNamer(t, hint)
+	if d.Name() == "" {
+		if base, ok := strings.CutSuffix(name, "InputBody"); ok && base != "" {
+			return base + "Request"
+		}
+		if base, ok := strings.CutSuffix(name, "OutputBody"); ok && base != "" {
+			return base + "Response"
+		}
+	}
+	return name
 }

@@ -141,6 +141,23 @@ type APIError struct {
 	headers    http.Header
 }
 
+// TransformSchema types message in the OpenAPI document: a string, or an
+// array of strings (validation failures), as NestJS answers it.
+func (APIError) TransformSchema(r huma.Registry, s *huma.Schema) *huma.Schema {
+	if m := s.Properties["message"]; m != nil {
+		s.Properties["message"] = &huma.Schema{
+			Description: m.Description,
+			OneOf: []*huma.Schema{
+				{Type: huma.TypeString},
+				{Type: huma.TypeArray, Items: &huma.Schema{Type: huma.TypeString}, MinItems: ptrInt(1)},
+			},
+		}
+	}
+	return s
+}
+
+func ptrInt(i int) *int { return &i }
+
 // FieldError is one violated validation rule.
 type FieldError struct {
 	Location string `json:"location,omitempty" doc:"Where the error is, e.g. body.password"`

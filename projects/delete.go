@@ -174,3 +174,6 @@ func (s *Service) callTeardown(ctx context.Context, id string) (err error) {
 	}()
 	return s.d.Teardown.TeardownProject(ctx, id)
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (DeleteStatus) SchemaName() string { return "ProjectDeleteStatus" }

@@ -208,3 +208,6 @@ func wrap(op string, err error) error {
 
 func isNotFound(err error) bool { return errors.Is(err, platform.ErrNotFound) }
 func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (EnvVarOut) SchemaName() string { return "EnvVar" }

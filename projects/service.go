@@ -556,3 +556,8 @@ func (s *Service) ProjectsForRepository(ctx context.Context, repoURLs []string, 
 	}
 	return out, nil
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (CreateInput) SchemaName() string   { return "CreateProjectRequest" }
+func (SettingsInput) SchemaName() string { return "ProjectSettings" }
+func (EnvVarIn) SchemaName() string      { return "EnvVarInput" }

@@ -127,3 +127,6 @@ func register(api huma.API, auth platform.Authenticator, r Resource) {
 			return text("This action removes a #" + in.ID + " " + r.Singular), nil
 		})
 }
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (EmptyBody) SchemaName() string { return "PlaceholderBody" }

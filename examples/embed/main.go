@@ -17,6 +17,7 @@ import (
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/apidocs"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/keelson-dev/keelson/platform/secret"
@@ -45,6 +46,10 @@ func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
 	}
 	mux := http.NewServeMux()
 	api := humago.New(mux, platform.APIConfig("My platform", "1.0.0"))
+	if err := apidocs.Register(api, apidocs.Options{}); err != nil { // /openapi.json, /docs
+		bdb.Close()
+		return nil, nil, err
+	}
 
 	authSvc, err := auth.Register(api, auth.Deps{DB: bdb, Sealer: sealer, JWTSecret: []byte(o.JWTSecret), Logger: o.Log})
 	if err != nil {

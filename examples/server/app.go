@@ -24,6 +24,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/apidocs"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/keelson-dev/keelson/platform/secret"
@@ -149,6 +150,10 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.closers = append(a.closers, func(context.Context) error { return a.DB.Close() })
 
 	a.API = humago.New(a.mux, platform.APIConfig("Keelson API", Version))
+	describeAPI(a.API.OpenAPI(), cfg.PublicURL)
+	if err := apidocs.Register(a.API, apidocs.Options{}); err != nil {
+		return nil, err
+	}
 	a.registerHealth()
 
 	// Order matters: auth provides the authenticator everything else uses;
