@@ -54,7 +54,7 @@ func run(log *slog.Logger) error {
 		log.Info("ingress listening", "addr", ingressL.Addr().String(), "apps_domain", cfg.AppsDomain)
 	}
 	log.Info("keelson listening", "addr", apiL.Addr().String(), "role", cfg.Role, "engine", cfg.Engine,
-		"database", dbKind(cfg), "data_dir", cfg.DataDir, "docs", cfg.PublicURL+"/docs")
+		"database", dbKind(cfg), "data_dir", cfg.DataDir, "docs", listenURL(apiL.Addr())+"/docs")
 	err = app.Serve(ctx, apiL, ingressL)
 	log.Info("keelson stopped")
 	return err
@@ -65,4 +65,17 @@ func dbKind(cfg Config) string {
 		return "sqlite"
 	}
 	return "postgres"
+}
+
+// listenURL is an http URL that reaches addr, the address the API really
+// listens on: an unspecified host (":8080", "[::]:8080") becomes localhost.
+func listenURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -9,13 +9,14 @@ import (
 // adding a tag adds its line here (TestOpenAPIDocumentsValidate fails on a
 // tag without a description).
 var tagDescriptions = map[string]string{
-	"Health":      "Liveness and readiness probes.",
-	"Auth":        "Accounts: registration, login, tokens, password reset, two-factor authentication, profile.",
-	"OAuth":       "Browser redirect routes: login and account linking through the code host and an OpenID Connect provider.",
-	"Plans":       "Plans and their quotas (provisional). Reads are public; writes need ADMIN.",
-	"Projects":    "Projects of the authenticated user: settings, env vars, deletion.",
-	"Deployments": "Deployments of a project: trigger, status and steps, live logs (Server-Sent Events).",
-	"Code host":   "The code-hosting app: installation, repositories, signed webhooks, deliveries.",
+	"Health":       "Liveness and readiness probes.",
+	"Auth":         "Accounts: registration, login, tokens, password reset, two-factor authentication, profile.",
+	"OAuth":        "Browser redirect routes: login and account linking through the code host and an OpenID Connect provider.",
+	"Plans":        "Plans and their quotas (provisional). Reads are public; writes need ADMIN.",
+	"Projects":     "Projects of the authenticated user: settings, env vars, deletion.",
+	"Deployments":  "Deployments of a project: trigger, status and steps, live logs (Server-Sent Events).",
+	"Code host":    "The code-hosting app: installation, repositories, signed webhooks, deliveries.",
+	"Deploy hooks": "Secret per-project URLs that deploy the project's branch head when POSTed to.",
 
 	"Env vars (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",
 	"Logstore (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -293,4 +294,20 @@ func libOpenAPIErrors(doc []byte) []string {
 		}
 	}
 	return out
+}
+
+func TestListenURL(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:9123": "http://127.0.0.1:9123", "0.0.0.0:8080": "http://localhost:8080",
+		"[::]:8080": "http://localhost:8080", "[::1]:81": "http://[::1]:81",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := listenURL(a); got != want {
+			t.Errorf("listenURL(%s) = %s, want %s", addr, got, want)
+		}
+	}
 }
