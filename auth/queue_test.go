@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,4 +63,67 @@ func TestMailQueueIsBoundedAndLeaksNothing(t *testing.T) {
 	// After Close nothing is queued any more.
 	e.wantErr(e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "x@example.com"}), 503, "")
 	bdb.Close()
+}
+
+// slowMailer is a mail server that takes its time with every message.
+type slowMailer struct{ d time.Duration }
+
+func (m slowMailer) Send(ctx context.Context, _ Mail) error {
+	select {
+	case <-time.After(m.d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestRegisterAndEmailChangeDoTheSameWorkWhateverTheAddress: with a mail
+// server that takes 300 ms, registering a new address (which mails a link)
+// takes about as long as registering a taken one (409, no mail), and an email
+// change to a taken address as long as to a free one. Medians of one run,
+// interleaved, generous factor: no absolute timing.
+func TestRegisterAndEmailChangeDoTheSameWorkWhateverTheAddress(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite(t, sets...), func(d *Deps) {
+		d.Mailer = slowMailer{300 * time.Millisecond}
+		d.Limits.RegisterPerIP = Limit{Max: 1000, Per: time.Hour}
+		d.Limits.LoginPerAccount = Limit{Max: 1000, Per: time.Hour}
+	})
+	e.register("taken@example.com")
+	tok := e.tokens("taken@example.com").AccessToken
+	timed := func(method, path, token string, body map[string]any, want int) time.Duration {
+		start := time.Now()
+		resp := e.do(method, path, token, body)
+		d := time.Since(start)
+		if resp.Code != want {
+			t.Fatalf("%s %s: %d %s", method, path, resp.Code, resp.Body)
+		}
+		return d
+	}
+	reg := func(email string) map[string]any {
+		return map[string]any{"email": email, "password": testPassword, "confirmPassword": testPassword}
+	}
+	const n = 7
+	var fresh, taken, toFree, toTaken []time.Duration
+	for i := range n {
+		fresh = append(fresh, timed("POST", "/auth/register", "", reg("new"+strconv.Itoa(i)+"@example.com"), http.StatusCreated))
+		taken = append(taken, timed("POST", "/auth/register", "", reg("taken@example.com"), http.StatusConflict))
+		toFree = append(toFree, timed("PATCH", "/auth/me", tok, map[string]any{"email": "free" + strconv.Itoa(i) + "@example.com", "currentPassword": testPassword}, http.StatusOK))
+		toTaken = append(toTaken, timed("PATCH", "/auth/me", tok, map[string]any{"email": "new" + strconv.Itoa(i) + "@example.com", "currentPassword": testPassword}, http.StatusOK))
+	}
+	for _, c := range []struct {
+		what string
+		a, b []time.Duration
+	}{{"register new vs taken", fresh, taken}, {"email change to a free vs a taken address", toFree, toTaken}} {
+		ma, mb := medianOf(c.a), medianOf(c.b)
+		t.Logf("%s: medians %v vs %v", c.what, ma, mb)
+		if ma > 3*mb || mb > 3*ma {
+			t.Errorf("%s: medians %v vs %v tell the cases apart", c.what, ma, mb)
+		}
+	}
+}
+
+func medianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
