@@ -325,6 +325,14 @@ func (a *Activities) Finish(ctx context.Context, id string, cause error) error {
 	return nil
 }
 
+// Note logs a system line to a deployment's log (an engine telling why a
+// QUEUED deployment waits).
+func (a *Activities) Note(ctx context.Context, id, msg string) {
+	if sink, err := a.logs.Sink(ctx, id); err == nil {
+		sink.Log(StreamSystem, msg)
+	}
+}
+
 // CancelQueued cancels a deployment that has not started (QUEUED -> CANCELLED)
 // and reports whether it did.
 func (a *Activities) CancelQueued(ctx context.Context, id string) (bool, error) {

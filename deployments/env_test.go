@@ -58,6 +58,8 @@ type envOpts struct {
 	heartbeat time.Duration
 	noStart   bool
 	maxConc   int
+	perUser   int
+	shares    local.Shares
 }
 
 func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
@@ -74,7 +76,7 @@ func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
 	var err error
 	e.acts, err = deployments.NewActivities(deployments.ActivitiesConfig{Store: e.store, Logs: e.logs, Runtime: e.rt, Projects: e.projects, Git: o.git})
 	must(t, err)
-	e.eng, err = local.New(local.Config{Store: e.store, Activities: e.acts, MaxConcurrent: o.maxConc})
+	e.eng, err = local.New(local.Config{Store: e.store, Activities: e.acts, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})
 	must(t, err)
 	e.svc, err = deployments.NewService(deployments.Config{Store: e.store, Logs: e.logs, Activities: e.acts, Engine: e.eng, Projects: e.projects})
 	must(t, err)

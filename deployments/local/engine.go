@@ -9,6 +9,12 @@
 // QUEUED); different projects run concurrently up to Config.MaxConcurrent.
 // The loop wakes on every trigger and finished run, and also polls.
 //
+// Fairness: one owner runs at most their share of deployments at once
+// (Config.Shares, plan-driven; Config.PerUser by default), so one tenant
+// cannot hold every slot; owners whose plan has priority builds are picked
+// first, then everyone oldest first. A deployment that waits says why in its
+// log: its owner's share is in use, or its position for a free slot.
+//
 // Replaced deployments: when a deployment goes LIVE (routed), the project's
 // previous LIVE deployment is stopped and ends CANCELLED with supersededBy set
 // to the new deployment and replacedAt to the time; only the current
@@ -34,7 +40,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +60,23 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxAttempts is how many runs a deployment gets when restarts interrupt it. Default 2.
 	MaxAttempts int
+	// PerUser caps one owner's deployments running at once when Shares is
+	// nil or fails. Default 2.
+	PerUser int
+	// Shares gives each owner's cap and priority (from their plan); optional.
+	Shares Shares
+}
+
+// Shares says how many deployments an owner may run at once and whether
+// their deployments go first. The reference server answers from the owner's
+// account plan (priorityBuilds).
+type Shares interface {
+	BuildShare(ctx context.Context, ownerID string) (max int, priority bool, err error)
+}
+
+type share struct {
+	max      int
+	priority bool
 }
 
 // Engine is the embedded deployments.Engine.
@@ -68,9 +93,12 @@ type Engine struct {
 	wake  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex
-	state int                       // idle, started, closed
-	ready bool                      // recovery done: a non-terminal deployment not running here is orphaned
-	runs  map[string]*run           // by deployment ID
+	state int             // idle, started, closed
+	ready bool            // recovery done: a non-terminal deployment not running here is orphaned
+	runs  map[string]*run // by deployment ID
+	per   int
+	sh    Shares
+	noted map[string]string         // what a waiting deployment's log last said about its wait
 	busy  map[string]bool           // projects with a run
 	lives []*deployments.Deployment // LIVE apps to start again
 }
@@ -82,6 +110,7 @@ const (
 )
 
 type run struct {
+	owner  string // "" for an app restart (not a build)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -98,7 +127,8 @@ func New(cfg Config) (*Engine, error) {
 		store: cfg.Store, acts: cfg.Activities, log: cfg.Logger,
 		max: cmp.Or(cfg.MaxConcurrent, 4), poll: cmp.Or(cfg.PollInterval, 2*time.Second), tries: cmp.Or(cfg.MaxAttempts, 2),
 		ctx: ctx, stop: stop, wake: make(chan struct{}, 1),
-		runs: map[string]*run{}, busy: map[string]bool{},
+		runs: map[string]*run{}, busy: map[string]bool{}, noted: map[string]string{},
+		per: cmp.Or(cfg.PerUser, 2), sh: cfg.Shares,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -252,7 +282,8 @@ func (e *Engine) loop() {
 }
 
 // schedule launches what may run now: app restarts first, then the oldest
-// QUEUED deployment of each idle project, up to the global cap.
+// QUEUED deployment of each idle project, priority owners first, each owner
+// up to their share, up to the global cap.
 func (e *Engine) schedule() {
 	queued, err := e.store.DeploymentListByStatus(e.ctx, deployments.StatusQueued)
 	if err != nil {
@@ -261,6 +292,23 @@ func (e *Engine) schedule() {
 		}
 		return
 	}
+	shares := e.shares(queued)
+	slices.SortStableFunc(queued, func(a, b *deployments.Deployment) int {
+		pa, pb := shares[a.OwnerID].priority, shares[b.OwnerID].priority
+		switch {
+		case pa == pb:
+			return 0
+		case pa:
+			return -1
+		}
+		return 1
+	})
+	notes := map[string]string{}
+	defer func() {
+		for id, msg := range notes {
+			e.acts.Note(e.ctx, id, msg)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state != started {
@@ -274,13 +322,35 @@ func (e *Engine) schedule() {
 			rest = append(rest, d)
 			continue
 		}
-		e.launch(d, func(ctx context.Context, id string) {
+		e.launch(d, "", func(ctx context.Context, id string) {
 			if err := e.acts.RestartLive(ctx, id); err != nil && ctx.Err() == nil {
 				e.log.Error("restart live deployment", "deployment", id, "err", err)
 			}
 		})
 	}
 	e.lives = rest
+	running := map[string]int{}
+	for _, r := range e.runs {
+		if r.owner != "" {
+			running[r.owner]++
+		}
+	}
+	note := func(id, msg string) {
+		if e.noted[id] != msg {
+			e.noted[id] = msg
+			notes[id] = msg
+		}
+	}
+	inQueue := map[string]bool{}
+	for _, d := range queued {
+		inQueue[d.ID] = true
+	}
+	for id := range e.noted {
+		if !inQueue[id] {
+			delete(e.noted, id)
+		}
+	}
+	position := 0
 	for _, d := range queued {
 		if waiting[d.ProjectID] {
 			continue
@@ -289,17 +359,47 @@ func (e *Engine) schedule() {
 		if e.busy[d.ProjectID] {
 			continue
 		}
-		if len(e.runs) >= e.max {
-			return
+		sh := shares[d.OwnerID]
+		if running[d.OwnerID] >= sh.max {
+			note(d.ID, fmt.Sprintf("queued: %d of your deployments are running, as many as your plan runs at once; this one starts when one of them ends", running[d.OwnerID]))
+			continue
 		}
-		e.launch(d, e.deploy)
+		if len(e.runs) >= e.max {
+			position++
+			note(d.ID, fmt.Sprintf("queued: position %d for the next free build slot (%d run at once on this server)", position, e.max))
+			continue
+		}
+		delete(e.noted, d.ID)
+		running[d.OwnerID]++
+		e.launch(d, d.OwnerID, e.deploy)
 	}
 }
 
+// shares reads the share of each owner with a queued deployment (outside mu:
+// it may read the database).
+func (e *Engine) shares(queued []*deployments.Deployment) map[string]share {
+	out := map[string]share{}
+	for _, d := range queued {
+		if _, ok := out[d.OwnerID]; ok {
+			continue
+		}
+		sh := share{max: e.per}
+		if e.sh != nil {
+			if m, p, err := e.sh.BuildShare(e.ctx, d.OwnerID); err == nil {
+				sh = share{max: max(m, 1), priority: p}
+			} else if e.ctx.Err() == nil {
+				e.log.Warn("read build share; using the default", "owner", d.OwnerID, "err", err)
+			}
+		}
+		out[d.OwnerID] = sh
+	}
+	return out
+}
+
 // launch runs fn for d on a goroutine holding d's project. Called with mu held.
-func (e *Engine) launch(d *deployments.Deployment, fn func(ctx context.Context, id string)) {
+func (e *Engine) launch(d *deployments.Deployment, owner string, fn func(ctx context.Context, id string)) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &run{cancel: cancel, done: make(chan struct{})}
+	r := &run{owner: owner, cancel: cancel, done: make(chan struct{})}
 	e.runs[d.ID], e.busy[d.ProjectID] = r, true
 	e.wg.Add(1)
 	go func() {

@@ -89,6 +89,9 @@ type Config struct {
 	BuildLogMaxLines int // KEELSON_BUILD_LOG_MAX_LINES (default 100000)
 	BuildLogMaxMB    int // KEELSON_BUILD_LOG_MAX_MB (default 50)
 	AppLogMaxLines   int // KEELSON_APP_LOG_MAX_LINES: newest app lines kept (default 10000)
+	// BuildsPerUser is KEELSON_BUILDS_PER_USER: deployments one owner runs at
+	// once on the local engine (twice that on a priorityBuilds plan). Default 2.
+	BuildsPerUser int
 }
 
 // Defaults of the connection settings.
@@ -99,6 +102,7 @@ const (
 	DefaultMaxConns          = 4096
 	DefaultIngressMaxConns   = 8192
 	DefaultMaxBodyMemoryMiB  = 64
+	DefaultBuildsPerUser     = 2
 )
 
 // Roles of KEELSON_ROLE.
@@ -243,6 +247,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"KEELSON_BUILD_LOG_MAX_LINES", &c.BuildLogMaxLines, deployments.DefaultMaxBuildLines, 100},
 		{"KEELSON_BUILD_LOG_MAX_MB", &c.BuildLogMaxMB, int(deployments.DefaultMaxBuildBytes >> 20), 1},
 		{"KEELSON_APP_LOG_MAX_LINES", &c.AppLogMaxLines, deployments.DefaultMaxAppLines, 100},
+		{"KEELSON_BUILDS_PER_USER", &c.BuildsPerUser, DefaultBuildsPerUser, 1},
 	} {
 		*n.dst = n.def
 		if v := strings.TrimSpace(getenv(n.name)); v != "" {

@@ -314,3 +314,42 @@ func TestLoudBuildStopsAtTheLogCap(t *testing.T) {
 		t.Fatalf("%d lines stored (%d build, %d cap lines), want the build at 2000 and one cap line", len(lines), build, capped)
 	}
 }
+
+// TestFairBuilds: alice's slow builds fill her share (KEELSON_BUILDS_PER_USER
+// = 2); her third waits QUEUED with a line saying why, and bob's deployment
+// starts building meanwhile.
+func TestFairBuilds(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, "", nil)
+	alice, bob := ts.signup(t, "alice@example.com"), ts.signup(t, "bob@example.com")
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	deploy := func(token, name string) string {
+		var p e2eProject
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", token, map[string]any{"name": name, "repoUrl": work, "framework": "go", "port": 8080}, &p)
+		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", token, map[string]any{
+			"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "sleep 120"}, nil)
+		var trig struct{ DeploymentID string }
+		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", token, map[string]any{"projectId": p.ID}, &trig)
+		t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", token, nil) })
+		return trig.DeploymentID
+	}
+	status := func(token, id string) string {
+		var st e2eStatus
+		ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+id+"/status", token, nil, &st)
+		return st.Status
+	}
+	a1, a2, a3 := deploy(alice, "A1"), deploy(alice, "A2"), deploy(alice, "A3")
+	platformtest.Eventually(t, time.Minute, "two of alice's builds to run", func() bool {
+		return status(alice, a1) == "BUILDING" && status(alice, a2) == "BUILDING"
+	})
+	b1 := deploy(bob, "B1")
+	platformtest.Eventually(t, time.Minute, "bob's build to start while alice holds her share", func() bool {
+		return status(bob, b1) == "BUILDING"
+	})
+	if st := status(alice, a3); st != "QUEUED" {
+		t.Fatalf("alice's third deployment is %s, want QUEUED", st)
+	}
+	platformtest.Eventually(t, 30*time.Second, "alice's third deployment to say why it waits", func() bool {
+		return strings.Contains(logText(t, ts, alice, a3), "queued: 2 of your deployments are running")
+	})
+}

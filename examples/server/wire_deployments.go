@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -134,7 +135,8 @@ func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, 
 	if err != nil {
 		return nil, nil, err
 	}
-	eng, err := local.New(local.Config{Store: store, Activities: acts, Logger: log})
+	eng, err := local.New(local.Config{Store: store, Activities: acts, Logger: log,
+		PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{a}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -267,4 +269,24 @@ func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*
 		},
 		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName,
 	}, nil
+}
+
+// buildShares gives the local engine each owner's share of the build slots
+// from their account plan: KEELSON_BUILDS_PER_USER at once, twice that and
+// picked first on a plan with priorityBuilds.
+type buildShares struct{ a *App }
+
+func (b buildShares) BuildShare(ctx context.Context, ownerID string) (int, bool, error) {
+	per := cmp.Or(b.a.Cfg.BuildsPerUser, DefaultBuildsPerUser)
+	if b.a.Plans == nil {
+		return per, false, nil
+	}
+	p, err := b.a.Plans.AccountPlan(ctx, ownerID)
+	if err != nil {
+		return 0, false, err
+	}
+	if p.PriorityBuilds {
+		return 2 * per, true, nil
+	}
+	return per, false, nil
 }
