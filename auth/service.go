@@ -193,6 +193,7 @@ type Service struct {
 	limiter *limiter
 	admins  map[string]bool
 	mq      *mailQueue
+	bearer  bearerStmt
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -231,7 +232,9 @@ func (s *Service) Start(context.Context) error {
 
 // Close stops taking mail, sends what is queued until ctx ends (then cancels
 // the rest) and returns once every sender goroutine has.
-func (s *Service) Close(ctx context.Context) error { return s.mq.close(ctx) }
+func (s *Service) Close(ctx context.Context) error {
+	return errors.Join(s.mq.close(ctx), s.bearer.close())
+}
 
 // Register builds the service from d and adds its routes to api. It is
 // New followed by (*Service).Register; the host keeps the service to hand

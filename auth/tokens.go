@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -70,21 +71,22 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	if err != nil {
 		return platform.Principal{}, err
 	}
-	row := new(userRow)
-	err = s.db.NewSelect().Model(row).Where("id = ?", c.Subject).
-		Where("EXISTS (SELECT 1 FROM auth_refresh_tokens AS rt WHERE rt.family_id = ? AND rt.user_id = ? AND rt.revoked_at IS NULL)", c.Fam, c.Subject).
-		Scan(ctx)
-	if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+	r, err := s.lookupBearer(ctx, c.Subject, c.Fam)
+	if errors.Is(err, sql.ErrNoRows) {
 		return platform.Principal{}, errBadToken
 	}
 	if err != nil {
 		return platform.Principal{}, err
 	}
-	if row.SessionVersion != c.SV {
+	if r.sessionVer != c.SV {
 		return platform.Principal{}, errBadToken
 	}
-	u := row.toUser(s.admins)
-	return platform.Principal{UserID: u.ID, Email: u.Email, Role: u.Role}, nil
+	// ADMIN is derived per request from the verified email, as in toUser.
+	role := platform.RoleUser
+	if r.emailVerified && s.admins[r.email] {
+		role = platform.RoleAdmin
+	}
+	return platform.Principal{UserID: c.Subject, Email: r.email, Role: role}, nil
 }
 
 // parseAccess checks an access token's signature and claims (not the store).
