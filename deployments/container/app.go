@@ -30,6 +30,8 @@ type app struct {
 	port  network.Port // the container port (PORT)
 	memMi int
 	out   *output
+	job   deployments.Job // to create the container again if it is gone
+	env   []string
 
 	ctx    context.Context // ends the supervisor's engine calls
 	cancel context.CancelFunc
@@ -120,6 +122,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	r.apps[a.id] = a
 	r.mu.Unlock()
 
+	a.job, a.env = job, env
 	exited, err := a.launch(ctx, job, env)
 	if err == nil {
 		err = a.waitHealthy(ctx, exited)
@@ -384,6 +387,11 @@ func (a *app) supervise(exited <-chan exit) {
 		before := a.getUpstream()
 		ctx, cancel := context.WithTimeout(a.ctx, cmp.Or(cfg.HealthTimeout, time.Minute))
 		next, err := a.startContainer(ctx)
+		if err != nil && a.gone(ctx) {
+			// Removed behind our back (docker rm, an engine reset): make it again.
+			a.out.system("the app's container is gone; creating it again")
+			next, err = a.launch(ctx, a.job, a.env)
+		}
 		cancel()
 		if err != nil {
 			a.out.system(err.Error())
@@ -403,6 +411,12 @@ func (a *app) supervise(exited <-chan exit) {
 		}
 		a.out.system("the app is running again on " + a.getUpstream())
 	}
+}
+
+// gone reports whether the app's container no longer exists.
+func (a *app) gone(ctx context.Context) bool {
+	_, err := a.r.docker.ContainerInspect(ctx, a.cid, client.ContainerInspectOptions{})
+	return cerrdefs.IsNotFound(err)
 }
 
 func (a *app) isStopping() bool {

@@ -58,7 +58,7 @@ func BenchmarkTimeToLive(b *testing.B) {
 			ctx := context.Background()
 			deploy := func(i int) (live, start time.Duration, id string) {
 				require.NoError(b, os.WriteFile(filepath.Join(repo, "version.go"),
-					fmt.Appendf(nil, "package main\n\nconst version = %q\n", fmt.Sprint("bench-", i)), 0o644))
+					fmt.Appendf(nil, "package main\n\nconst version = %q\n", fmt.Sprint("bench-", i, "-", time.Now().UnixNano())), 0o644))
 				git(b, repo, "commit", "-q", "-am", "bench")
 				job := goJob(repo)
 				job.ProjectID, job.ProjectSlug = projectID, "bench"

@@ -225,6 +225,22 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	})
 	platformtest.Eventually(t, 90*time.Second, "the app after the OOM kill", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
 
+	// A container removed behind the runtime's back is created again.
+	_, err = e.docker.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true})
+	require.NoError(t, err)
+	platformtest.Eventually(t, 90*time.Second, "the container to be made again", func() bool {
+		return strings.Contains(logs.all(), "the app's container is gone; creating it again")
+	})
+	platformtest.Eventually(t, 90*time.Second, "the app after its container was removed", func() bool {
+		c, b := e.get(t, host, "/")
+		return c == 200 && b == "hello v1"
+	})
+	list, err = e.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", container.LabelDeployment+"="+job.DeploymentID)})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1)
+	cid = list.Items[0].ID
+
 	// A second runtime on the same data dir (a server restarted after kill -9)
 	// adopts the running container instead of starting another.
 	router2, err := ingress.New(ingress.Config{PublicPort: 8081})
