@@ -447,14 +447,19 @@ func (r *Runtime) Stop(ctx context.Context, deploymentID string) error {
 		_ = r.cfg.Ingress.Drain(dctx, deploymentID)
 		cancel()
 	}
-	err := r.removeContainer(ctx, deploymentID)
 	if a != nil {
-		a.cancel()
+		// The supervisor ends first: a restart in flight finishes its engine
+		// calls (a cancelled request may still complete in the engine), then
+		// sees stopCh, so nothing makes the container again once it is removed.
 		select {
 		case <-a.done:
 		case <-ctx.Done():
 			return fmt.Errorf("stopping deployment %s: %w", deploymentID, context.Cause(ctx))
 		}
+	}
+	err := r.removeContainer(ctx, deploymentID)
+	if a != nil {
+		a.cancel() // the output and wait streams
 		r.forget(a)
 	}
 	return err
