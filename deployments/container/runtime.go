@@ -394,8 +394,20 @@ func buildErrorText(msg, tail string, memMi int) string {
 	case strings.Contains(tail, "signal: killed") || strings.Contains(msg, "code: 137"):
 		return fmt.Sprintf("%s (a build process was killed: most likely out of memory, the plan allows %d MiB)", msg, memMi)
 	case strings.Contains(msg, "pull access denied"), strings.Contains(msg, "manifest unknown"),
-		strings.Contains(msg, "repository does not exist"), strings.Contains(msg, "No such image"):
-		return "a base image is not available on this server and could not be pulled (" + msg + ")"
+		strings.Contains(msg, "repository does not exist"), strings.Contains(msg, "No such image"),
+		strings.Contains(msg, "not found: manifest"):
+		return "a base image does not exist or is private: " + baseImageOf(msg)
+	case strings.Contains(msg, "/v2/") && (strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout") ||
+		strings.Contains(msg, "connection refused") || strings.Contains(msg, "TLS handshake")):
+		return "a base image is not on this server and its registry cannot be reached (the operator can load it locally, see README: Security model)"
+	}
+	return msg
+}
+
+// baseImageOf keeps the engine's sentence about a missing image short.
+func baseImageOf(msg string) string {
+	if len(msg) > 300 {
+		msg = msg[:300]
 	}
 	return msg
 }

@@ -340,3 +340,20 @@ func TestStaticSymlinkServesNothingOfTheHost(t *testing.T) {
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
 }
+
+// The engine's refusals reach the user as sentences, not engine text.
+func TestEngineErrorsInPlainWords(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	job := goJob(newRepo(t, map[string]string{"Dockerfile": "FROM keelson-test/no-such-image-" + strings.ToLower(platform.NewID()[:8]) + ":1\n"}))
+	job.Framework = "docker"
+	_, err := e.rt.Build(ctx, job, &sink{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the image build failed: a base image")
+	assert.NotContains(t, err.Error(), "Error response from daemon")
+
+	_, err = e.rt.Start(ctx, goJob("/nowhere"), &sink{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has not been built (no image)")
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+}
