@@ -20,8 +20,15 @@ type LogsConfig struct {
 	Logger *slog.Logger
 	// SubscriberBuffer is how many events (each up to BatchSize lines) a live
 	// stream may fall behind before it is dropped from the fan-out (it then
-	// refills from the database). Default 256.
+	// refills from the database). Default 32 (an event carries up to
+	// BatchSize lines; a smaller buffer keeps an idle stream light).
 	SubscriberBuffer int
+	// EndCheckEvery is how often the writer asks the database, in one query
+	// for all of them, which deployments with streams here ended or were
+	// deleted without this process being told (an engine elsewhere, a lost
+	// notification), and ends those streams. Default 15s. Streams themselves
+	// never query on their heartbeat.
+	EndCheckEvery time.Duration
 	// QueueSize bounds lines waiting to be stored; producers wait when it is
 	// full (the database is the only thing that can slow a build). Default 8192.
 	QueueSize int
@@ -99,12 +106,14 @@ type logItem struct {
 type remoteWork struct {
 	upTo   int64 // lines up to this seq are stored
 	end    bool  // the deployment reached a terminal status
+	gone   bool  // the deployment no longer exists
 	resync bool  // re-read whatever is stored (a notification may have been lost)
 }
 
 // NewLogs starts the log writer. Call Close when done.
 func NewLogs(store *Store, cfg LogsConfig) *Logs {
-	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 256)
+	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 32)
+	cfg.EndCheckEvery = cmp.Or(cfg.EndCheckEvery, 15*time.Second)
 	cfg.QueueSize = cmp.Or(cfg.QueueSize, 8192)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
 	cfg.MaxBuildLines = cmp.Or(cfg.MaxBuildLines, DefaultMaxBuildLines)
@@ -214,6 +223,8 @@ func (l *Logs) End(deploymentID string) { l.enqueue(logItem{end: deploymentID}) 
 func (l *Logs) run() {
 	defer close(l.done)
 	batch := make([]logItem, 0, l.cfg.BatchSize)
+	check := time.NewTicker(l.cfg.EndCheckEvery)
+	defer check.Stop()
 	handle := func(it logItem) {
 		if it.line != nil {
 			batch = append(batch, it)
@@ -245,7 +256,46 @@ func (l *Logs) run() {
 			batch = l.write(batch)
 		case <-l.wake:
 			l.catchUpRemote()
+		case <-check.C:
+			l.checkEnded()
+			l.catchUpRemote()
 		}
+	}
+}
+
+// endCheckPage is how many deployment ids one end check reads per query.
+const endCheckPage = 500
+
+// checkEnded marks, for catchUpRemote, the deployments with subscribers here
+// that are terminal (their streams get the stored lines, then Done) or gone.
+func (l *Logs) checkEnded() {
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.subs))
+	for id := range l.subs {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(ids) > 0 {
+		page := ids[:min(len(ids), endCheckPage)]
+		ids = ids[len(page):]
+		st, err := l.store.DeploymentStatuses(ctx, page)
+		if err != nil {
+			l.log.Warn("check which deployments ended", "err", err)
+			return
+		}
+		l.mu.Lock()
+		for _, id := range page {
+			status, ok := st[id]
+			if ok && !status.Terminal() {
+				continue
+			}
+			w := l.remote[id]
+			w.end, w.gone = true, !ok
+			l.remote[id] = w
+		}
+		l.mu.Unlock()
 	}
 }
 
@@ -547,7 +597,7 @@ func (l *Logs) catchUp(ctx context.Context, id string, w remoteWork) {
 		}
 	}
 	if w.end {
-		l.publish(id, LogEvent{Done: true})
+		l.publish(id, LogEvent{Done: true, Gone: w.gone})
 	}
 }
 
@@ -579,6 +629,7 @@ func (l *Logs) publishLocked(deploymentID string, ev LogEvent) {
 type LogEvent struct {
 	Lines []*LogLine // read-only, shared between subscribers
 	Done  bool
+	Gone  bool // with Done: the deployment was deleted
 }
 
 // Subscription receives a deployment's lines as they are stored. C is closed

@@ -260,7 +260,7 @@ type stream struct {
 const replayPage = 500
 
 func (s *stream) run(ctx context.Context) {
-	logs, store := s.h.svc.logs, s.h.svc.store
+	logs := s.h.svc.logs
 	// Subscribe first: a line stored while the backlog is read arrives here
 	// too, and is skipped by cursor.
 	sub := logs.Subscribe(s.id)
@@ -297,7 +297,9 @@ func (s *stream) run(ctx context.Context) {
 				continue
 			}
 			if ev.Done {
-				if s.replay(ctx) == nil {
+				if ev.Gone {
+					_ = s.fail("the deployment was deleted")
+				} else if s.replay(ctx) == nil {
 					_ = s.done()
 				}
 				return
@@ -311,18 +313,10 @@ func (s *stream) run(ctx context.Context) {
 				return
 			}
 		case <-tick.C:
+			// No query here: the log writer checks, for every stream of this
+			// process at once, whether a deployment ended elsewhere
+			// (LogsConfig.EndCheckEvery) and sends Done.
 			if s.ping() != nil {
-				return
-			}
-			// Engines on other machines end deployments without telling this
-			// process: the database has the last word.
-			if d, err := store.DeploymentGet(ctx, s.id); err != nil || d.Status.Terminal() {
-				if err == nil && s.replay(ctx) == nil {
-					_ = s.done()
-				}
-				if errors.Is(err, platform.ErrNotFound) {
-					_ = s.fail("the deployment was deleted")
-				}
 				return
 			}
 		}

@@ -79,6 +79,26 @@ func (s *Store) DeploymentGet(ctx context.Context, id string) (*Deployment, erro
 	return d, nil
 }
 
+// DeploymentStatuses answers the status of each of ids that exists (one query).
+func (s *Store) DeploymentStatuses(ctx context.Context, ids []string) (map[string]Status, error) {
+	var rows []struct {
+		ID     string `bun:"id"`
+		Status Status `bun:"status"`
+	}
+	if len(ids) == 0 {
+		return map[string]Status{}, nil
+	}
+	if err := s.db.NewSelect().Model((*Deployment)(nil)).Column("id", "status").
+		Where("id IN (?)", bun.In(ids)).Scan(ctx, &rows); err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[string]Status, len(rows))
+	for _, r := range rows {
+		out[r.ID] = r.Status
+	}
+	return out, nil
+}
+
 // DeploymentGetOwned returns the deployment id if ownerID owns it, else platform.ErrNotFound.
 func (s *Store) DeploymentGetOwned(ctx context.Context, id, ownerID string) (*Deployment, error) {
 	d := new(Deployment)
