@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -51,4 +52,31 @@ func BenchmarkDeployGoApp(b *testing.B) {
 	b.ReportMetric(float64(build.Milliseconds())/n, "build-ms/op")
 	b.ReportMetric(float64(start.Milliseconds())/n, "start-ms/op")
 	b.ReportMetric(float64(route.Microseconds())/n, "route-µs/op")
+}
+
+// BenchmarkGroupEndNothingLeft measures what every git command, build and
+// app pays when it ends and left nothing behind (the common case): one scan
+// of /proc, reading each process's stat and (for those of the server's user)
+// its environment. procs is how many processes the machine ran.
+func BenchmarkGroupEndNothingLeft(b *testing.B) {
+	c := &containment{owner: "bench", instance: "1.1", cg: noCgroup}
+	self, ok := readStat(os.Getpid())
+	require.True(b, ok)
+	// A leader that started with this benchmark: older processes are not its.
+	g := &group{c: c, tag: "bench/1.1/none/build-1", leader: procStat{pid: 1 << 30, pgid: 1 << 30, start: self.start}}
+	for b.Loop() {
+		g.killAll()
+	}
+	b.ReportMetric(float64(len(allProcs())), "procs")
+}
+
+// BenchmarkStartupSweepNothingLeft measures the sweep New runs on a data dir
+// whose previous server left nothing running.
+func BenchmarkStartupSweepNothingLeft(b *testing.B) {
+	c, err := newContainment(b.TempDir())
+	require.NoError(b, err)
+	for b.Loop() {
+		c.sweep()
+	}
+	b.ReportMetric(float64(len(allProcs())), "procs")
 }

@@ -408,6 +408,12 @@ func findMembers(procs []procStat, tags, tagPrefixes []string, leaders []procSta
 			}
 		}
 	}
+	var minStart uint64 // the earliest leader's start, 0 when unknown
+	for i, l := range leaders {
+		if i == 0 || l.start < minStart {
+			minStart = l.start
+		}
+	}
 	children := map[int][]int{}
 	byPid := map[int]procStat{}
 	self := os.Getpid()
@@ -422,7 +428,9 @@ func findMembers(procs []procStat, tags, tagPrefixes []string, leaders []procSta
 				in[p.pid] = true
 			}
 		}
-		if !in[p.pid] && (len(tags) > 0 || len(tagPrefixes) > 0) {
+		// A group's processes started no earlier than its leader: most of the
+		// machine's processes need no look at their environment.
+		if !in[p.pid] && (len(tagPrefixes) > 0 || len(tags) > 0 && p.start >= minStart) {
 			if tag := readTag(p.pid); tag != "" {
 				for _, t := range tags {
 					if tag == t {

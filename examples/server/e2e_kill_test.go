@@ -73,8 +73,27 @@ func startProc(t *testing.T, bin string, env []string) *proc {
 		t.Fatal(err)
 	}
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() { p.stop() })
 	return p
+}
+
+// stop shuts the server down as an operator would (SIGTERM: it stops its
+// builds and apps), so nothing it started outlives the test; SIGKILL if it
+// does not exit within a minute.
+func (p *proc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.kill()
+	}
 }
 
 func (p *proc) kill() {
