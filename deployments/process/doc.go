@@ -14,6 +14,8 @@
 //	workspaces/<deploymentID>/tmp   TMPDIR
 //	cache/                          shared by every build (GOCACHE, GOPATH and
 //	                                GOMODCACHE, npm's cache), so rebuilds are fast
+//	run/                            one record per running process group (see
+//	                                Processes), swept by New after a kill -9
 //
 // Git: only https repositories are cloned, plus file:// URLs and absolute paths
 // when Config.AllowLocalRepos is set. Git runs with GIT_ALLOW_PROTOCOL limited
