@@ -2,9 +2,11 @@ package deployments_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
@@ -90,5 +92,30 @@ func TestAppLogKeepsTheNewestLines(t *testing.T) {
 		assert.LessOrEqual(t, len(app), 111, "at most the cap and a tenth")
 		assert.Equal(t, "app line 1000", app[len(app)-1], "the newest line is kept")
 		assert.NotContains(t, app, "app line 1", "the oldest line is gone")
+	})
+}
+
+// TestLogDeleteFinished: only the logs of deployments that ended FAILED or
+// CANCELLED before the cutoff go; a LIVE deployment's and a recent one's stay.
+func TestLogDeleteFinished(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{})
+		alice := platform.NewID()
+		e.rt.FailBuild("broken", errors.New("exit status 1"))
+		failed := e.trigger(alice, e.project(alice, "broken"))
+		e.waitStatus(failed, deployments.StatusFailed)
+		live := e.trigger(alice, e.project(alice, "fine"))
+		e.waitStatus(live, deployments.StatusLive)
+		liveLines := len(e.lines(live))
+		ctx := context.Background()
+		n, err := e.store.LogDeleteFinished(ctx, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing ended before the cutoff")
+		n, err = e.store.LogDeleteFinished(ctx, time.Now().Add(time.Minute))
+		require.NoError(t, err)
+		assert.Positive(t, n)
+		assert.Empty(t, e.lines(failed))
+		assert.Len(t, e.lines(live), liveLines, "a LIVE deployment keeps its logs")
 	})
 }

@@ -237,6 +237,21 @@ func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogLine, error)
 	return out, nil
 }
 
+// LogDeleteFinished deletes the log lines of deployments that ended FAILED or
+// CANCELLED before before (LIVE ones keep theirs: their app still logs), and
+// returns how many lines went.
+func (s *Store) LogDeleteFinished(ctx context.Context, before time.Time) (int64, error) {
+	ended := s.db.NewSelect().Model((*Deployment)(nil)).Column("id").
+		Where("status IN (?)", bun.In([]Status{StatusFailed, StatusCancelled})).
+		Where("finished_at IS NOT NULL AND finished_at < ?", before.UTC())
+	res, err := s.db.NewDelete().Model((*LogLine)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
+	if err != nil {
+		return 0, db.Translate(err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
 // LogTrimApp deletes the deployment's app output lines but the newest keep.
 func (s *Store) LogTrimApp(ctx context.Context, deploymentID string, keep int) error {
 	cutoff := s.db.NewSelect().Model((*LogLine)(nil)).Column("seq").

@@ -92,6 +92,10 @@ type Config struct {
 	// BuildsPerUser is KEELSON_BUILDS_PER_USER: deployments one owner runs at
 	// once on the local engine (twice that on a priorityBuilds plan). Default 2.
 	BuildsPerUser int
+	// LogRetention is KEELSON_LOG_RETENTION: logs of deployments that ended
+	// FAILED or CANCELLED longer ago are deleted (hourly; SQLite gives the
+	// space back). Default 30 days.
+	LogRetention time.Duration
 }
 
 // Defaults of the connection settings.
@@ -103,6 +107,7 @@ const (
 	DefaultIngressMaxConns   = 8192
 	DefaultMaxBodyMemoryMiB  = 64
 	DefaultBuildsPerUser     = 2
+	DefaultLogRetention      = 30 * 24 * time.Hour
 )
 
 // Roles of KEELSON_ROLE.
@@ -231,6 +236,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"KEELSON_READ_HEADER_TIMEOUT", &c.ReadHeaderTimeout, DefaultReadHeaderTimeout, 10 * time.Minute},
 		{"KEELSON_READ_TIMEOUT", &c.ReadTimeout, DefaultReadTimeout, time.Hour},
 		{"KEELSON_IDLE_TIMEOUT", &c.IdleTimeout, DefaultIdleTimeout, time.Hour},
+		{"KEELSON_LOG_RETENTION", &c.LogRetention, DefaultLogRetention, 100 * 365 * 24 * time.Hour},
 	} {
 		if *d.dst, err = durationSetting(getenv(d.name), d.def, d.max); err != nil {
 			return c, &ConfigError{d.name, err.Error()}
@@ -346,18 +352,24 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// durationSetting parses a duration ("90s", "2m") or a number of seconds
-// ("30"); empty is def. It must be positive and at most max.
+// durationSetting parses a duration ("90s", "2m", "720h"), a number of days
+// ("30d") or a number of seconds ("30"); empty is def. It must be positive
+// and at most max.
 func durationSetting(v string, def, max time.Duration) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return def, nil
 	}
 	d, err := time.ParseDuration(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok && err != nil {
+		if n, nerr := strconv.Atoi(days); nerr == nil {
+			d, err = time.Duration(n)*24*time.Hour, nil
+		}
+	}
 	if err != nil {
 		n, nerr := strconv.Atoi(v)
 		if nerr != nil {
-			return 0, fmt.Errorf("%q is not a duration (e.g. 5s, 2m) or a number of seconds", v)
+			return 0, fmt.Errorf("%q is not a duration (e.g. 5s, 2m, 30d) or a number of seconds", v)
 		}
 		d = time.Duration(n) * time.Second
 	}

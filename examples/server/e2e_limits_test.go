@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -352,4 +353,61 @@ func TestFairBuilds(t *testing.T) {
 	platformtest.Eventually(t, 30*time.Second, "alice's third deployment to say why it waits", func() bool {
 		return strings.Contains(logText(t, ts, alice, a3), "queued: 2 of your deployments are running")
 	})
+}
+
+// TestLogRetentionReclaimsSpace: the logs of a finished (FAILED) deployment
+// older than KEELSON_LOG_RETENTION are deleted and the SQLite file gives the
+// pages back (auto_vacuum=INCREMENTAL, PRAGMA incremental_vacuum).
+func TestLogRetentionReclaimsSpace(t *testing.T) {
+	t.Parallel()
+	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_LOG_RETENTION": "30x"}[k] }); err == nil ||
+		!strings.HasPrefix(err.Error(), "KEELSON_LOG_RETENTION: ") {
+		t.Fatalf("KEELSON_LOG_RETENTION=30x: %v", err)
+	}
+	if c, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_LOG_RETENTION": "7d"}[k] }); err != nil || c.LogRetention != 7*24*time.Hour {
+		t.Fatalf("KEELSON_LOG_RETENTION=7d: %v %v", c.LogRetention, err)
+	}
+	ts := startServer(t, "", func(c *Config) { c.LogRetention = time.Millisecond })
+	ctx := context.Background()
+	pragma := func(name string) int64 {
+		var n int64
+		if err := ts.App.DB.QueryRowContext(ctx, "PRAGMA "+name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if mode := pragma("auto_vacuum"); mode != 2 {
+		t.Fatalf("auto_vacuum %d, want 2 (INCREMENTAL)", mode)
+	}
+	alice := ts.signup(t, "alice@example.com")
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	var p e2eProject
+	ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{"name": "Chatty", "repoUrl": work, "framework": "go", "port": 8080}, &p)
+	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
+		"region": "local", "planName": "free", "envVars": []any{},
+		"buildCommand": `head -c 4000000 /dev/zero | tr '\0' b | fold -w 200; exit 1`}, nil)
+	var trig struct{ DeploymentID string }
+	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &trig)
+	if st, _ := waitDeployment(t, ts, alice, trig.DeploymentID); st.Status != "FAILED" {
+		t.Fatalf("status %s", st.Status)
+	}
+	owner := ownerOf(t, ts, alice)
+	lines, _ := ts.App.Deployments.LogLines(ctx, owner, trig.DeploymentID, 0, 100_000)
+	if len(lines) < 20_000 {
+		t.Fatalf("%d lines stored, want the build's 20,000", len(lines))
+	}
+	before := pragma("page_count")
+	n, err := ts.App.purgeLogs(ctx, deployments.NewStore(ts.App.DB))
+	if err != nil || n < 20_000 {
+		t.Fatalf("purge: %d lines, %v", n, err)
+	}
+	lines, _ = ts.App.Deployments.LogLines(ctx, owner, trig.DeploymentID, 0, 10)
+	if len(lines) != 0 {
+		t.Fatalf("%d lines left", len(lines))
+	}
+	after := pragma("page_count")
+	t.Logf("database pages: %d before, %d after the purge (%d free)", before, after, pragma("freelist_count"))
+	if after > before/2 {
+		t.Fatalf("the file kept %d of %d pages after deleting the logs", after, before)
+	}
 }

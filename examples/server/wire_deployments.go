@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -45,6 +46,7 @@ func (a *App) wireDeployments(ctx context.Context) error {
 	store := deployments.NewStore(a.DB)
 	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log,
 		MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20, MaxAppLines: a.Cfg.AppLogMaxLines})
+	a.startLogRetention(store, log)
 	src := deploySource{a}
 	// What runs the steps here: the process runtime and the ingress serving
 	// its apps (every role but api).
@@ -289,4 +291,50 @@ func (b buildShares) BuildShare(ctx context.Context, ownerID string) (int, bool,
 		return 2 * per, true, nil
 	}
 	return per, false, nil
+}
+
+// startLogRetention deletes, at start and hourly, the logs of deployments
+// that ended FAILED or CANCELLED more than KEELSON_LOG_RETENTION ago, and
+// gives SQLite's freed pages back to the file system. The goroutine ends
+// with the app.
+func (a *App) startLogRetention(store *deployments.Store, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var started atomic.Bool
+	a.onStart(func(context.Context) error {
+		started.Store(true)
+		go func() {
+			defer close(done)
+			t := time.NewTicker(time.Hour)
+			defer t.Stop()
+			for {
+				if _, err := a.purgeLogs(ctx, store); err != nil && ctx.Err() == nil {
+					log.Warn("delete expired deployment logs", "err", err)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		return nil
+	})
+	a.onClose(func(context.Context) error {
+		cancel()
+		if started.Load() {
+			<-done
+		}
+		return nil
+	})
+}
+
+// purgeLogs deletes expired logs once and reclaims the space; it returns how
+// many lines went.
+func (a *App) purgeLogs(ctx context.Context, store *deployments.Store) (int64, error) {
+	n, err := store.LogDeleteFinished(ctx, time.Now().Add(-cmp.Or(a.Cfg.LogRetention, DefaultLogRetention)))
+	if err != nil || n == 0 {
+		return n, err
+	}
+	return n, db.ReclaimSpace(ctx, a.DB)
 }

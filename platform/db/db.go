@@ -68,7 +68,43 @@ func Open(ctx context.Context, o Options) (*bun.DB, error) {
 		bdb.Close()
 		return nil, fmt.Errorf("database unreachable: %w", err)
 	}
+	if !IsPostgres(bdb) {
+		if err := incrementalVacuum(ctx, bdb); err != nil {
+			bdb.Close()
+			return nil, fmt.Errorf("sqlite: enable incremental vacuum: %w", err)
+		}
+	}
 	return bdb, nil
+}
+
+// incrementalVacuum puts a SQLite database in auto_vacuum=INCREMENTAL mode,
+// so ReclaimSpace can give deleted rows' pages back to the file system. A
+// database created in another mode is rewritten once (VACUUM), which takes
+// a while on a large file; new databases take no time.
+func incrementalVacuum(ctx context.Context, bdb *bun.DB) error {
+	var mode int
+	if err := bdb.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
+		return err
+	}
+	if mode == 2 { // INCREMENTAL
+		return nil
+	}
+	if _, err := bdb.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
+		return err
+	}
+	_, err := bdb.ExecContext(ctx, "VACUUM")
+	return err
+}
+
+// ReclaimSpace returns the free pages of a SQLite database to the file
+// system (after large deletions, e.g. expired logs). Postgres reuses freed
+// space by itself (autovacuum): nothing to do there.
+func ReclaimSpace(ctx context.Context, idb bun.IDB) error {
+	if IsPostgres(idb) {
+		return nil
+	}
+	_, err := idb.ExecContext(ctx, "PRAGMA incremental_vacuum")
+	return err
 }
 
 func pingRetry(ctx context.Context, bdb *bun.DB) error {
