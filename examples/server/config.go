@@ -18,6 +18,9 @@ import (
 // (DESIGN.md section 3). Zero values mean "use the default".
 type Config struct {
 	Addr        string // KEELSON_ADDR
+	// PprofAddr (KEELSON_PPROF_ADDR) serves net/http/pprof on this loopback
+	// address; empty (the default) serves no profiles.
+	PprofAddr string
 	DataDir     string // KEELSON_DATA_DIR
 	DatabaseURL string // KEELSON_DATABASE_URL; empty: SQLite in DataDir
 	PublicURL   string // KEELSON_PUBLIC_URL
@@ -141,6 +144,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	c := Config{
 		Addr:                  get("KEELSON_ADDR", ":8080"),
+		PprofAddr:             get("KEELSON_PPROF_ADDR", ""),
 		DataDir:               get("KEELSON_DATA_DIR", "./data"),
 		DatabaseURL:           get("KEELSON_DATABASE_URL", ""),
 		PublicURL:             strings.TrimRight(get("KEELSON_PUBLIC_URL", "http://localhost:8080"), "/"),
@@ -269,6 +273,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return c, &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return c, &ConfigError{a.name, fmt.Sprintf("port %q is not 0-65535", port)}
+		}
+	}
+	if c.PprofAddr != "" {
+		host, port, err := net.SplitHostPort(c.PprofAddr)
+		ip, perr := netip.ParseAddr(host)
+		if p, aerr := strconv.Atoi(port); err != nil || aerr != nil || p < 0 || p > 65535 ||
+			(host != "localhost" && (perr != nil || !ip.IsLoopback())) {
+			return c, &ConfigError{"KEELSON_PPROF_ADDR", fmt.Sprintf("%q is not a loopback host:port (e.g. 127.0.0.1:6060): profiles reveal memory and must not be reachable from outside", c.PprofAddr)}
 		}
 	}
 	for _, u := range []struct{ name, val string }{

@@ -55,6 +55,17 @@ func run(log *slog.Logger) error {
 	}
 	log.Info("keelson listening", "addr", apiL.Addr().String(), "role", cfg.Role, "engine", cfg.Engine,
 		"database", dbKind(cfg), "data_dir", cfg.DataDir, "docs", listenURL(apiL.Addr())+"/docs")
+	if cfg.PprofAddr != "" {
+		pl, err := listenPprof(cfg.PprofAddr)
+		if err != nil {
+			apiL.Close()
+			if ingressL != nil {
+				ingressL.Close()
+			}
+			return err
+		}
+		defer servePprof(ctx, pl, log)()
+	}
 	err = app.Serve(ctx, apiL, ingressL)
 	log.Info("keelson stopped")
 	return err
