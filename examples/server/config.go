@@ -17,10 +17,10 @@ import (
 // Config is the reference server's configuration, read from the environment
 // (DESIGN.md section 3). Zero values mean "use the default".
 type Config struct {
-	Addr        string // KEELSON_ADDR
+	Addr string // KEELSON_ADDR
 	// PprofAddr (KEELSON_PPROF_ADDR) serves net/http/pprof on this loopback
 	// address; empty (the default) serves no profiles.
-	PprofAddr string
+	PprofAddr   string
 	DataDir     string // KEELSON_DATA_DIR
 	DatabaseURL string // KEELSON_DATABASE_URL; empty: SQLite in DataDir
 	PublicURL   string // KEELSON_PUBLIC_URL
