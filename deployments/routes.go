@@ -319,4 +319,4 @@ func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (View) SchemaName() string       { return "Deployment" }
-func (StatusView) SchemaName() string { return "DeploymentStatus" }
+func (StatusView) SchemaName() string { return "DeploymentStatusReport" }

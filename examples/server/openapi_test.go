@@ -172,7 +172,7 @@ func contractErrors(doc []byte) []string {
 			out = append(out, "the webhook does not accept application/json")
 		}
 	}
-	for _, want := range []string{"Project", "Deployment", "DeploymentStatus", "Plan", "User", "TokenPair", "APIError"} {
+	for _, want := range []string{"Project", "Deployment", "DeploymentStatusReport", "Plan", "User", "TokenPair", "APIError"} {
 		if d.Components.Schemas[want] == nil {
 			out = append(out, "no schema named "+want)
 		}
