@@ -30,9 +30,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -57,7 +59,10 @@ type Row struct {
 	Requests int     `json:"requests,omitempty"`
 	Errors   int     `json:"errors,omitempty"`
 	Note     string  `json:"note,omitempty"`
-	NA       string  `json:"na,omitempty"` // why it was not measured
+	// CPUUsPerReq is the server process's CPU time (utime+stime from
+	// /proc/<pid>/stat) during the measurement, per request, in microseconds.
+	CPUUsPerReq float64 `json:"cpuUsPerReq,omitempty"`
+	NA          string  `json:"na,omitempty"` // why it was not measured
 }
 
 // Report is the JSON output.
@@ -78,10 +83,12 @@ var (
 	flagConcurrency = flag.Int("concurrency", 32, "concurrent workers of the load generator")
 	flagJSON        = flag.String("json", "", "also write the results as JSON to this file")
 	flagMaxSubs     = flag.Int("max-subscribers", 10000, "largest SSE fan-out measured")
+	flagAPIOnly     = flag.Bool("api-only", false, "measure only the request rows (floor, GET /projects, POST /projects), not login, deployments or streams")
 
 	// Internal modes: the bench runs itself as the baseline server and as the
 	// log emitter inside a deployment's build.
 	flagServeBaseline = flag.String("serve-baseline", "", "internal: serve hello-world on this address")
+	flagServeFile     = flag.String("serve-file", "", "internal: with -serve-baseline, serve this file's bytes as application/json instead")
 	flagEmit          = flag.String("emit", "", "internal: trigger-file,lines,lines-per-second")
 )
 
@@ -233,6 +240,11 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 	if err != nil {
 		return rows, err
 	}
+	// ADMIN needs a verified address: redeem the link the server logged
+	// (no SMTP configured, so mail goes to its log).
+	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
+		return rows, err
+	}
 	var plan struct{ ID string }
 	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
 		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
@@ -267,15 +279,57 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 	if err := call(admin, "GET", s.url+"/projects", users["reader"], nil, 200, &list); err != nil || len(list) != 20 {
 		return rows, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
 	}
-	r := load(n, *flagDuration, func(int) error { return get(c, s.url+"/projects", users["reader"], 200, nil) })
-	add(r.row(dbName, "GET /projects (20 projects)", baseline))
+	// The floor: net/http writing the very bytes GET /projects answers (no
+	// auth, no database), in its own process, measured in this same run.
+	body, err := rawGet(admin, s.url+"/projects", users["reader"])
+	if err != nil {
+		return rows, err
+	}
+	bodyFile := filepath.Join(dir, "projects.json")
+	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
+		return rows, err
+	}
+	floorAddr := freeAddr()
+	floorCmd := exec.Command(self, "-serve-baseline", floorAddr, "-serve-file", bodyFile)
+	if err := floorCmd.Start(); err != nil {
+		return rows, err
+	}
+	if err := waitHTTP("http://"+floorAddr+"/", 10*time.Second); err != nil {
+		stop(floorCmd)
+		return rows, fmt.Errorf("floor server: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "%s: floor (net/http, the same %d bytes)...\n", dbName, len(body))
+	floorRow := measured(floorCmd.Process.Pid, dbName, fmt.Sprintf("floor: net/http writing the same %d bytes", len(body)), baseline,
+		func() loadResult {
+			return load(n, *flagDuration, func(int) error { return get(c, "http://"+floorAddr+"/", "", 200, nil) })
+		})
+	stop(floorCmd)
+	add(floorRow)
+	pid := s.cmd.Process.Pid
+	row := measured(pid, dbName, "GET /projects (20 projects)", baseline,
+		func() loadResult {
+			return load(n, *flagDuration, func(int) error { return get(c, s.url+"/projects", users["reader"], 200, nil) })
+		})
+	if floorRow.ReqPerS > 0 {
+		row.Note = strings.TrimSpace(fmt.Sprintf("%.3f of the same-body floor; %s", row.ReqPerS/floorRow.ReqPerS, row.Note))
+	}
+	add(row)
 
-	fmt.Fprintf(os.Stderr, "%s: POST /projects...\n", dbName)
+	fmt.Fprintf(os.Stderr, "%s: POST /projects (1,000 owned)...\n", dbName)
 	var seq atomic.Int64
-	r = load(n, *flagDuration, func(int) error {
-		return call(c, "POST", s.url+"/projects", users["writer"], projectBody(fmt.Sprintf("w-%d", seq.Add(1))), 201, nil)
-	})
-	add(r.row(dbName, "POST /projects", baseline))
+	for i := 0; i < 1000; i++ {
+		if err := call(admin, "POST", s.url+"/projects", users["writer"], projectBody(fmt.Sprintf("seed-%d", i)), 201, nil); err != nil {
+			return rows, err
+		}
+	}
+	add(measured(pid, dbName, "POST /projects (1,000+ already owned)", baseline, func() loadResult {
+		return load(n, *flagDuration, func(int) error {
+			return call(c, "POST", s.url+"/projects", users["writer"], projectBody(fmt.Sprintf("w-%d", seq.Add(1))), 201, nil)
+		})
+	}))
+	if *flagAPIOnly {
+		return rows, nil
+	}
 
 	fmt.Fprintf(os.Stderr, "%s: POST /auth/login...\n", dbName)
 	add(benchLogin(s.url, baseline))
@@ -297,8 +351,9 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 		add(Row{Name: "GET /deployments/{id}/status", NA: "no LIVE deployment (see the row above)"})
 	} else {
 		fmt.Fprintf(os.Stderr, "%s: GET /deployments/{id}/status...\n", dbName)
-		r = load(n, *flagDuration, func(int) error { return get(c, s.url+"/deployments/"+live+"/status", users["reader"], 200, nil) })
-		add(r.row(dbName, "GET /deployments/{id}/status", baseline))
+		add(measured(pid, dbName, "GET /deployments/{id}/status", baseline, func() loadResult {
+			return load(n, *flagDuration, func(int) error { return get(c, s.url+"/deployments/"+live+"/status", users["reader"], 200, nil) })
+		}))
 	}
 
 	for _, subs := range []int{1, 100, 10000} {
@@ -905,9 +960,17 @@ func waitHTTP(url string, timeout time.Duration) error {
 }
 
 func serveBaseline(addr string) {
-	hello := []byte("hello, world\n")
+	hello, ctype := []byte("hello, world\n"), "text/plain"
+	if *flagServeFile != "" {
+		b, err := os.ReadFile(*flagServeFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		hello, ctype = b, "application/json"
+	}
 	srv := &http.Server{Addr: addr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Type", ctype)
 		w.Write(hello)
 	})}
 	if err := srv.ListenAndServe(); err != nil {
@@ -952,6 +1015,35 @@ func raiseNofile() {
 	}
 }
 
+// cpuTime is the CPU time (user + system) pid used so far, from /proc/<pid>/stat.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) start after the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ: 100 on every Linux ABI Go supports
+	return time.Duration(ut+st) * time.Second / hz
+}
+
+// measured runs load against pid's server and answers the row with the
+// server's CPU per request.
+func measured(pid int, db, name string, baseline float64, run func() loadResult) Row {
+	c0 := cpuTime(pid)
+	r := run()
+	row := r.row(db, name, baseline)
+	if r.ok > 0 {
+		row.CPUUsPerReq = float64((cpuTime(pid) - c0).Microseconds()) / float64(r.ok)
+	}
+	return row
+}
+
 // rss is VmRSS of pid from /proc.
 func rss(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -993,7 +1085,7 @@ func printTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "Keelson bench: %s, %d CPUs (%s), %s, -duration %s -concurrency %d\n\n",
 		rep.Time.Format(time.RFC3339), rep.CPUs, rep.CPUModel, rep.GoVersion, rep.Duration, rep.Concurrency)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "db\tmeasurement\treq/s\tp50 ms\tp99 ms\tvs baseline\tlines/s\tvalue\terrors\tnotes")
+	fmt.Fprintln(tw, "db\tmeasurement\treq/s\tp50 ms\tp99 ms\tvs baseline\tCPU us/req\tlines/s\tvalue\terrors\tnotes")
 	f := func(v float64, format string) string {
 		if v == 0 {
 			return ""
@@ -1002,15 +1094,64 @@ func printTable(w io.Writer, rep *Report) {
 	}
 	for _, r := range rep.Rows {
 		if r.NA != "" {
-			fmt.Fprintf(tw, "%s\t%s\tn/a (%s)\t\t\t\t\t\t\t\n", r.DB, r.Name, r.NA)
+			fmt.Fprintf(tw, "%s\t%s\tn/a (%s)\t\t\t\t\t\t\t\t\n", r.DB, r.Name, r.NA)
 			continue
 		}
 		errs := ""
 		if r.Errors > 0 {
 			errs = strconv.Itoa(r.Errors)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.DB, r.Name, f(r.ReqPerS, "%.0f"), f(r.P50Ms, "%.2f"),
-			f(r.P99Ms, "%.2f"), f(r.Ratio, "%.3f"), f(r.LinesPS, "%.0f"), r.Value, errs, r.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.DB, r.Name, f(r.ReqPerS, "%.0f"), f(r.P50Ms, "%.2f"),
+			f(r.P99Ms, "%.2f"), f(r.Ratio, "%.3f"), f(r.CPUUsPerReq, "%.0f"), f(r.LinesPS, "%.0f"), r.Value, errs, r.Note)
 	}
 	tw.Flush()
+}
+
+// rawGet answers the body of an authenticated GET url (status 200 required).
+func rawGet(c *http.Client, url, tok string) ([]byte, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err == nil && res.StatusCode != 200 {
+		err = fmt.Errorf("GET %s: %d %s", url, res.StatusCode, b)
+	}
+	return b, err
+}
+
+var verifyLink = regexp.MustCompile(`verify-email\?token=([A-Za-z0-9_%.~-]+)`)
+
+// verifyFromLog finds the verification link mailed to email in the server's
+// log (polled until a deadline: mail is sent in the background) and redeems it.
+func verifyFromLog(c *http.Client, base, logPath, email string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(logPath)
+		if err != nil {
+			return err
+		}
+		for _, ln := range strings.Split(string(b), "\n") {
+			if !strings.Contains(ln, email) {
+				continue
+			}
+			if m := verifyLink.FindStringSubmatch(ln); m != nil {
+				tok, err := url.QueryUnescape(m[1])
+				if err != nil {
+					return err
+				}
+				return call(c, "POST", base+"/auth/verify-email", "", map[string]any{"token": tok}, 200, nil)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no verification link for %s in %s", email, logPath)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a file another process writes
+	}
 }
