@@ -29,11 +29,14 @@ func benchAPI(b *testing.B) (humatest.TestAPI, *Service) {
 	bdb := dbtest.SQLite(b, sets...)
 	sealer, _ := secret.New("bench-seal-key-0123456789abcdef")
 	_, api := humatest.New(quietTB{}, platform.APIConfig("bench", "1"))
-	svc, err := Register(api, Deps{
+	svc, err := New(Deps{
 		DB: bdb, Sealer: sealer, JWTSecret: testSecret, Logger: slog.New(slog.DiscardHandler), Mailer: &captureMailer{},
 		Limits: Limits{LoginPerAccount: unlimited, LoginPerIP: unlimited},
 	})
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := svc.CreateUser(context.Background(), CreateUserParams{Email: "ada@example.com", Password: testPassword}); err != nil {

@@ -100,8 +100,11 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*Deps)) *env {
 		mutate(&d)
 	}
 	_, api := humatest.New(t, platform.APIConfig("test", "1"))
-	svc, err := Register(api, d)
+	svc, err := New(d)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.Start(context.Background()); err != nil {

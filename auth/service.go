@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -234,20 +233,6 @@ func (s *Service) Start(context.Context) error {
 // the rest) and returns once every sender goroutine has.
 func (s *Service) Close(ctx context.Context) error {
 	return errors.Join(s.mq.close(ctx), s.bearer.close())
-}
-
-// Register builds the service from d and adds its routes to api. It is
-// New followed by (*Service).Register; the host keeps the service to hand
-// other modules their Authenticator.
-func Register(api huma.API, d Deps) (*Service, error) {
-	s, err := New(d)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Register(api); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -121,15 +120,6 @@ func New(d Deps) (*Service, error) {
 		return nil, errors.New("plans: Deps.DB is required")
 	}
 	return &Service{d: d.withDefaults()}, nil
-}
-
-// Register builds the service from d and adds its routes to api.
-func Register(api huma.API, d Deps) (*Service, error) {
-	s, err := New(d)
-	if err != nil {
-		return nil, err
-	}
-	return s, s.Register(api)
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }

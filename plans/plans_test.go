@@ -65,8 +65,11 @@ func setup(t *testing.T, bdb *bun.DB) *env {
 	t.Helper()
 	_, api := humatest.New(t, platform.APIConfig("test", "1"))
 	u := &inUse{}
-	svc, err := plans.Register(api, plans.Deps{DB: bdb, Auth: tokenAuth{}, Usage: u})
+	svc, err := plans.New(plans.Deps{DB: bdb, Auth: tokenAuth{}, Usage: u})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		t.Fatal(err)
 	}
 	return &env{svc: svc, api: api, usage: u, bdb: bdb}
@@ -392,7 +395,11 @@ func isStatus(err error, status int) bool {
 func TestOpenAPIShowsConstraints(t *testing.T) {
 	t.Parallel()
 	_, api := humatest.New(t, platform.APIConfig("test", "1"))
-	if _, err := plans.Register(api, plans.Deps{DB: dbtest.SQLite(t, plans.Migrations()), Auth: tokenAuth{}}); err != nil {
+	svc, err := plans.New(plans.Deps{DB: dbtest.SQLite(t, plans.Migrations()), Auth: tokenAuth{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		t.Fatal(err)
 	}
 	oa := api.OpenAPI()

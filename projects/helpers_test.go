@@ -174,11 +174,14 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, bdb: bdb, api: api, plans: newPlanBook(), teardown: newTeardown(), logs: logs, sealer: sealer}
-	e.svc, err = projects.Register(api, projects.Deps{
+	e.svc, err = projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
 		Deployments: o.deployments, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Register(api); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.svc.Close(context.Background()) })

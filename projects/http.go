@@ -10,15 +10,6 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// Register builds the service from d and adds its routes to api.
-func Register(api huma.API, d Deps) (*Service, error) {
-	s, err := New(d)
-	if err != nil {
-		return nil, err
-	}
-	return s, s.Register(api)
-}
-
 type projectOutput struct {
 	Body *Project
 }

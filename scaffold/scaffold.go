@@ -15,6 +15,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 )
 
 // Resource is one placeholder module: its path prefix and the names its
@@ -48,22 +49,38 @@ type Deps struct {
 	Resources []Resource
 }
 
-// Register adds the placeholder routes to api.
-func Register(api huma.API, d Deps) error {
+// Service is the placeholder modules, ready to register.
+type Service struct {
+	d Deps
+}
+
+// New validates d and applies its defaults. It never panics.
+func New(d Deps) (*Service, error) {
 	if d.Auth == nil {
-		return errors.New("scaffold: Deps.Auth is required")
+		return nil, errors.New("scaffold: Deps.Auth is required")
 	}
 	if d.Resources == nil {
 		d.Resources = Resources()
 	}
 	for _, r := range d.Resources {
 		if !strings.HasPrefix(r.Prefix, "/") || r.Plural == "" || r.Singular == "" {
-			return fmt.Errorf("scaffold: bad resource %+v", r)
+			return nil, fmt.Errorf("scaffold: bad resource %+v", r)
 		}
-		register(api, d.Auth, r)
+	}
+	return &Service{d: d}, nil
+}
+
+// Register adds the placeholder routes to api.
+func (s *Service) Register(api huma.API) error {
+	for _, r := range s.d.Resources {
+		register(api, s.d.Auth, r)
 	}
 	return nil
 }
+
+// Migrations is empty: the placeholders store nothing. It is here so every
+// module is wired the same way.
+func Migrations() db.MigrationSet { return db.MigrationSet{Module: "scaffold"} }
 
 // EmptyBody is the create and update body of a placeholder: an empty object.
 type EmptyBody struct{}

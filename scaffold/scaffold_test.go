@@ -25,7 +25,11 @@ func (tokenAuth) Authenticate(_ context.Context, tok string) (platform.Principal
 func TestPlaceholders(t *testing.T) {
 	t.Parallel()
 	_, api := humatest.New(t, platform.APIConfig("test", "1"))
-	if err := scaffold.Register(api, scaffold.Deps{Auth: tokenAuth{}}); err != nil {
+	svc, err := scaffold.New(scaffold.Deps{Auth: tokenAuth{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		t.Fatal(err)
 	}
 	auth := "Authorization: Bearer good"

@@ -85,11 +85,14 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*oauth.Deps)) *env {
 	e.api.UseMiddleware(func(ctx huma.Context, next func(huma.Context)) {
 		next(huma.WithContext(ctx, platform.WithLogger(ctx.Context(), log)))
 	})
-	e.accounts, err = auth.Register(e.api, auth.Deps{
+	e.accounts, err = auth.New(auth.Deps{
 		DB: bdb, Sealer: e.sealer, Logger: log, FrontendURL: frontend,
 		JWTSecret: []byte("test-jwt-secret-0123456789abcdef0123456789"),
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.accounts.Register(e.api); err != nil {
 		t.Fatal(err)
 	}
 	d := oauth.Deps{
@@ -101,7 +104,10 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*oauth.Deps)) *env {
 	if mutate != nil {
 		mutate(&d)
 	}
-	if e.svc, err = oauth.Register(e.api, d); err != nil {
+	if e.svc, err = oauth.New(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Register(e.api); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
@@ -194,18 +193,6 @@ func New(d Deps) (*Service, error) {
 	s := &Service{d: d, db: d.DB, log: d.Logger}
 	s.codehost = newCodehostProvider(d)
 	s.idp = newIDPProvider(d)
-	return s, nil
-}
-
-// Register builds the service from d and adds its routes to api.
-func Register(api huma.API, d Deps) (*Service, error) {
-	s, err := New(d)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Register(api); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 

@@ -51,15 +51,24 @@ func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
 		return nil, nil, err
 	}
 
-	authSvc, err := auth.Register(api, auth.Deps{DB: bdb, Sealer: sealer, JWTSecret: []byte(o.JWTSecret), Logger: o.Log})
+	// Every module is built the same way: New(Deps) validates and applies
+	// defaults, Register adds its routes, Migrations are run once by the
+	// host, and Start/Close run its background work (where it has any).
+	authSvc, err := auth.New(auth.Deps{DB: bdb, Sealer: sealer, JWTSecret: []byte(o.JWTSecret), Logger: o.Log})
 	if err != nil {
 		bdb.Close()
 		return nil, nil, err
 	}
-	plansSvc, err := plans.Register(api, plans.Deps{DB: bdb, Auth: authSvc, Logger: o.Log})
+	plansSvc, err := plans.New(plans.Deps{DB: bdb, Auth: authSvc, Logger: o.Log})
 	if err != nil {
 		bdb.Close()
 		return nil, nil, err
+	}
+	for _, register := range []func(huma.API) error{authSvc.Register, plansSvc.Register} {
+		if err := register(api); err != nil {
+			bdb.Close()
+			return nil, nil, err
+		}
 	}
 	// Each module owns its tables; the host runs their migrations once at start.
 	if err := db.Migrate(ctx, bdb, auth.Migrations(), plans.Migrations()); err != nil {

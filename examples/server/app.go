@@ -36,15 +36,15 @@ import (
 const Version = "0.1.0"
 
 // App is the assembled reference server: every module built from one Config,
-// sharing one database and one Huma API. Module services are kept here so the
-// wiring of one module can hand them to another (wire_*.go).
+// sharing one database and one Huma API. The module services are exported
+// for tests; none of them is set after NewApp returns.
 type App struct {
 	Cfg       Config
 	Log       *slog.Logger
 	DB        *bun.DB
 	API       huma.API
 	Handler   http.Handler // the API with request logging, ids, recovery
-	Ingress   http.Handler // the apps' ingress proxy; nil until deployments are wired
+	Ingress   http.Handler // the apps' ingress proxy; nil when this role runs no apps
 	Authn     platform.Authenticator
 	Sealer    *secret.Sealer
 	JWTSecret []byte
@@ -55,38 +55,40 @@ type App struct {
 	cancelShutdown context.CancelFunc
 
 	mux        *http.ServeMux
+	edges      *edges
+	registrars []func(huma.API) error
 	migrations []db.MigrationSet
 	starters   []func(context.Context) error
 	closers    []func(context.Context) error
 
-	// Module services, set by the wire files for the modules wired after them.
-	// (Each wire_<module>.go adds its own typed field here.)
-	Auth  *auth.Service  // wire_auth.go; also a.Authn
-	OAuth *oauth.Service // wire_oauth.go; also the codehost module's LinkedAccounts
+	// The module services, built in phase one of NewApp (build*).
+	Auth        *auth.Service
+	OAuth       *oauth.Service
+	Plans       *plans.Service
+	Projects    *projects.Service
+	Deployments *deployments.Service
+	Codehost    *codehost.Service
 
-	Plans       *plans.Service       // wire_plans.go
-	Projects    *projects.Service    // wire_projects.go
-	Deployments *deployments.Service // wire_deployments.go
-	// ProjectTeardown and DeploymentCounter are set by wire_deployments.go
-	// (deployments is wired after projects, which uses them lazily).
-	ProjectTeardown   projects.Teardown
-	DeploymentCounter projects.DeploymentCounter
-
-	Codehost *codehost.Service // wire_codehost.go; codehostGit{a} adapts it for deployments
-	// PushDeployer starts the codehost module's push deployments; set by
-	// wire_deployments.go (deploymentsTrigger{svc} in wire_codehost.go adapts
-	// *deployments.Service). CodehostAccounts, optional, reports users' linked
-	// code-host logins (the oauth module); set by wire_oauth.go.
-	PushDeployer     codehost.Deployer
-	CodehostAccounts codehost.LinkedAccounts
-
-	// LogStreams caps each user's concurrently open log streams (SSE); pass it
-	// as deployments.Deps.Streams. Set before any module is wired.
+	// LogStreams caps each user's concurrently open log streams (SSE); it is
+	// the deployments module's Streams gate.
 	LogStreams *httpx.StreamLimit
 
 	// APIConns and IngressConns cap the connections Serve holds on each
 	// listener.
 	APIConns, IngressConns *httpx.ConnLimit
+}
+
+// edges are the few cross-module dependencies that point at a module built
+// later: plans asks projects whether a plan is in use, projects asks
+// deployments to tear down and count, deployments asks codehost for clone
+// credentials. Every other edge follows the build order (each module gets
+// the services built before it). NewApp binds edges once, after every
+// service is built and before any route is registered or module started,
+// so the adapters reading them never see them empty.
+type edges struct {
+	projects    *projects.Service
+	deployments *deployments.Service
+	codehost    *codehost.Service
 }
 
 // MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
@@ -156,23 +158,34 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.registerHealth()
 
-	// Order matters: auth provides the authenticator everything else uses;
-	// projects needs plans; deployments needs projects; codehost needs both.
-	for _, w := range []struct {
+	// Phase one: build every service, in dependency order (auth provides
+	// the authenticator everything else uses; projects needs plans;
+	// deployments needs projects; codehost needs projects and deployments).
+	// Each build adds its routes, migrations and start/close hooks to a.
+	a.edges = &edges{}
+	for _, b := range []struct {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"auth", a.wireAuth},
-		{"oauth", a.wireOAuth},
-		{"plans", a.wirePlans},
-		{"projects", a.wireProjects},
-		{"deployments", a.wireDeployments},
-		{"codehost", a.wireCodehost},
-		{"deployhooks", a.wireDeployHooks},
-		{"scaffold", a.wireScaffold},
+		{"auth", a.buildAuth},
+		{"oauth", a.buildOAuth},
+		{"plans", a.buildPlans},
+		{"projects", a.buildProjects},
+		{"deployments", a.buildDeployments},
+		{"codehost", a.buildCodehost},
+		{"deployhooks", a.buildDeployHooks},
+		{"scaffold", a.buildScaffold},
 	} {
-		if err := w.fn(ctx); err != nil {
-			return nil, fmt.Errorf("%s: %w", w.name, err)
+		if err := b.fn(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", b.name, err)
+		}
+	}
+	// Phase two: bind the edges that point at later modules.
+	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost}
+
+	for _, register := range a.registrars {
+		if err := register(a.API); err != nil {
+			return nil, err
 		}
 	}
 	if err := db.Migrate(ctx, a.DB, a.migrations...); err != nil {
@@ -199,13 +212,19 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	return a, nil
 }
 
-// migrate adds a module's migrations to the start-up run.
+// module adds a built module's routes and migrations to the start-up run.
+func (a *App) module(register func(huma.API) error, migrations db.MigrationSet) {
+	a.registrars = append(a.registrars, register)
+	a.migrations = append(a.migrations, migrations)
+}
+
+// migrate adds migrations that belong to no module's service (pgnotify).
 func (a *App) migrate(set db.MigrationSet) { a.migrations = append(a.migrations, set) }
 
-// onStart runs fn after migrations, in wiring order.
+// onStart runs fn after migrations, in build order.
 func (a *App) onStart(fn func(context.Context) error) { a.starters = append(a.starters, fn) }
 
-// onClose runs fn at shutdown, in reverse wiring order.
+// onClose runs fn at shutdown, in reverse build order.
 func (a *App) onClose(fn func(context.Context) error) { a.closers = append(a.closers, fn) }
 
 // Close stops every module (reverse order) and closes the database.

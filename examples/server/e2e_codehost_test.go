@@ -204,8 +204,8 @@ func TestCodehostE2E(t *testing.T) {
 			t.Fatalf("feature push decisions = %+v", d.Decisions)
 		}
 
-		if ts.App.PushDeployer == nil {
-			t.Skip("PENDING: the deployments module is not wired into examples/server (App.PushDeployer is nil); " +
+		if ts.App.Deployments == nil {
+			t.Skip("PENDING: the deployments module is not wired into examples/server (App.Deployments is nil); " +
 				"install, callback, repositories, signature rejection and branch mismatch passed")
 		}
 

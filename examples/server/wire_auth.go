@@ -6,10 +6,10 @@ import (
 	"github.com/keelson-dev/keelson/auth"
 )
 
-// wireAuth builds the auth module, registers its routes and makes it the
+// buildAuth builds the auth module and makes it the
 // bearer authenticator (a.Authn) of every other module. With KEELSON_SMTP_URL
 // unset, reset mails are logged (development fallback, DESIGN.md section 2).
-func (a *App) wireAuth(ctx context.Context) error {
+func (a *App) buildAuth(ctx context.Context) error {
 	log := a.Log.With("module", "auth")
 	var mailer auth.Mailer = auth.LogMailer{Log: log}
 	if a.Cfg.SMTPURL != "" {
@@ -19,7 +19,7 @@ func (a *App) wireAuth(ctx context.Context) error {
 		}
 		mailer = m
 	}
-	svc, err := auth.Register(a.API, auth.Deps{
+	svc, err := auth.New(auth.Deps{
 		DB:          a.DB,
 		Sealer:      a.Sealer,
 		Mailer:      mailer,
@@ -33,7 +33,7 @@ func (a *App) wireAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.migrate(auth.Migrations())
+	a.module(svc.Register, auth.Migrations())
 	// The mail senders start after the migrations and stop at shutdown,
 	// sending what is queued (within the shutdown deadline).
 	a.onStart(svc.Start)

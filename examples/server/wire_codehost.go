@@ -16,16 +16,14 @@ import (
 	"github.com/keelson-dev/keelson/projects"
 )
 
-// wireCodehost builds the code-host app integration (GitHub) and registers its
-// routes. Without the app's settings the routes answer 503 naming the missing
+// buildCodehost builds the code-host app integration (GitHub). Without the app's settings the routes answer 503 naming the missing
 // ones; an app id or private key that is set but invalid stops start-up.
 //
-// Codehost is wired after deployments, yet each needs the other: pushes
-// trigger deployments through a.PushDeployer (set by wire_deployments.go to
-// deploymentsTrigger{svc}), and clones of private repositories get
-// installation tokens through codehostGit{a} (pass it as the deployments
-// activities' Git). Both are looked up when used.
-func (a *App) wireCodehost(ctx context.Context) error {
+// Codehost is built after projects and deployments and gets them directly:
+// pushes trigger deployments, commit statuses read their results. The
+// reverse edge (clones of private repositories get installation tokens,
+// codehostGit) is bound in NewApp's second phase.
+func (a *App) buildCodehost(ctx context.Context) error {
 	c := a.Cfg
 	mac := hmac.New(sha256.New, a.JWTSecret)
 	mac.Write([]byte("keelson codehost install state v1"))
@@ -34,18 +32,14 @@ func (a *App) wireCodehost(ctx context.Context) error {
 		Auth:        a.Authn,
 		StateKey:    mac.Sum(nil),
 		FrontendURL: c.FrontendURL,
-		Projects:    projectRepos{a},
-		Secrets:     projectRepos{a},
-		Deployer:    pushDeployer{a},
+		Projects:    projectRepos{a.Projects},
+		Secrets:     a.Projects,
+		Deployer:    deploymentsTrigger{a.Deployments},
+		Accounts:    a.OAuth, // users' linked code-host logins
 		Log:         a.Log.With("module", "codehost"),
 		Missing:     github.Missing(c.CodehostAppID, c.CodehostAppSlug, c.CodehostAppPrivateKey, c.CodehostWebhookSecret),
 	}
-	if a.CodehostAccounts != nil {
-		d.Accounts = a.CodehostAccounts
-	}
-	if a.OAuth != nil {
-		d.Connector = oauthConnector{a.OAuth}
-	}
+	d.Connector = oauthConnector{a.OAuth}
 	if len(d.Missing) == 0 {
 		appID, err := strconv.ParseInt(c.CodehostAppID, 10, 64)
 		if err != nil || appID <= 0 {
@@ -63,7 +57,7 @@ func (a *App) wireCodehost(ctx context.Context) error {
 			return &ConfigError{"KEELSON_CODEHOST_APP_SLUG", err.Error()}
 		}
 		d.Provider, d.WebhookSecret = prov, c.CodehostWebhookSecret
-		d.Statuses, d.Results = prov, deploymentResults{a}
+		d.Statuses, d.Results = prov, deploymentResults{a.Deployments}
 	} else {
 		a.Log.Info("code-host app not configured: its /codehost routes answer 503; repository webhooks signed with a project's webhookSecret are accepted",
 			"missing", d.Missing)
@@ -72,10 +66,7 @@ func (a *App) wireCodehost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := svc.Register(a.API); err != nil {
-		return err
-	}
-	a.migrate(codehost.Migrations())
+	a.module(svc.Register, codehost.Migrations())
 	a.Codehost = svc
 	// The worker lives until shutdown begins, not as long as NewApp's ctx.
 	a.onStart(func(context.Context) error { return svc.Start(a.ShutdownCtx) })
@@ -84,13 +75,10 @@ func (a *App) wireCodehost(ctx context.Context) error {
 }
 
 // projectRepos adapts the projects module to codehost.ProjectLookup.
-type projectRepos struct{ a *App }
+type projectRepos struct{ s *projects.Service }
 
 func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, repoID string) ([]codehost.RepoProject, error) {
-	if p.a.Projects == nil {
-		return nil, errors.New("projects module not wired")
-	}
-	links, err := p.a.Projects.ProjectsForRepository(ctx, urls, repoID)
+	links, err := p.s.ProjectsForRepository(ctx, urls, repoID)
 	if err != nil {
 		return nil, err
 	}
@@ -104,29 +92,14 @@ func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, 
 	return out, nil
 }
 
-// WebhookSecret implements codehost.ProjectSecrets through the projects module.
-func (p projectRepos) WebhookSecret(ctx context.Context, projectID string) (string, error) {
-	if p.a.Projects == nil {
-		return "", errors.New("projects module not wired")
-	}
-	return p.a.Projects.WebhookSecret(ctx, projectID)
-}
-
-var (
-	_ codehost.ProjectSecrets = (*projects.Service)(nil)
-	_ codehost.ProjectSecrets = projectRepos{}
-)
+var _ codehost.ProjectSecrets = (*projects.Service)(nil)
 
 // deploymentResults adapts the deployments module to codehost.DeploymentResults
-// (the final commit status of a push deployment). a.Deployments is looked up
-// when used.
-type deploymentResults struct{ a *App }
+// (the final commit status of a push deployment).
+type deploymentResults struct{ s *deployments.Service }
 
 func (r deploymentResults) DeploymentResult(ctx context.Context, ownerID, id string) (*codehost.DeploymentResult, error) {
-	if r.a.Deployments == nil {
-		return nil, platform.Unavailable("the deployments module is not wired")
-	}
-	d, err := r.a.Deployments.Get(ctx, ownerID, id)
+	d, err := r.s.Get(ctx, ownerID, id)
 	if err != nil {
 		return nil, err
 	}
@@ -144,10 +117,7 @@ func (r deploymentResults) DeploymentResult(ctx context.Context, ownerID, id str
 
 // OwnsProject implements codehost.ProjectLookup.
 func (p projectRepos) OwnsProject(ctx context.Context, userID, projectID string) (bool, error) {
-	if p.a.Projects == nil {
-		return false, errors.New("projects module not wired")
-	}
-	_, err := p.a.Projects.Get(ctx, userID, projectID)
+	_, err := p.s.Get(ctx, userID, projectID)
 	if errors.Is(err, platform.ErrNotFound) {
 		return false, nil
 	}
@@ -167,16 +137,6 @@ func (c oauthConnector) ConnectFirst(ctx context.Context, userID, next string) (
 	return t.ConnectURL, t.Cookie, nil
 }
 
-// pushDeployer hands push deployments to a.PushDeployer, looked up when used.
-type pushDeployer struct{ a *App }
-
-func (p pushDeployer) Trigger(ctx context.Context, projectID, ownerID, sha, reason string) (string, error) {
-	if p.a.PushDeployer == nil {
-		return "", platform.Unavailable("the deployments module is not wired")
-	}
-	return p.a.PushDeployer.Trigger(ctx, projectID, ownerID, sha, reason)
-}
-
 // deploymentsTrigger adapts the deployments module to codehost.Deployer; a
 // quota refusal passes through as its 403 *platform.Error.
 type deploymentsTrigger struct{ s *deployments.Service }
@@ -191,16 +151,14 @@ func (t deploymentsTrigger) Trigger(ctx context.Context, projectID, ownerID, sha
 
 // codehostGit adapts the codehost module to deployments.GitCredentials:
 // installation tokens for private repositories of the project owner's
-// installations. a.Codehost is looked up when used (it is wired later).
-type codehostGit struct{ a *App }
+// installations. Codehost is built after deployments: the edge is bound in
+// NewApp's second phase.
+type codehostGit struct{ e *edges }
 
 var _ deployments.GitCredentials = codehostGit{}
 
 func (g codehostGit) GitAuthFor(ctx context.Context, projectID, repoURL string) (*deployments.GitAuth, error) {
-	if g.a.Codehost == nil {
-		return nil, nil
-	}
-	auth, err := g.a.Codehost.GitAuthFor(ctx, projectID, repoURL)
+	auth, err := g.e.codehost.GitAuthFor(ctx, projectID, repoURL)
 	if err != nil || auth == nil {
 		return nil, err
 	}

@@ -12,20 +12,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/moby/moby/client"
-
+	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/deployments/process"
-	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects"
+	"github.com/moby/moby/client"
 )
 
-// wireDeployments builds the deployments module: the ingress proxy (served on
+// buildDeployments builds the deployments module: the ingress proxy (served on
 // KEELSON_INGRESS_ADDR by Serve), the process runtime, the engine and the
 // routes. It hands projects the real teardown and monthly counts, and
 // codehost its push deployer.
@@ -40,14 +39,14 @@ import (
 // On Postgres the log hub also listens for lines other processes store
 // (deployments/pgnotify), so a log stream on this replica sees a build that
 // runs on a worker elsewhere.
-func (a *App) wireDeployments(ctx context.Context) error {
+func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
 	store := deployments.NewStore(a.DB)
 	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log,
 		MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20, MaxAppLines: a.Cfg.AppLogMaxLines})
 	a.startLogRetention(store, log)
-	src := deploySource{a}
+	src := deploySource{a.Projects}
 	// What runs the steps here: the process runtime and the ingress serving
 	// its apps (every role but api).
 	var (
@@ -103,12 +102,10 @@ func (a *App) wireDeployments(ctx context.Context) error {
 	}
 	mac := hmac.New(sha256.New, a.JWTSecret)
 	mac.Write([]byte("keelson deployment log tokens v1"))
-	if err := deployments.Register(a.API, deployments.Deps{
-		Service: svc, Auth: a.Authn, LogTokenKey: mac.Sum(nil), Streams: a.LogStreams,
-	}); err != nil {
-		return err
-	}
-	a.migrate(deployments.Migrations())
+	key := mac.Sum(nil)
+	a.module(func(api huma.API) error {
+		return deployments.Register(api, deployments.Deps{Service: svc, Auth: a.Authn, LogTokenKey: key, Streams: a.LogStreams})
+	}, deployments.Migrations())
 	if db.IsPostgres(a.DB) {
 		// Every role installs the triggers (workers' lines must notify);
 		// only processes with log streams listen.
@@ -118,9 +115,6 @@ func (a *App) wireDeployments(ctx context.Context) error {
 		}
 	}
 	a.Deployments = svc
-	a.ProjectTeardown = svc
-	a.DeploymentCounter = svc
-	a.PushDeployer = deploymentsTrigger{svc}
 	return nil
 }
 
@@ -132,7 +126,7 @@ func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, 
 		return nil, nil, &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
 	}
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a}, Logger: log,
+		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a.edges}, Logger: log,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -144,7 +138,7 @@ func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, 
 	}
 	a.onStart(eng.Start)
 	// Engine first at shutdown (running steps end; the next start settles
-	// them), then the runtime's apps (the closer wireDeployments registered).
+	// them), then the runtime's apps (the closer buildDeployments registered).
 	a.onClose(func(context.Context) error { return eng.Close() })
 	return eng, acts, nil
 }
@@ -247,13 +241,10 @@ var (
 )
 
 // deploySource adapts the projects module to deployments.ProjectSource.
-type deploySource struct{ a *App }
+type deploySource struct{ s *projects.Service }
 
 func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*deployments.DeploySpec, error) {
-	if s.a.Projects == nil {
-		return nil, platform.Unavailable("the projects module is not wired")
-	}
-	p, err := s.a.Projects.ProjectForDeploy(ctx, projectID)
+	p, err := s.s.ProjectForDeploy(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}

@@ -6,12 +6,12 @@ import (
 	"github.com/keelson-dev/keelson/auth/oauth"
 )
 
-// wireOAuth builds the OAuth login and linking flows (/auth/codehost*,
+// buildOAuth builds the OAuth login and linking flows (/auth/codehost*,
 // /auth/idp*, /auth/oauth/exchange) on the auth module's accounts. Providers
 // without settings answer 503 on their routes; the idp is discovered at first
 // use, so it need not be up at start.
-func (a *App) wireOAuth(ctx context.Context) error {
-	svc, err := oauth.Register(a.API, oauth.Deps{
+func (a *App) buildOAuth(ctx context.Context) error {
+	svc, err := oauth.New(oauth.Deps{
 		DB:           a.DB,
 		Accounts:     a.Auth,
 		Authn:        a.Authn,
@@ -29,8 +29,7 @@ func (a *App) wireOAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.migrate(oauth.Migrations())
+	a.module(svc.Register, oauth.Migrations())
 	a.OAuth = svc
-	a.CodehostAccounts = svc // codehost.LinkedAccounts: CodehostLogin
 	return nil
 }

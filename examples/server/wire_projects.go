@@ -8,47 +8,44 @@ import (
 	"github.com/keelson-dev/keelson/projects"
 )
 
-// wireProjects builds the projects module on the plans module (account plans
-// and plan limits) and the deployments module (teardown of deleted projects,
-// monthly deployment counts). Deployments is wired after projects, so it
-// plugs in through a.ProjectTeardown and a.DeploymentCounter, looked up when
-// used. At start, teardowns interrupted by a restart resume; at shutdown the
-// ones in flight get the shutdown grace period, then resume at next start.
-func (a *App) wireProjects(ctx context.Context) error {
-	log := a.Log.With("module", "projects")
-	svc, err := projects.Register(a.API, projects.Deps{
+// buildProjects builds the projects module on the plans module (account
+// plans and plan limits) and the deployments module (teardown of deleted
+// projects, monthly deployment counts), which is built after it: that edge is
+// bound in NewApp's second phase. At start, teardowns interrupted by a
+// restart resume; at shutdown the ones in flight get the shutdown grace
+// period, then resume at next start.
+func (a *App) buildProjects(ctx context.Context) error {
+	svc, err := projects.New(projects.Deps{
 		DB:              a.DB,
 		Auth:            a.Authn,
 		Sealer:          a.Sealer,
 		Plans:           planSource{a.Plans},
-		Teardown:        projects.TeardownFunc(a.teardownProject),
-		Deployments:     deploymentCounter{a},
+		Teardown:        projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
+		Deployments:     deploymentCounter{a.edges},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
-		Logger:          log,
+		Logger:          a.Log.With("module", "projects"),
 	})
 	if err != nil {
 		return err
 	}
-	a.migrate(projects.Migrations())
+	a.module(svc.Register, projects.Migrations())
 	a.Projects = svc
 	a.onStart(svc.Start)
 	a.onClose(svc.Close)
 	return nil
 }
 
-// teardownProject removes a deleted project's deployments (apps, routes,
+// projectTeardown removes a deleted project's deployments (apps, routes,
 // workspaces, logs) through the deployments module.
-func (a *App) teardownProject(ctx context.Context, projectID string) error {
-	if a.ProjectTeardown == nil {
-		// TODO(deployments wiring): set a.ProjectTeardown in wire_deployments.go.
-		// Until then there is nothing deployed to tear down.
-		a.Log.WarnContext(ctx, "no deployments module wired: project teardown only marks the project deleted",
-			"module", "projects", "project_id", projectID)
-		return nil
-	}
-	err := a.ProjectTeardown.TeardownProject(ctx, projectID)
-	if err != nil && a.ShutdownCtx.Err() != nil {
+type projectTeardown struct {
+	e        *edges
+	shutdown context.Context // App.ShutdownCtx
+}
+
+func (t projectTeardown) TeardownProject(ctx context.Context, projectID string) error {
+	err := t.e.deployments.TeardownProject(ctx, projectID)
+	if err != nil && t.shutdown.Err() != nil {
 		// Deployments may have shut down first: this is an interruption, not a
 		// failure; the project stays DELETING and resumes at the next start.
 		return fmt.Errorf("%w: server shutting down: %w", context.Canceled, err)
@@ -84,12 +81,10 @@ func toProjectsPlan(p *plans.Plan) *projects.Plan {
 	}
 }
 
-// deploymentCounter reads a.DeploymentCounter when GET /usage asks.
-type deploymentCounter struct{ a *App }
+// deploymentCounter answers GET /usage's monthly counts through the
+// deployments module.
+type deploymentCounter struct{ e *edges }
 
 func (c deploymentCounter) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error) {
-	if c.a.DeploymentCounter == nil {
-		return nil, projects.ErrNotCounted
-	}
-	return c.a.DeploymentCounter.DeploymentsThisMonth(ctx, ownerID)
+	return c.e.deployments.DeploymentsThisMonth(ctx, ownerID)
 }

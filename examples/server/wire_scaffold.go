@@ -6,11 +6,12 @@ import (
 	"github.com/keelson-dev/keelson/scaffold"
 )
 
-// wireScaffold registers the eight placeholder modules of SPEC 4.7.
-func (a *App) wireScaffold(ctx context.Context) error {
-	if a.Authn == nil {
-		a.Log.Warn("scaffold: no authenticator wired; placeholder routes not registered")
-		return nil
+// buildScaffold builds the eight placeholder modules of SPEC 4.7.
+func (a *App) buildScaffold(ctx context.Context) error {
+	svc, err := scaffold.New(scaffold.Deps{Auth: a.Authn})
+	if err != nil {
+		return err
 	}
-	return scaffold.Register(a.API, scaffold.Deps{Auth: a.Authn})
+	a.module(svc.Register, scaffold.Migrations())
+	return nil
 }

@@ -39,7 +39,7 @@ func (a *App) wireTemporal(ctx context.Context, store *deployments.Store, logs *
 
 	// The API side's steps: stopping an app is a signal to its workflow.
 	apiActs, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: temporal.ControlRuntime{Client: tc}, Projects: src, Git: codehostGit{a}, Logger: log,
+		Store: store, Logs: logs, Runtime: temporal.ControlRuntime{Client: tc}, Projects: src, Git: codehostGit{a.edges}, Logger: log,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -56,7 +56,7 @@ func (a *App) wireTemporal(ctx context.Context, store *deployments.Store, logs *
 	}
 
 	workerActs, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a}, Logger: log,
+		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a.edges}, Logger: log,
 	})
 	if err != nil {
 		return nil, nil, err
