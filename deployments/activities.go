@@ -26,6 +26,8 @@ type ActivitiesConfig struct {
 	// ReleaseTimeout bounds stopping, unrouting and cleaning up after a
 	// deployment ends. Default 30s.
 	ReleaseTimeout time.Duration
+	// Clock stamps every stored time. Default platform.SystemClock.
+	Clock platform.Clock
 }
 
 // Activities are the bodies of a deployment's steps, the same for every
@@ -46,6 +48,7 @@ type Activities struct {
 	git      GitCredentials
 	log      *slog.Logger
 	release  time.Duration
+	clock    platform.Clock
 }
 
 // NewActivities checks cfg and returns the activities.
@@ -61,7 +64,10 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 		return nil, errors.New("deployments: ActivitiesConfig.Projects is required")
 	}
 	a := &Activities{store: cfg.Store, logs: cfg.Logs, rt: cfg.Runtime, projects: cfg.Projects,
-		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout}
+		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock}
+	if a.clock == nil {
+		a.clock = platform.SystemClock{}
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -70,6 +76,8 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 	}
 	return a, nil
 }
+
+func (a *Activities) now() time.Time { return a.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // Build runs the BUILD step of a QUEUED deployment: QUEUED -> BUILDING, clone
 // and build, record the commit and the build's duration. It returns
@@ -87,7 +95,7 @@ func (a *Activities) Build(ctx context.Context, id string) error {
 			sink.Systemf("built commit %s", commit)
 		}
 		if st := d.Steps.Get(StepBuild).StartedAt; st != nil {
-			d.BuildDurationMs = now().Sub(*st).Milliseconds()
+			d.BuildDurationMs = a.now().Sub(*st).Milliseconds()
 		}
 		return cols, nil
 	})
@@ -119,7 +127,7 @@ func (a *Activities) ConfigureDNS(ctx context.Context, id string) error {
 		}
 		d.DeployedURL = url
 		d.Status = StatusLive
-		d.FinishedAt = now()
+		d.FinishedAt = a.now()
 		live = d
 		return []string{"deployed_url", "finished_at"}, nil
 	})
@@ -147,7 +155,7 @@ func (a *Activities) Supersede(ctx context.Context, id string) error {
 			continue
 		}
 		a.releaseResources(ctx, old)
-		old.Status, old.SupersededBy, old.ReplacedAt = StatusCancelled, d.ID, now()
+		old.Status, old.SupersededBy, old.ReplacedAt = StatusCancelled, d.ID, a.now()
 		ok, err := a.store.DeploymentUpdate(ctx, old, []Status{StatusLive}, "status", "superseded_by", "replaced_at")
 		if err != nil {
 			a.log.Error("mark deployment superseded", "deployment", old.ID, "err", err)
@@ -175,7 +183,7 @@ func (a *Activities) step(ctx context.Context, id string, step StepName, from St
 	if d.CancelRequested {
 		return context.Canceled
 	}
-	start := now()
+	start := a.now()
 	d.Status = statusOf(step)
 	d.Steps = d.Steps.clone()
 	s := d.Steps.Get(step)
@@ -207,7 +215,7 @@ func (a *Activities) step(ctx context.Context, id string, step StepName, from St
 	// The work is done: record it even if a cancel arrives now (a route, once
 	// switched, is not switched back by a late cancel).
 	ctx = context.WithoutCancel(ctx)
-	end := now()
+	end := a.now()
 	d.Steps = d.Steps.clone()
 	s = d.Steps.Get(step)
 	s.Status, s.FinishedAt = StepSucceeded, &end
@@ -285,8 +293,8 @@ func (a *Activities) Finish(ctx context.Context, id string, cause error) error {
 	step := runningStep(d)
 	cancelled := d.CancelRequested || errors.Is(cause, context.Canceled)
 	from := d.Status
-	d.Steps = endSteps(d.Steps, now())
-	d.FinishedAt = now()
+	d.Steps = endSteps(d.Steps, a.now())
+	d.FinishedAt = a.now()
 	if cancelled {
 		d.Status = StatusCancelled
 		if step == "" {
@@ -341,9 +349,9 @@ func (a *Activities) CancelQueued(ctx context.Context, id string) (bool, error) 
 		return false, err
 	}
 	d.Status, d.CancelRequested = StatusCancelled, true
-	d.Steps = endSteps(d.Steps, now())
+	d.Steps = endSteps(d.Steps, a.now())
 	d.ErrorMessage = "cancelled before it started"
-	d.FinishedAt = now()
+	d.FinishedAt = a.now()
 	ok, err := a.store.DeploymentUpdate(ctx, d, []Status{StatusQueued}, "status", "steps", "error_message", "finished_at", "cancel_requested")
 	if err != nil || !ok {
 		return false, err
@@ -379,7 +387,7 @@ func (a *Activities) Recover(ctx context.Context, id string, maxAttempts int) er
 	switch {
 	case d.CancelRequested:
 		d.Status, d.ErrorMessage = StatusCancelled, fmt.Sprintf("cancelled during %s (the server restarted while stopping it)", step)
-		d.Steps, d.FinishedAt = endSteps(d.Steps, now()), now()
+		d.Steps, d.FinishedAt = endSteps(d.Steps, a.now()), a.now()
 		sink.Systemf("deployment %s", d.ErrorMessage)
 	case d.Attempt < maxAttempts:
 		d.Attempt++
@@ -388,7 +396,7 @@ func (a *Activities) Recover(ctx context.Context, id string, maxAttempts int) er
 		sink.Systemf("server restarted during %s; deployment queued again from BUILD (attempt %d of %d)", step, d.Attempt, maxAttempts)
 	default:
 		d.Status, d.ErrorMessage = StatusFailed, fmt.Sprintf("server restarted during %s", step)
-		d.Steps, d.FinishedAt = endSteps(d.Steps, now()), now()
+		d.Steps, d.FinishedAt = endSteps(d.Steps, a.now()), a.now()
 		sink.Systemf("deployment failed: %s", d.ErrorMessage)
 	}
 	if err := a.logs.Flush(ctx); err != nil {
@@ -443,7 +451,7 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 	a.releaseResources(ctx, d)
 	d.Status = StatusFailed
 	d.ErrorMessage = sink.Mask("the app did not start again after a server restart: " + err.Error())
-	d.FinishedAt = now()
+	d.FinishedAt = a.now()
 	sink.Systemf("%s", d.ErrorMessage)
 	if _, uerr := a.store.DeploymentUpdate(ctx, d, []Status{StatusLive}, "status", "error_message", "finished_at"); uerr != nil {
 		return uerr

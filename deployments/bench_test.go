@@ -87,16 +87,21 @@ func BenchmarkLogStreamSSE(b *testing.B) {
 		for _, n := range []int{1, 1000} {
 			b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
 				bdb := newDB()
-				store := deployments.NewStore(bdb)
-				logs := deployments.NewLogs(store, deployments.LogsConfig{})
-				defer logs.Close()
 				rt, projects := deploytest.NewRuntime(), deploytest.NewProjects()
-				acts, _ := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: projects})
-				eng, _ := local.New(local.Config{Store: store, Activities: acts})
-				svc, _ := deployments.NewService(deployments.Config{Store: store, Logs: logs, Activities: acts, Engine: eng, Projects: projects})
+				var store *deployments.Store
+				svc, err := deployments.New(deployments.Deps{DB: bdb, Auth: deploytest.Authn{}, Projects: projects, Runtime: rt,
+					LogTokenKey: bytes.Repeat([]byte("k"), 32), NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
+						store = ed.Store
+						return local.New(local.Config{Store: ed.Store, Activities: ed.Activities})
+					}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer svc.Close(context.Background())
+				logs := svc.Logs()
 				mux := http.NewServeMux()
 				api := humago.New(mux, platform.APIConfig("bench", "1"))
-				if err := deployments.Register(api, deployments.Deps{Service: svc, Auth: deploytest.Authn{}, LogTokenKey: bytes.Repeat([]byte("k"), 32)}); err != nil {
+				if err := svc.Register(api); err != nil {
 					b.Fatal(err)
 				}
 				srv := httptest.NewServer(mux)
@@ -192,17 +197,19 @@ func BenchmarkLogStreamSSE(b *testing.B) {
 // database writes and the logging add to a deployment.
 func BenchmarkOrchestrationOverhead(b *testing.B) {
 	benchDBs(b, func(b *testing.B, newDB func() *bun.DB) {
-		store := deployments.NewStore(newDB())
-		logs := deployments.NewLogs(store, deployments.LogsConfig{})
-		defer logs.Close()
 		rt, projects := deploytest.NewRuntime(), deploytest.NewProjects()
-		acts, _ := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: projects})
-		eng, _ := local.New(local.Config{Store: store, Activities: acts})
-		svc, _ := deployments.NewService(deployments.Config{Store: store, Logs: logs, Activities: acts, Engine: eng, Projects: projects})
-		if err := eng.Start(context.Background()); err != nil {
+		svc, err := deployments.New(deployments.Deps{DB: newDB(), Auth: deploytest.Authn{}, Projects: projects, Runtime: rt,
+			LogTokenKey: bytes.Repeat([]byte("k"), 32), NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
+				return local.New(local.Config{Store: ed.Store, Activities: ed.Activities})
+			}})
+		if err != nil {
 			b.Fatal(err)
 		}
-		defer eng.Close()
+		if err := svc.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		defer svc.Close(context.Background())
+		logs, store := svc.Logs(), svc.Store()
 		owner := platform.NewID()
 		pid := projects.Add(deployments.DeploySpec{OwnerID: owner, Slug: "bench", RepoURL: "https://x.test/r.git", Framework: "go"})
 		b.ResetTimer()

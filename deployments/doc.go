@@ -6,15 +6,19 @@
 // (the built-in proxy). It does not know projects: it reads them through
 // ProjectSource, which the host wires.
 //
-// Wiring, in order:
+// Wiring (the same shape as every module):
 //
-//	store := deployments.NewStore(bdb)
-//	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log})
-//	acts, _ := deployments.NewActivities(deployments.ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: src})
-//	eng, _ := local.New(local.Config{Store: store, Activities: acts})
-//	svc, _ := deployments.NewService(deployments.Config{Store: store, Logs: logs, Activities: acts, Engine: eng, Projects: src})
-//	_ = deployments.Register(api, deployments.Deps{Service: svc, Auth: authn, LogTokenKey: key})
-//	_ = eng.Start(ctx) // ... eng.Close(); logs.Close() at shutdown
+//	svc, err := deployments.New(deployments.Deps{DB: bdb, Auth: authn, Projects: src, Runtime: rt,
+//		LogTokenKey: key, NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
+//			return local.New(local.Config{Store: ed.Store, Activities: ed.Activities})
+//		}})
+//	_ = svc.Register(api)                       // routes
+//	_ = db.Migrate(ctx, bdb, deployments.Migrations())
+//	_ = svc.Start(ctx)                          // the engine's worker loop
+//	defer svc.Close(ctx)                        // engine, runtime's apps, log writer
+//
+// New builds the store, the log writer and the activities; engines get them
+// through EngineDeps and depend only on small interfaces of the store.
 //
 // Decisions:
 //   - Statuses are SPEC's (QUEUED, BUILDING, PROVISIONING, CONFIGURING_DNS,

@@ -71,19 +71,20 @@ func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
 		o.projects = deploytest.NewProjects()
 	}
 	e := &env{t: t, db: bdb, rt: o.rt, projects: o.projects}
-	e.store = deployments.NewStore(bdb)
-	e.logs = deployments.NewLogs(e.store, o.logsCfg)
 	var err error
-	e.acts, err = deployments.NewActivities(deployments.ActivitiesConfig{Store: e.store, Logs: e.logs, Runtime: e.rt, Projects: e.projects, Git: o.git})
-	must(t, err)
-	e.eng, err = local.New(local.Config{Store: e.store, Activities: e.acts, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})
-	must(t, err)
-	e.svc, err = deployments.NewService(deployments.Config{Store: e.store, Logs: e.logs, Activities: e.acts, Engine: e.eng, Projects: e.projects})
+	e.svc, err = deployments.New(deployments.Deps{
+		DB: bdb, Auth: deploytest.Authn{}, Projects: e.projects, Runtime: e.rt, Git: o.git, Logs: o.logsCfg,
+		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat,
+		NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
+			e.store, e.logs, e.acts = ed.Store, ed.Logs, ed.Activities
+			e.eng, err = local.New(local.Config{Store: ed.Store, Activities: ed.Activities, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})
+			return e.eng, err
+		},
+	})
 	must(t, err)
 	mux := http.NewServeMux()
 	api := humago.New(mux, platform.APIConfig("test", "1"))
-	must(t, deployments.Register(api, deployments.Deps{Service: e.svc, Auth: deploytest.Authn{},
-		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat}))
+	must(t, e.svc.Register(api))
 	e.srv = httptest.NewServer(mux)
 	if !o.noStart {
 		must(t, e.eng.Start(context.Background()))
@@ -100,8 +101,7 @@ func (e *env) close() {
 	e.closed = true
 	e.srv.CloseClientConnections()
 	e.srv.Close()
-	_ = e.eng.Close()
-	e.logs.Close()
+	_ = e.svc.Close(context.Background()) // the engine, then the log writer
 }
 
 func must(t testing.TB, err error) {

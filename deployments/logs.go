@@ -18,6 +18,8 @@ import (
 // LogsConfig tunes Logs. Zero values take the defaults.
 type LogsConfig struct {
 	Logger *slog.Logger
+	// Clock stamps every line. Default platform.SystemClock.
+	Clock platform.Clock
 	// SubscriberBuffer is how many events (each up to BatchSize lines) a live
 	// stream may fall behind before it is dropped from the fan-out (it then
 	// refills from the database). Default 32 (an event carries up to
@@ -122,6 +124,9 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = platform.SystemClock{}
+	}
 	l := &Logs{
 		store: store, log: cfg.Logger, cfg: cfg,
 		queue:     make(chan logItem, cfg.QueueSize),
@@ -135,6 +140,8 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	go l.run()
 	return l
 }
+
+func (l *Logs) now() time.Time { return l.cfg.Clock.Now().UTC().Truncate(time.Microsecond) }
 
 // Close stores what is queued, ends every subscription and stops the writer.
 // Lines logged after Close are dropped.
@@ -751,7 +758,7 @@ func (s *Sink) Log(stream, line string) {
 	case StreamBuild:
 		if s.buildLines+1 > cfg.MaxBuildLines || s.buildBytes+int64(len(line)) > cfg.MaxBuildBytes {
 			s.buildDropped = true
-			s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: now(), Stream: StreamSystem, Message: fmt.Sprintf(
+			s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: StreamSystem, Message: fmt.Sprintf(
 				"build output reached the log cap (%d lines or %d MB per deployment): later build output is not stored", cfg.MaxBuildLines, cfg.MaxBuildBytes>>20)}})
 			s.mu.Unlock()
 			return
@@ -763,14 +770,14 @@ func (s *Sink) Log(stream, line string) {
 		if s.appLines++; s.appLines > cfg.MaxAppLines+max(cfg.MaxAppLines/10, 1) {
 			if !s.appTrimmed {
 				s.appTrimmed = true
-				s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: now(), Stream: StreamSystem, Message: fmt.Sprintf(
+				s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: StreamSystem, Message: fmt.Sprintf(
 					"app output is over the log cap (the newest %d lines are kept): older app lines are deleted", cfg.MaxAppLines)}})
 			}
 			s.logs.enqueue(logItem{sink: s, trim: cfg.MaxAppLines})
 			s.appLines = cfg.MaxAppLines
 		}
 	}
-	ln := &LogLine{DeploymentID: s.id, Time: now(), Stream: stream, Message: line}
+	ln := &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: stream, Message: line}
 	if stream != StreamSystem {
 		if len(s.tail) == tailLines {
 			s.tail = append(s.tail[:0], s.tail[1:]...)

@@ -2,7 +2,6 @@ package deployments
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"reflect"
 	"time"
@@ -11,39 +10,10 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// Deps are what Register needs.
-type Deps struct {
-	Service *Service
-	Auth    platform.Authenticator
-	// LogTokenKey signs the short-lived log-stream tokens (at least 32 bytes;
-	// derive it from the server's secret key).
-	LogTokenKey []byte
-	// LogTokenTTL is a log token's lifetime. Default 5 minutes.
-	LogTokenTTL time.Duration
-	// Heartbeat is the interval of SSE comment heartbeats. Default 15 seconds.
-	Heartbeat time.Duration
-	// Streams, when set, is asked before a log stream opens (a per-user cap on
-	// concurrent streams goes here).
-	Streams StreamGate
-	Clock   platform.Clock // default platform.SystemClock
-}
-
 // StreamGate admits or refuses a log stream. Acquire returns a release
 // function called when the stream ends, or an error (e.g. platform.RateLimited).
 type StreamGate interface {
 	Acquire(ctx context.Context, userID string) (release func(), err error)
-}
-
-func (d Deps) validate() error {
-	switch {
-	case d.Service == nil:
-		return errors.New("Deps.Service is required")
-	case d.Auth == nil:
-		return errors.New("Deps.Auth is required")
-	case len(d.LogTokenKey) < 32:
-		return errors.New("Deps.LogTokenKey must be at least 32 bytes")
-	}
-	return nil
 }
 
 type handlers struct {
@@ -59,22 +29,11 @@ type handlers struct {
 const LogTokenScheme = "logToken"
 
 // Register adds the deployment routes of SPEC 4.5 (plus cancel, redeploy and
-// log tokens) to api. It returns an error for bad Deps; it never panics.
-func Register(api huma.API, d Deps) error {
-	if err := d.validate(); err != nil {
-		return errors.New("deployments: " + err.Error())
-	}
-	h := &handlers{svc: d.Service, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
+// log tokens) to api.
+func (s *Service) Register(api huma.API) error {
+	d := s.d
+	h := &handlers{svc: s, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
 		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock}
-	if h.tokenTTL <= 0 {
-		h.tokenTTL = 5 * time.Minute
-	}
-	if h.heartbeat <= 0 {
-		h.heartbeat = 15 * time.Second
-	}
-	if h.clock == nil {
-		h.clock = platform.SystemClock{}
-	}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {

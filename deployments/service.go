@@ -11,23 +11,10 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// Config are the dependencies of a Service.
-type Config struct {
-	Store      *Store
-	Logs       *Logs
-	Activities *Activities
-	Engine     Engine
-	Projects   ProjectSource
-	Clock      platform.Clock // default platform.SystemClock
-	Logger     *slog.Logger   // optional
-	// CancelTimeout bounds waiting for a running deployment to stop (cancel,
-	// delete, project teardown). Default 2 minutes.
-	CancelTimeout time.Duration
-}
-
 // Service is the deployments module's behaviour, used by its routes and, through
 // Trigger, TeardownProject and DeploymentsThisMonth, by other modules.
 type Service struct {
+	d        Deps
 	store    *Store
 	logs     *Logs
 	acts     *Activities
@@ -36,34 +23,6 @@ type Service struct {
 	clock    platform.Clock
 	log      *slog.Logger
 	cancelTO time.Duration
-}
-
-// NewService checks cfg and returns the service.
-func NewService(cfg Config) (*Service, error) {
-	switch {
-	case cfg.Store == nil:
-		return nil, errors.New("deployments: Config.Store is required")
-	case cfg.Logs == nil:
-		return nil, errors.New("deployments: Config.Logs is required")
-	case cfg.Activities == nil:
-		return nil, errors.New("deployments: Config.Activities is required")
-	case cfg.Engine == nil:
-		return nil, errors.New("deployments: Config.Engine is required")
-	case cfg.Projects == nil:
-		return nil, errors.New("deployments: Config.Projects is required")
-	}
-	s := &Service{store: cfg.Store, logs: cfg.Logs, acts: cfg.Activities, engine: cfg.Engine,
-		projects: cfg.Projects, clock: cfg.Clock, log: cfg.Logger, cancelTO: cfg.CancelTimeout}
-	if s.clock == nil {
-		s.clock = platform.SystemClock{}
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.cancelTO <= 0 {
-		s.cancelTO = 2 * time.Minute
-	}
-	return s, nil
 }
 
 // TriggerParams ask for a deployment of a project.

@@ -16,11 +16,13 @@ import (
 // All methods are safe for concurrent use; none holds a transaction open while
 // calling out.
 type Store struct {
-	db bun.IDB
+	db    bun.IDB
+	clock platform.Clock // stamps updated_at; deployments.New sets its Deps.Clock
 }
 
-// NewStore returns a Store over idb (usually the *bun.DB pool).
-func NewStore(idb bun.IDB) *Store { return &Store{db: idb} }
+// NewStore returns a Store over idb (usually the *bun.DB pool) that stamps
+// times with the system clock.
+func NewStore(idb bun.IDB) *Store { return &Store{db: idb, clock: platform.SystemClock{}} }
 
 // errQuota is returned by DeploymentInsert when the project's monthly quota is used up.
 var errQuota = errors.New("deployment quota reached")
@@ -152,7 +154,7 @@ func (s *Store) DeploymentListByProject(ctx context.Context, projectID string) (
 // non-empty it only updates a row whose status is one of from, and reports
 // whether it did (false, nil: the row moved on or is gone).
 func (s *Store) DeploymentUpdate(ctx context.Context, d *Deployment, from []Status, columns ...string) (bool, error) {
-	d.UpdatedAt = now()
+	d.UpdatedAt = s.now()
 	q := s.db.NewUpdate().Model(d).Column(append(columns, "updated_at")...).Where("id = ?", d.ID)
 	if len(from) > 0 {
 		q = q.Where("status IN (?)", bun.In(from))
@@ -172,7 +174,7 @@ func (s *Store) DeploymentUpdate(ctx context.Context, d *Deployment, from []Stat
 // so a restart does not resume it.
 func (s *Store) DeploymentRequestCancel(ctx context.Context, id string) error {
 	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("cancel_requested = ?", true).
-		Set("updated_at = ?", now()).Where("id = ?", id).Exec(ctx)
+		Set("updated_at = ?", s.now()).Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
 }
 
@@ -279,7 +281,7 @@ func (s *Store) LogMaxSeq(ctx context.Context, deploymentID string) (int64, erro
 
 // now is the store's timestamp: UTC, microsecond precision so values survive a
 // Postgres round trip unchanged (keyset cursors compare them exactly).
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+func (s *Store) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // errorf wraps err with a message for logs (never sent to clients).
 func errorf(format string, a ...any) error { return fmt.Errorf("deployments: "+format, a...) }

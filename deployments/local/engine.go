@@ -51,7 +51,7 @@ import (
 
 // Config configures the engine.
 type Config struct {
-	Store      *deployments.Store
+	Store      Store
 	Activities *deployments.Activities
 	Logger     *slog.Logger // optional
 	// MaxConcurrent caps deployments (and app restarts) running at once. Default 4.
@@ -79,9 +79,15 @@ type share struct {
 	priority bool
 }
 
+// Store is what the engine reads of the deployments (a *deployments.Store).
+type Store interface {
+	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
+	DeploymentListByStatus(ctx context.Context, statuses ...deployments.Status) ([]*deployments.Deployment, error)
+}
+
 // Engine is the embedded deployments.Engine.
 type Engine struct {
-	store *deployments.Store
+	store Store
 	acts  *deployments.Activities
 	log   *slog.Logger
 	max   int

@@ -20,7 +20,7 @@ import (
 // task queue, and resuming a deployment whose previous worker was lost.
 type activities struct {
 	acts      *deployments.Activities
-	store     *deployments.Store
+	store     WorkerStore
 	rt        deployments.Runtime
 	client    client.Client
 	hostQueue string

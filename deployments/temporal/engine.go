@@ -18,7 +18,7 @@ import (
 type EngineConfig struct {
 	Client    client.Client // required
 	TaskQueue string        // required: the queue the workers poll
-	Store     *deployments.Store
+	Store     DeploymentGetter
 	// Projects gives the plan's build timeout when a workflow starts. Required.
 	Projects deployments.ProjectSource
 	// Logs, when set, is flushed before a workflow starts, so the lines the API
@@ -33,6 +33,11 @@ type EngineConfig struct {
 	// PollInterval is how often Cancel re-reads a deployment it waits for. Default 200ms.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+}
+
+// DeploymentGetter reads one deployment (a *deployments.Store).
+type DeploymentGetter interface {
+	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
 }
 
 // Engine is deployments.Engine on Temporal: each deployment is a workflow whose

@@ -1,6 +1,7 @@
 package temporal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,20 +60,20 @@ type cluster struct {
 
 func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
 	t.Helper()
-	c := &cluster{srv: srv, store: deployments.NewStore(bdb), projects: projects, queue: "keelson-test-" + platform.NewID()[:8]}
-	c.logs = deployments.NewLogs(c.store, deployments.LogsConfig{})
-	t.Cleanup(c.logs.Close)
+	c := &cluster{srv: srv, projects: projects, queue: "keelson-test-" + platform.NewID()[:8]}
 	tc := dial(t, srv)
+	var err error
 	// The API side's activities stop apps through their workflows (ControlRuntime).
-	apiActs, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: c.logs,
-		Runtime: ControlRuntime{Client: tc}, Projects: projects})
+	c.svc, err = deployments.New(deployments.Deps{DB: bdb, Auth: deploytest.Authn{}, Projects: projects,
+		Runtime: ControlRuntime{Client: tc}, LogTokenKey: bytes.Repeat([]byte("k"), 32), CancelTimeout: time.Minute,
+		NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
+			c.engine, err = NewEngine(EngineConfig{Client: tc, TaskQueue: c.queue, Store: ed.Store, Projects: ed.Projects,
+				Logs: ed.Logs, Activities: ed.Activities, Timeouts: integrationTimeouts})
+			return c.engine, err
+		}})
 	require.NoError(t, err)
-	c.engine, err = NewEngine(EngineConfig{Client: tc, TaskQueue: c.queue, Store: c.store, Projects: projects,
-		Logs: c.logs, Activities: apiActs, Timeouts: integrationTimeouts})
-	require.NoError(t, err)
-	c.svc, err = deployments.NewService(deployments.Config{Store: c.store, Logs: c.logs, Activities: apiActs,
-		Engine: c.engine, Projects: projects, CancelTimeout: time.Minute})
-	require.NoError(t, err)
+	c.store, c.logs = c.svc.Store(), c.svc.Logs()
+	t.Cleanup(func() { _ = c.svc.Close(context.Background()) })
 	return c
 }
 

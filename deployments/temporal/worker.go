@@ -21,10 +21,18 @@ type WorkerConfig struct {
 	// (the same one passed to NewWorker). Required.
 	Activities *deployments.Activities
 	// Store is the deployments store (the same database as the API's). Required.
-	Store  *deployments.Store
+	Store  WorkerStore
 	Logger *slog.Logger
 	// Options are passed to the SDK's worker (concurrency, identity, ...).
 	Options worker.Options
+}
+
+// WorkerStore is what a worker reads and writes of the deployments directly
+// (a *deployments.Store); everything else goes through Activities.
+type WorkerStore interface {
+	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
+	DeploymentListByProject(ctx context.Context, projectID string) ([]*deployments.Deployment, error)
+	DeploymentRequestCancel(ctx context.Context, id string) error
 }
 
 // Worker runs deployment workflows and their activities. It polls two task

@@ -12,27 +12,27 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/deployments/process"
+	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/moby/moby/client"
 )
 
 // buildDeployments builds the deployments module: the ingress proxy (served on
-// KEELSON_INGRESS_ADDR by Serve), the process runtime, the engine and the
-// routes. It hands projects the real teardown and monthly counts, and
-// codehost its push deployer.
+// KEELSON_INGRESS_ADDR by Serve), the runtime (KEELSON_RUNTIME), the engine
+// and the service (deployments.New). Projects reaches it through the edges
+// bound in NewApp's second phase; codehost, built after it, gets it directly.
 //
 // With KEELSON_ENGINE=local (the default) the embedded engine runs here: it
 // starts after migrations (settling deployments a previous run left mid-way
 // and starting LIVE apps again) and stops at shutdown before the runtime
-// stops the apps. With KEELSON_ENGINE=temporal see wireTemporal: KEELSON_ROLE
+// stops the apps. With KEELSON_ENGINE=temporal see temporalDeps: KEELSON_ROLE
 // decides whether this process starts workflows (api), runs them (worker) or
 // both (all).
 //
@@ -42,159 +42,83 @@ import (
 func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
-	store := deployments.NewStore(a.DB)
-	logs := deployments.NewLogs(store, deployments.LogsConfig{Logger: log,
-		MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20, MaxAppLines: a.Cfg.AppLogMaxLines})
-	a.startLogRetention(store, log)
-	src := deploySource{a.Projects}
-	// What runs the steps here: the process runtime and the ingress serving
+	mac := hmac.New(sha256.New, a.JWTSecret)
+	mac.Write([]byte("keelson deployment log tokens v1"))
+	d := deployments.Deps{
+		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Git: codehostGit{a.edges},
+		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log,
+		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
+			MaxAppLines: a.Cfg.AppLogMaxLines},
+	}
+	// What runs the steps here: the runtime (KEELSON_RUNTIME) and the ingress serving
 	// its apps (every role but api).
-	var (
-		rt     appRuntime
-		router *ingress.Router
-	)
-	a.onClose(func(ctx context.Context) error {
-		// Runs after the engine stopped (closers run in reverse): the apps,
-		// then the log writer (the apps' last lines are stored).
-		var err error
-		if rt != nil {
-			err = rt.Close(ctx)
-		}
-		logs.Close()
-		if router != nil {
-			router.Close()
-		}
-		return err
-	})
+	var rt appRuntime
 	if c.RunsWorker() {
 		publicPort := 0
 		if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
 			publicPort, _ = strconv.Atoi(p)
 		}
-		var err error
-		router, err = ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log})
+		router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log})
 		if err != nil {
 			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 		}
+		// Closed last: after the apps behind it stopped.
+		a.onClose(func(context.Context) error { router.Close(); return nil })
 		if rt, err = a.newRuntime(ctx, router, log); err != nil {
 			return err
 		}
 		a.Ingress = router
 	}
-	var (
-		eng  deployments.Engine
-		acts *deployments.Activities
-		err  error
-	)
+	var worker func(*deployments.Service) error
 	if c.Engine == "temporal" {
-		eng, acts, err = a.wireTemporal(ctx, store, logs, src, rt, log)
+		var err error
+		if worker, err = a.temporalDeps(ctx, &d, rt, log); err != nil {
+			if rt != nil {
+				_ = rt.Close(ctx)
+			}
+			return err
+		}
 	} else {
-		eng, acts, err = a.wireLocalEngine(store, logs, src, rt, log)
+		// The embedded engine (KEELSON_ROLE=all only; the config refuses
+		// other roles with it). The service owns rt: its Close stops the
+		// engine, then the apps, then the log writer.
+		if rt == nil {
+			return &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
+		}
+		d.Runtime = rt
+		d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
+			return local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
+				PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
+		}
 	}
+	svc, err := deployments.New(d)
 	if err != nil {
+		if rt != nil {
+			_ = rt.Close(ctx)
+		}
 		return err
 	}
-	svc, err := deployments.NewService(deployments.Config{
-		Store: store, Logs: logs, Activities: acts, Engine: eng, Projects: src, Logger: log,
-	})
-	if err != nil {
-		return err
+	a.module(svc.Register, deployments.Migrations())
+	a.startLogRetention(svc.Store(), log)
+	// The engine starts after migrations (settling deployments a previous
+	// run left mid-way and starting LIVE apps again).
+	a.onStart(svc.Start)
+	a.onClose(svc.Close)
+	if worker != nil {
+		if err := worker(svc); err != nil {
+			return err
+		}
 	}
-	mac := hmac.New(sha256.New, a.JWTSecret)
-	mac.Write([]byte("keelson deployment log tokens v1"))
-	key := mac.Sum(nil)
-	a.module(func(api huma.API) error {
-		return deployments.Register(api, deployments.Deps{Service: svc, Auth: a.Authn, LogTokenKey: key, Streams: a.LogStreams})
-	}, deployments.Migrations())
 	if db.IsPostgres(a.DB) {
 		// Every role installs the triggers (workers' lines must notify);
 		// only processes with log streams listen.
 		a.migrate(pgnotify.Migrations())
 		if c.ServesAPI() {
-			a.listenLogs(logs, log)
+			a.listenLogs(svc.Logs(), log)
 		}
 	}
 	a.Deployments = svc
 	return nil
-}
-
-// wireLocalEngine builds the embedded engine (KEELSON_ROLE=all only; the
-// config refuses other roles with it).
-func (a *App) wireLocalEngine(store *deployments.Store, logs *deployments.Logs, src deploySource,
-	rt appRuntime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
-	if rt == nil {
-		return nil, nil, &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
-	}
-	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a.edges}, Logger: log,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	eng, err := local.New(local.Config{Store: store, Activities: acts, Logger: log,
-		PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{a}})
-	if err != nil {
-		return nil, nil, err
-	}
-	a.onStart(eng.Start)
-	// Engine first at shutdown (running steps end; the next start settles
-	// them), then the runtime's apps (the closer buildDeployments registered).
-	a.onClose(func(context.Context) error { return eng.Close() })
-	return eng, acts, nil
-}
-
-// appRuntime is what runs builds and apps here: the docker runtime
-// (deployments/container) or the process runtime (deployments/process).
-type appRuntime interface {
-	deployments.Runtime
-	Close(ctx context.Context) error
-}
-
-// newRuntime picks KEELSON_RUNTIME's runtime. Unset: docker when an engine
-// answers (DOCKER_HOST or the default socket), else process with one
-// warning; docker with no engine stops start-up naming the variable.
-func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.Logger) (appRuntime, error) {
-	c := a.Cfg
-	kind := c.Runtime
-	var docker *client.Client
-	if kind != "process" {
-		var err error
-		docker, err = container.NewClient(ctx, 5*time.Second)
-		switch {
-		case err != nil && kind == "docker":
-			return nil, &ConfigError{"KEELSON_RUNTIME", "docker: no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): " + oneLine(err)}
-		case err != nil:
-			log.Warn("no Docker engine answers: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (start Docker for isolation, or set KEELSON_RUNTIME=process to choose this)")
-			kind = "process"
-		default:
-			kind = "docker"
-		}
-	}
-	if kind == "process" {
-		return process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
-			Ingress: router, Logger: log})
-	}
-	rt, err := container.New(container.Config{
-		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
-		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
-		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
-	})
-	if err != nil {
-		docker.Close()
-		return nil, err
-	}
-	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance())
-	return dockerRuntime{rt, docker}, nil
-}
-
-// dockerRuntime closes the engine client after the runtime.
-type dockerRuntime struct {
-	*container.Runtime
-	docker *client.Client
-}
-
-func (d dockerRuntime) Close(ctx context.Context) error {
-	return errors.Join(d.Runtime.Close(ctx), d.docker.Close())
 }
 
 // listenLogs feeds the log hub what other processes store (Postgres
@@ -264,17 +188,71 @@ func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*
 	}, nil
 }
 
+// appRuntime is what runs builds and apps here: the docker runtime
+// (deployments/container) or the process runtime (deployments/process).
+type appRuntime interface {
+	deployments.Runtime
+	Close(ctx context.Context) error
+}
+
+// newRuntime picks KEELSON_RUNTIME's runtime. Unset: docker when an engine
+// answers (DOCKER_HOST or the default socket), else process with one
+// warning; docker with no engine stops start-up naming the variable.
+func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.Logger) (appRuntime, error) {
+	c := a.Cfg
+	kind := c.Runtime
+	var docker *client.Client
+	if kind != "process" {
+		var err error
+		docker, err = container.NewClient(ctx, 5*time.Second)
+		switch {
+		case err != nil && kind == "docker":
+			return nil, &ConfigError{"KEELSON_RUNTIME", "docker: no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): " + oneLine(err)}
+		case err != nil:
+			log.Warn("no Docker engine answers: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (start Docker for isolation, or set KEELSON_RUNTIME=process to choose this)")
+			kind = "process"
+		default:
+			kind = "docker"
+		}
+	}
+	if kind == "process" {
+		return process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+			Ingress: router, Logger: log})
+	}
+	rt, err := container.New(container.Config{
+		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
+		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
+		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+	})
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
+	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance())
+	return dockerRuntime{rt, docker}, nil
+}
+
+// dockerRuntime closes the engine client after the runtime.
+type dockerRuntime struct {
+	*container.Runtime
+	docker *client.Client
+}
+
+func (d dockerRuntime) Close(ctx context.Context) error {
+	return errors.Join(d.Runtime.Close(ctx), d.docker.Close())
+}
+
 // buildShares gives the local engine each owner's share of the build slots
 // from their account plan: KEELSON_BUILDS_PER_USER at once, twice that and
 // picked first on a plan with priorityBuilds.
-type buildShares struct{ a *App }
+type buildShares struct {
+	plans *plans.Service
+	per   int // KEELSON_BUILDS_PER_USER or its default
+}
 
 func (b buildShares) BuildShare(ctx context.Context, ownerID string) (int, bool, error) {
-	per := cmp.Or(b.a.Cfg.BuildsPerUser, DefaultBuildsPerUser)
-	if b.a.Plans == nil {
-		return per, false, nil
-	}
-	p, err := b.a.Plans.AccountPlan(ctx, ownerID)
+	per := b.per
+	p, err := b.plans.AccountPlan(ctx, ownerID)
 	if err != nil {
 		return 0, false, err
 	}

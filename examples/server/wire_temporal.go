@@ -20,73 +20,67 @@ import (
 // temporalDialTimeout bounds reaching the Temporal frontend at start-up.
 const temporalDialTimeout = 15 * time.Second
 
-// wireTemporal runs deployments on Temporal (KEELSON_ENGINE=temporal).
+// temporalDeps runs deployments on Temporal (KEELSON_ENGINE=temporal).
 //
 // Every role gets the engine the deployments service uses: it starts, syncs
 // and cancels workflows on KEELSON_TEMPORAL_TASK_QUEUE, and stops apps by
-// asking their workflows (temporal.ControlRuntime), wherever they run.
-// Roles all and worker also run a Temporal worker over rt, the process
-// runtime whose apps this process's ingress serves. A process of role api
-// has no runtime: it runs no step and no app.
-func (a *App) wireTemporal(ctx context.Context, store *deployments.Store, logs *deployments.Logs, src deploySource,
-	rt appRuntime, log *slog.Logger) (deployments.Engine, *deployments.Activities, error) {
+// asking their workflows (temporal.ControlRuntime, the service's Runtime),
+// wherever they run. Roles all and worker also run a Temporal worker over
+// rt, the runtime whose apps this process's ingress serves: the
+// returned function builds it once the service exists (nil for role api,
+// which has no runtime and runs no step and no app).
+func (a *App) temporalDeps(ctx context.Context, d *deployments.Deps, rt appRuntime, log *slog.Logger) (func(*deployments.Service) error, error) {
 	c := a.Cfg
 	tc, err := dialTemporal(ctx, c, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	// Registered before the service's closer: the client closes after it.
 	a.onClose(func(context.Context) error { tc.Close(); return nil })
-
-	// The API side's steps: stopping an app is a signal to its workflow.
-	apiActs, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: temporal.ControlRuntime{Client: tc}, Projects: src, Git: codehostGit{a.edges}, Logger: log,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	eng, err := temporal.NewEngine(temporal.EngineConfig{
-		Client: tc, TaskQueue: c.TemporalTaskQueue, Store: store, Projects: src, Logs: logs,
-		Activities: apiActs, Logger: log,
-	})
-	if err != nil {
-		return nil, nil, err
+	d.Runtime = temporal.ControlRuntime{Client: tc}
+	d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
+		return temporal.NewEngine(temporal.EngineConfig{
+			Client: tc, TaskQueue: c.TemporalTaskQueue, Store: ed.Store, Projects: ed.Projects, Logs: ed.Logs,
+			Activities: ed.Activities, Logger: ed.Logger,
+		})
 	}
 	if rt == nil { // role api
-		return eng, apiActs, nil
+		return nil, nil
 	}
-
-	workerActs, err := deployments.NewActivities(deployments.ActivitiesConfig{
-		Store: store, Logs: logs, Runtime: rt, Projects: src, Git: codehostGit{a.edges}, Logger: log,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	w, err := temporal.NewWorker(tc, c.TemporalTaskQueue, rt, temporal.WorkerConfig{
-		Activities: workerActs, Store: store, Logger: log,
-		// A stopping worker lets running steps end a little; Temporal
-		// retries what it could not finish on another worker.
-		Options: worker.Options{WorkerStopTimeout: 10 * time.Second},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	started := false
-	a.onStart(func(context.Context) error {
-		if err := w.Start(); err != nil {
-			return &ConfigError{"KEELSON_TEMPORAL_TASK_QUEUE", oneLine(err)}
+	return func(svc *deployments.Service) error {
+		// Registered after the service's closer: the apps stop before the
+		// log writer, after the worker stopped (the closer below).
+		a.onClose(rt.Close)
+		workerActs, err := svc.Activities(rt)
+		if err != nil {
+			return err
 		}
-		started = true
-		log.Info("temporal worker polling", "task_queue", c.TemporalTaskQueue, "host_queue", w.HostQueue())
-		return nil
-	})
-	// Registered after the client's closer, so it runs before it.
-	a.onClose(func(context.Context) error {
-		if started {
-			w.Stop()
+		w, err := temporal.NewWorker(tc, c.TemporalTaskQueue, rt, temporal.WorkerConfig{
+			Activities: workerActs, Store: svc.Store(), Logger: log,
+			// A stopping worker lets running steps end a little; Temporal
+			// retries what it could not finish on another worker.
+			Options: worker.Options{WorkerStopTimeout: 10 * time.Second},
+		})
+		if err != nil {
+			return err
 		}
+		started := false
+		a.onStart(func(context.Context) error {
+			if err := w.Start(); err != nil {
+				return &ConfigError{"KEELSON_TEMPORAL_TASK_QUEUE", oneLine(err)}
+			}
+			started = true
+			log.Info("temporal worker polling", "task_queue", c.TemporalTaskQueue, "host_queue", w.HostQueue())
+			return nil
+		})
+		a.onClose(func(context.Context) error {
+			if started {
+				w.Stop()
+			}
+			return nil
+		})
 		return nil
-	})
-	return eng, apiActs, nil
+	}, nil
 }
 
 // dialTemporal connects to KEELSON_TEMPORAL_ADDRESS and checks that the

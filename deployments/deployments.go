@@ -1,0 +1,182 @@
+package deployments
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/uptrace/bun"
+)
+
+// Deps are what the deployments module needs. New validates them and applies
+// the defaults.
+type Deps struct {
+	// DB holds the deployments tables (Migrations). Required.
+	DB *bun.DB
+	// Auth authenticates the routes' bearer tokens. Required.
+	Auth platform.Authenticator
+	// Projects reads the project a deployment builds. Required.
+	Projects ProjectSource
+	// Runtime does the steps' work for this service's Activities (a process
+	// or container runtime; temporal.ControlRuntime in an API-only process,
+	// where stopping an app is a signal to its workflow). Required. If it
+	// has a Close(context.Context) error method, Close calls it after the
+	// engine stopped and before the log writer stops.
+	Runtime Runtime
+	// NewEngine builds the engine that orchestrates the workflows, over this
+	// service's store, logs and activities. Required.
+	NewEngine func(EngineDeps) (Engine, error)
+	// Git gives clone credentials for private repositories. Optional: nil
+	// clones without credentials.
+	Git GitCredentials
+	// LogTokenKey signs the short-lived log-stream tokens (at least 32 bytes;
+	// derive it from the server's secret key). Required.
+	LogTokenKey []byte
+	// LogTokenTTL is a log token's lifetime. Default 5 minutes.
+	LogTokenTTL time.Duration
+	// Heartbeat is the interval of SSE comment heartbeats. Default 15 seconds.
+	Heartbeat time.Duration
+	// Streams, when set, is asked before a log stream opens (a per-user cap on
+	// concurrent streams goes here).
+	Streams StreamGate
+	// Logs tunes the log writer and fan-out (Logger and Clock are taken from
+	// Deps when unset there).
+	Logs LogsConfig
+	// CancelTimeout bounds waiting for a running deployment to stop (cancel,
+	// delete, project teardown). Default 2 minutes.
+	CancelTimeout time.Duration
+	// ReleaseTimeout bounds stopping, unrouting and cleaning up after a
+	// deployment ends. Default 30 seconds.
+	ReleaseTimeout time.Duration
+	// Clock stamps every stored time. Default platform.SystemClock.
+	Clock platform.Clock
+	// Logger gets the module's own log records. Default: discarded.
+	Logger *slog.Logger
+}
+
+// EngineDeps are what Deps.NewEngine gets: the parts New built.
+type EngineDeps struct {
+	Store      *Store
+	Logs       *Logs
+	Activities *Activities
+	Projects   ProjectSource
+	Clock      platform.Clock
+	Logger     *slog.Logger
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.DB == nil {
+		errs = append(errs, errors.New("Deps.DB is required"))
+	}
+	if d.Auth == nil {
+		errs = append(errs, errors.New("Deps.Auth is required"))
+	}
+	if d.Projects == nil {
+		errs = append(errs, errors.New("Deps.Projects is required"))
+	}
+	if d.Runtime == nil {
+		errs = append(errs, errors.New("Deps.Runtime is required"))
+	}
+	if d.NewEngine == nil {
+		errs = append(errs, errors.New("Deps.NewEngine is required"))
+	}
+	if len(d.LogTokenKey) < 32 {
+		errs = append(errs, errors.New("Deps.LogTokenKey must be at least 32 bytes"))
+	}
+	return errors.Join(errs...)
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.LogTokenTTL <= 0 {
+		d.LogTokenTTL = 5 * time.Minute
+	}
+	if d.Heartbeat <= 0 {
+		d.Heartbeat = 15 * time.Second
+	}
+	if d.CancelTimeout <= 0 {
+		d.CancelTimeout = 2 * time.Minute
+	}
+	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
+	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
+	if d.Logs.Clock == nil {
+		d.Logs.Clock = d.Clock
+	}
+	return d
+}
+
+// New validates d, builds the store, the log writer, the activities and (via
+// d.NewEngine) the engine, and returns the service. It returns an error for a
+// bad Deps; it never panics. Close releases what it started (the log writer)
+// even if Start was never called.
+func New(d Deps) (*Service, error) {
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("deployments: %w", err)
+	}
+	d = d.withDefaults()
+	store := NewStore(d.DB)
+	store.clock = d.Clock
+	logs := NewLogs(store, d.Logs)
+	acts, err := NewActivities(ActivitiesConfig{Store: store, Logs: logs, Runtime: d.Runtime, Projects: d.Projects,
+		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock})
+	if err != nil {
+		logs.Close()
+		return nil, err
+	}
+	eng, err := d.NewEngine(EngineDeps{Store: store, Logs: logs, Activities: acts, Projects: d.Projects, Clock: d.Clock, Logger: d.Logger})
+	if err == nil && eng == nil {
+		err = errors.New("deployments: Deps.NewEngine returned no engine")
+	}
+	if err != nil {
+		logs.Close()
+		return nil, err
+	}
+	return &Service{d: d, store: store, logs: logs, acts: acts, engine: eng, projects: d.Projects,
+		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout}, nil
+}
+
+// Start starts the engine when it runs work in this process (the embedded
+// engine settles what a previous run left and starts its worker loop).
+func (s *Service) Start(ctx context.Context) error {
+	if st, ok := s.engine.(interface{ Start(context.Context) error }); ok {
+		return st.Start(ctx)
+	}
+	return nil
+}
+
+// Close stops the engine (running steps end; the next start settles them),
+// then the runtime's apps (when Deps.Runtime has Close), then the log writer
+// (the apps' last lines are stored first).
+func (s *Service) Close(ctx context.Context) error {
+	var errs []error
+	if c, ok := s.engine.(interface{ Close() error }); ok {
+		errs = append(errs, c.Close())
+	}
+	if c, ok := s.d.Runtime.(interface{ Close(context.Context) error }); ok {
+		errs = append(errs, c.Close(ctx))
+	}
+	s.logs.Close()
+	return errors.Join(errs...)
+}
+
+// Activities returns activities like the service's own but over rt: a
+// Temporal worker runs its steps with the process runtime while the API
+// side's Runtime only signals workflows.
+func (s *Service) Activities(rt Runtime) (*Activities, error) {
+	return NewActivities(ActivitiesConfig{Store: s.store, Logs: s.logs, Runtime: rt, Projects: s.d.Projects,
+		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock})
+}
+
+// Store returns the service's store (engines and workers read deployments
+// through it).
+func (s *Service) Store() *Store { return s.store }
