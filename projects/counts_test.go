@@ -79,11 +79,14 @@ func BenchmarkCreateWith1000Owned(b *testing.B) {
 	plans := newPlanBook()
 	plans.plans["unlimited"] = &projects.Plan{Name: "unlimited", Tier: "ENTERPRISE", TierRank: 3, MaxDeployments: 1, MaxMemoryMi: 512, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10}
 	plans.setAccount(users["alice"], "unlimited")
-	svc, err := projects.Register(api, projects.Deps{
+	svc, err := projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans, Teardown: newTeardown(),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := svc.Register(api); err != nil {
 		b.Fatal(err)
 	}
 	defer svc.Close(context.Background())
