@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,6 +296,15 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 		return ids
 	}
 	before := apps()
+	res, err := docker.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", container.LabelDeployment+"="+tr.DeploymentID)})
+	if err != nil || len(res.Items) != 1 {
+		t.Fatalf("the app's container: %v %v", res.Items, err)
+	}
+	instance := res.Items[0].Labels[container.LabelInstance]
+	t.Cleanup(func() { // a failing test still leaves nothing on the shared engine
+		containertest.RemoveInstance(docker, instance)
+	})
 	if len(before) != 1 {
 		t.Fatalf("containers before the kill: %v", before)
 	}
@@ -327,6 +337,15 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 	platformtest.Eventually(t, time.Minute, "the project to leave nothing", func() bool {
 		return len(keelsonObjects(t, docker, container.LabelProject, p.ID)) == 0
 	})
+	// A clean stop of the server leaves nothing of its instance (the build
+	// network included).
+	if err := srv2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-srv2.done
+	if left := keelsonObjects(t, docker, container.LabelInstance, instance); len(left) > 0 {
+		t.Fatalf("the stopped server left %v", left)
+	}
 }
 
 // KEELSON_RUNTIME: unset picks process with one warning when no engine
