@@ -1,0 +1,192 @@
+package deployments
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Cross-process catch-up: lines other processes stored (LinesStored,
+// DeploymentEnded, Resync from deployments/pgnotify) are read back from the
+// table and published in sequence order, gaps filled.
+
+// publishStored publishes lines this process stored (one deployment, in
+// sequence order). Lines another process stored before them and that were not
+// published yet are read and published first, so subscribers see no gap.
+func (l *Logs) publishStored(ctx context.Context, lines []*LogLine) {
+	id := lines[0].DeploymentID
+	l.mu.Lock()
+	p, known := l.published[id]
+	has := len(l.subs[id]) > 0
+	l.mu.Unlock()
+	if !has {
+		return
+	}
+	if known && lines[0].Seq > p+1 {
+		l.fill(ctx, id, p, lines[0].Seq-1)
+	}
+	l.publishLines(id, lines)
+}
+
+// fill reads the deployment's stored lines after seq after (up to upTo when
+// upTo > 0) and publishes them.
+func (l *Logs) fill(ctx context.Context, id string, after, upTo int64) {
+	for {
+		rows, err := l.store.LogList(ctx, LogListParams{DeploymentID: id, AfterSeq: after, Limit: l.cfg.BatchSize})
+		if err != nil {
+			// The streams refill from the database themselves on the next gap or at the end.
+			l.log.Warn("read deployment log lines stored elsewhere", "deployment", id, "err", err)
+			return
+		}
+		lines := make([]*LogLine, 0, len(rows))
+		for i := range rows {
+			if upTo > 0 && rows[i].Seq > upTo {
+				break
+			}
+			rows[i].frame = appendLogFrame(nil, &rows[i])
+			lines = append(lines, &rows[i])
+		}
+		if len(lines) > 0 {
+			if !l.publishLines(id, lines) {
+				return
+			}
+			after = lines[len(lines)-1].Seq
+		}
+		if len(lines) < len(rows) || len(rows) < l.cfg.BatchSize {
+			return
+		}
+	}
+}
+
+// publishLines publishes the lines after the deployment's published mark and
+// raises the mark. It reports whether the deployment still has subscribers.
+func (l *Logs) publishLines(id string, lines []*LogLine) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.subs[id]) == 0 {
+		return false
+	}
+	if p, known := l.published[id]; known {
+		for len(lines) > 0 && lines[0].Seq <= p {
+			lines = lines[1:]
+		}
+	}
+	if len(lines) == 0 {
+		return true
+	}
+	l.publishLocked(id, LogEvent{Lines: slices.Clip(lines)})
+	if len(l.subs[id]) == 0 {
+		return false
+	}
+	l.published[id] = lines[len(lines)-1].Seq
+	return true
+}
+
+// LinesStored tells l that lines of the deployment up to seq are stored,
+// possibly by another process (a Postgres NOTIFY). If the deployment has
+// subscribers here, the writer reads the lines after the last one it
+// published and publishes them in order. It never blocks.
+func (l *Logs) LinesStored(deploymentID string, seq int64) {
+	l.mu.Lock()
+	if len(l.subs[deploymentID]) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	if p, known := l.published[deploymentID]; known && seq <= p {
+		l.mu.Unlock()
+		return // already published (e.g. this process stored them)
+	}
+	w := l.remote[deploymentID]
+	w.upTo = max(w.upTo, seq)
+	l.remote[deploymentID] = w
+	l.mu.Unlock()
+	l.poke()
+}
+
+// DeploymentEnded tells l that the deployment reached a terminal status,
+// possibly in another process: its subscribers here get the lines stored so
+// far, then Done. It never blocks.
+func (l *Logs) DeploymentEnded(deploymentID string) {
+	l.mu.Lock()
+	if len(l.subs[deploymentID]) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	w := l.remote[deploymentID]
+	w.end = true
+	l.remote[deploymentID] = w
+	l.mu.Unlock()
+	l.poke()
+}
+
+// Resync makes the writer re-read the stored lines of every deployment that
+// has subscribers here (for notifications lost while a listener reconnected).
+// It never blocks.
+func (l *Logs) Resync() {
+	l.mu.Lock()
+	if len(l.subs) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	for id := range l.subs {
+		w := l.remote[id]
+		w.resync = true
+		l.remote[id] = w
+	}
+	l.mu.Unlock()
+	l.poke()
+}
+
+func (l *Logs) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // already poked; the writer takes all remote work at once
+	}
+}
+
+// catchUpRemote does the work LinesStored, DeploymentEnded and Resync queued.
+func (l *Logs) catchUpRemote() {
+	l.mu.Lock()
+	work := l.remote
+	l.remote = map[string]remoteWork{}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, w := range work {
+		l.catchUp(ctx, id, w)
+	}
+}
+
+func (l *Logs) catchUp(ctx context.Context, id string, w remoteWork) {
+	l.mu.Lock()
+	p, known := l.published[id]
+	has := len(l.subs[id]) > 0
+	l.mu.Unlock()
+	if !has {
+		return
+	}
+	switch {
+	case known:
+		l.fill(ctx, id, p, 0)
+	case w.upTo > 0 || w.resync:
+		// Nothing published here yet: each stream replayed the table when it
+		// subscribed. Publishing the newest line is enough: a stream that
+		// finds a gap before it fills it from the table (stream.live), and
+		// later lines follow on from this one.
+		upTo := w.upTo
+		if upTo == 0 {
+			m, err := l.store.LogMaxSeq(ctx, id)
+			if err != nil {
+				l.log.Warn("read deployment log sequence", "deployment", id, "err", err)
+				break
+			}
+			upTo = m
+		}
+		if upTo > 0 {
+			l.fill(ctx, id, upTo-1, 0)
+		}
+	}
+	if w.end {
+		l.publish(id, LogEvent{Done: true, Gone: w.gone})
+	}
+}

@@ -1,0 +1,88 @@
+package deployments
+
+// Fan-out: live subscribers of a deployment's lines; publishing never
+// blocks, a subscriber that falls behind is dropped and refills from the
+// database.
+
+func (l *Logs) publish(deploymentID string, ev LogEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.publishLocked(deploymentID, ev)
+}
+
+func (l *Logs) publishLocked(deploymentID string, ev LogEvent) {
+	for s := range l.subs[deploymentID] {
+		select {
+		case s.ch <- ev:
+		default:
+			// Never block the producer: drop the slow stream; it refills from the database.
+			s.lagged = true
+			delete(l.subs[deploymentID], s)
+			close(s.ch)
+		}
+	}
+	if len(l.subs[deploymentID]) == 0 {
+		delete(l.subs, deploymentID)
+		delete(l.published, deploymentID)
+	}
+}
+
+// LogEvent is what a Subscription receives: stored lines in sequence order,
+// or Done when the deployment reached a terminal status.
+type LogEvent struct {
+	Lines []*LogLine // read-only, shared between subscribers
+	Done  bool
+	Gone  bool // with Done: the deployment was deleted
+}
+
+// Subscription receives a deployment's lines as they are stored. C is closed
+// when the subscription is dropped for lagging (Lagged), closed, or Logs closes.
+type Subscription struct {
+	C      <-chan LogEvent
+	ch     chan LogEvent
+	logs   *Logs
+	id     string
+	lagged bool // guarded by logs.mu
+}
+
+// Subscribe starts receiving the deployment's new lines.
+func (l *Logs) Subscribe(deploymentID string) *Subscription {
+	ch := make(chan LogEvent, l.cfg.SubscriberBuffer)
+	s := &Subscription{C: ch, ch: ch, logs: l, id: deploymentID}
+	l.qmu.RLock()
+	closed := l.closed
+	l.qmu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if closed {
+		close(ch)
+		return s
+	}
+	if l.subs[deploymentID] == nil {
+		l.subs[deploymentID] = map[*Subscription]struct{}{}
+	}
+	l.subs[deploymentID][s] = struct{}{}
+	return s
+}
+
+// Lagged reports whether the subscription was dropped because it fell behind.
+func (s *Subscription) Lagged() bool {
+	s.logs.mu.Lock()
+	defer s.logs.mu.Unlock()
+	return s.lagged
+}
+
+// Close stops the subscription. Idempotent.
+func (s *Subscription) Close() {
+	l := s.logs
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.subs[s.id][s]; ok {
+		delete(l.subs[s.id], s)
+		if len(l.subs[s.id]) == 0 {
+			delete(l.subs, s.id)
+			delete(l.published, s.id)
+		}
+		close(s.ch)
+	}
+}
