@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform/httpx"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // serveLimited serves h on a loopback listener holding at most max connections.
@@ -53,17 +54,6 @@ func get(t *testing.T, addr, path string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestConnLimitEvictsSlowHeadersFirst: at the cap, clients trickling their
 // headers make room for a client with a whole request; when every held
 // connection is busy with a request, a new one is refused 503 in the error
@@ -84,7 +74,7 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 		io.WriteString(c, "GET / HTTP/1.1\r\nHo")
 		slow = append(slow, c)
 	}
-	waitFor(t, "two slow connections held", func() bool { return lim.Stats().Waiting == 2 })
+	platformtest.Eventually(t, 10*time.Second, "two slow connections held", func() bool { return lim.Stats().Waiting == 2 })
 	busy := make(chan int, 2)
 	for i := 0; i < 2; i++ {
 		go func() {
@@ -103,7 +93,7 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 			busy <- res.StatusCode
 		}()
 	}
-	waitFor(t, "two busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 2 })
+	platformtest.Eventually(t, 10*time.Second, "two busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 2 })
 
 	// A whole request still gets in: the oldest slow client is evicted.
 	if st, body := get(t, addr, "/"); st != 200 || body != "ok" {
@@ -117,7 +107,7 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 	slow[1].Close()
 
 	// Now fill every slot with requests in progress: the next is refused.
-	waitFor(t, "the requests' connections closed", func() bool { return lim.Stats().Open == 2 })
+	platformtest.Eventually(t, 10*time.Second, "the requests' connections closed", func() bool { return lim.Stats().Open == 2 })
 	for i := 0; i < 2; i++ {
 		go func() {
 			c, err := net.Dial("tcp", addr)
@@ -128,9 +118,9 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 			io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
 			http.ReadResponse(bufio.NewReader(c), nil) //nolint:errcheck
 		}()
-		waitFor(t, "one more busy connection", func() bool { st := lim.Stats(); return st.Open == 3+i && st.Waiting == 0 })
+		platformtest.Eventually(t, 10*time.Second, "one more busy connection", func() bool { st := lim.Stats(); return st.Open == 3+i && st.Waiting == 0 })
 	}
-	waitFor(t, "four busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 0 })
+	platformtest.Eventually(t, 10*time.Second, "four busy connections", func() bool { st := lim.Stats(); return st.Open == 4 && st.Waiting == 0 })
 	c := dial(t, addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -156,7 +146,7 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 			t.Fatalf("a request in progress was cut: %d", st)
 		}
 	}
-	waitFor(t, "slots freed", func() bool { return lim.Stats().Open < 4 })
+	platformtest.Eventually(t, 10*time.Second, "slots freed", func() bool { return lim.Stats().Open < 4 })
 	if st, _ := get(t, addr, "/"); st != 200 {
 		t.Fatalf("after release: %d", st)
 	}
