@@ -216,8 +216,13 @@ func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.
 		}
 	}
 	if kind == "process" {
-		return process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+		rt, err := process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
 			Ingress: router, Logger: log})
+		if err != nil {
+			// A nil interface, not a typed nil pointer: callers close rt when it is not nil.
+			return nil, err
+		}
+		return rt, nil
 	}
 	rt, err := container.New(container.Config{
 		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
