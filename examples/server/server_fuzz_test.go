@@ -207,8 +207,8 @@ func FuzzRequestBodies(f *testing.F) {
 }
 
 // FuzzLogStreamParams opens a finished deployment's log stream with fuzzed
-// after, since and Last-Event-ID: 200 with ready ... done, or a 400 naming
-// the parameter; never a 5xx.
+// after, since and Last-Event-ID: 200 with ready ... done, 204 for a resume
+// at or past its last line, or a 400 naming the parameter; never a 5xx.
 func FuzzLogStreamParams(f *testing.F) {
 	fa := newFuzzApp(f)
 	if !fa.deploymentOK {
@@ -249,6 +249,12 @@ func FuzzLogStreamParams(f *testing.F) {
 			b := rec.Body.String()
 			if !strings.HasPrefix(b, `data: {"type":"ready"}`) || !strings.Contains(b, `"type":"done"`) {
 				t.Fatalf("stream after=%q since=%q last=%q: %q", after, since, last, b)
+			}
+		} else if rec.Code == http.StatusNoContent {
+			// A resume at or past the last line of a finished deployment:
+			// 204 with no body, so EventSource stops reconnecting.
+			if after == "" && last == "" || rec.Body.Len() != 0 {
+				t.Fatalf("stream after=%q since=%q last=%q: 204 without a resume cursor or with a body %q", after, since, last, rec.Body)
 			}
 		} else if rec.Code != http.StatusBadRequest {
 			t.Fatalf("stream after=%q since=%q last=%q: %d %s", after, since, last, rec.Code, rec.Body)
