@@ -12,8 +12,17 @@
 // across test binaries); failing that, Postgres tests skip with one line
 // saying why.
 //
+// No testcontainers environment is needed. Where Ryuk's image is neither on
+// the machine nor pullable, Ryuk is disabled for the process (unless
+// TESTCONTAINERS_RYUK_DISABLED is set). The container's published port is
+// dialled on testcontainers' address and on loopback, and the one that
+// answers is used (unless TESTCONTAINERS_HOST_OVERRIDE is set): a machine that
+// has /.dockerenv but runs its own Docker daemon answers on loopback only.
+//
 // Packages that use Postgres call dbtest.Main from TestMain so the container is
-// stopped when the binary ends.
+// stopped when the binary ends. Containers are labelled with their owner
+// process; a binary killed before it could stop its container (kill -9, a
+// -timeout panic) leaves it behind, and the next binary to start removes it.
 package dbtest
 
 import (
@@ -21,6 +30,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -33,6 +43,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/uptrace/bun"
 )
 
@@ -152,9 +163,14 @@ func startShared() {
 		if img == "" {
 			img = DefaultPostgresImage
 		}
+		// Before the first testcontainers call: it reads its configuration once.
+		configureRyuk(ctx, testcontainers.ReaperDefaultImage)
 		if reason := dockerUnavailable(ctx); reason != "" {
 			pg.skip = "no KEELSON_TEST_DATABASE_URL and " + reason
 			return
+		}
+		if n := reapAbandoned(ctx); n > 0 {
+			report(fmt.Sprintf("removed %d Postgres container(s) left by killed test binaries", n))
 		}
 		var skip string
 		if img, skip = resolveImage(ctx, img); skip != "" {
@@ -165,9 +181,14 @@ func startShared() {
 		c, err := postgres.Run(ctx, img,
 			postgres.WithDatabase("keelson"),
 			postgres.WithUsername("keelson"),
-			postgres.WithPassword("keelson-test"),
-			postgres.BasicWaitStrategies(),
+			postgres.WithPassword(pgPassword),
+			// Postgres logs readiness twice: after initdb's temporary server
+			// and after the real start. The published port is checked below,
+			// on whichever address answers.
+			testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
+				WithOccurrence(2).WithStartupTimeout(2*time.Minute)),
 			testcontainers.WithCmdArgs("-c", "max_connections=400"),
+			testcontainers.WithLabels(ownerLabels()),
 		)
 		if err != nil {
 			if c != nil {
@@ -177,14 +198,14 @@ func startShared() {
 			return
 		}
 		pg.container = c
-		u, err := c.ConnectionString(ctx, "sslmode=disable")
+		u, err := containerURL(ctx, c)
 		if err != nil {
 			pg.err = err
 			return
 		}
 		pg.baseURL = u
-		report(fmt.Sprintf("Postgres container %.12s from image %s, started by testcontainers in %s",
-			c.GetContainerID(), img, time.Since(start).Round(time.Millisecond)))
+		report(fmt.Sprintf("Postgres container %.12s from image %s at %s, started by testcontainers in %s",
+			c.GetContainerID(), img, hostOf(u), time.Since(start).Round(time.Millisecond)))
 	}
 	admin, err := db.Open(ctx, db.Options{URL: pg.baseURL})
 	if err != nil {
@@ -192,6 +213,48 @@ func startShared() {
 		return
 	}
 	pg.admin = admin
+}
+
+const pgPassword = "keelson-test"
+
+// containerURL returns the URL of c's database on the address its published
+// port answers on: testcontainers' choice, else loopback (see reachableHost).
+// TESTCONTAINERS_HOST_OVERRIDE, when set, is the only address tried.
+func containerURL(ctx context.Context, c *postgres.PostgresContainer) (string, error) {
+	host, err := c.Host(ctx)
+	if err != nil {
+		return "", fmt.Errorf("Postgres container host: %w", err)
+	}
+	port, err := c.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		return "", fmt.Errorf("Postgres container port: %w", err)
+	}
+	hosts := []string{host}
+	if _, set := os.LookupEnv("TESTCONTAINERS_HOST_OVERRIDE"); !set && host != "127.0.0.1" && host != "localhost" {
+		hosts = append(hosts, "127.0.0.1")
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	host, err = reachableHost(pctx, hosts, port.Port())
+	if err != nil {
+		return "", fmt.Errorf("Postgres container: %w", err)
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword("keelson", pgPassword),
+		Host:     net.JoinHostPort(host, port.Port()),
+		Path:     "/keelson",
+		RawQuery: "sslmode=disable",
+	}
+	return u.String(), nil
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "?"
+	}
+	return u.Host
 }
 
 // report appends a line to the file named by KEELSON_TEST_REPORT (CI prints it),
