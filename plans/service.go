@@ -48,18 +48,16 @@ func (s *Service) PlanByName(ctx context.Context, name string) (*Plan, error) {
 // AccountPlan returns userID's account plan: the assigned one, else the
 // default FREE-tier plan. With no FREE-tier plan at all it answers 503.
 func (s *Service) AccountPlan(ctx context.Context, userID string) (*Plan, error) {
-	r := new(planRow)
-	err := s.d.DB.NewSelect().Model(r).
-		Join("JOIN plan_assignments AS pa ON pa.plan_id = plan_row.id").
-		Where("pa.user_id = ?", userID).Limit(1).Scan(ctx)
+	s.stmts.init(s.d.DB)
+	r, err := scanPlan(s.stmts.assigned.QueryRow(ctx, s.d.DB, userID))
 	if err == nil {
 		return r.toPlan(), nil
 	}
 	if err = translate(err); !isNotFound(err) {
 		return nil, wrap("account plan", err)
 	}
-	r, err = defaultPlan(ctx, s.d.DB)
-	if isNotFound(err) {
+	r, err = scanPlan(s.stmts.defaultPlan.QueryRow(ctx, s.d.DB))
+	if err = translate(err); isNotFound(err) {
 		return nil, platform.Unavailable("no FREE-tier plan exists to be the default account plan; an admin must create one")
 	}
 	if err != nil {

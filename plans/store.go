@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -80,6 +81,40 @@ func planGetByName(ctx context.Context, idb bun.IDB, name string) (*planRow, err
 	if err := idb.NewSelect().Model(r).Where("name = ?", name).Scan(ctx); err != nil {
 		return nil, translate(err)
 	}
+	return r, nil
+}
+
+// accountPlanStmts are AccountPlan's statements, prepared once: every
+// GET /projects of a project that follows its owner's plan reads it.
+type accountPlanStmts struct {
+	once        sync.Once
+	assigned    *db.Prepared // the plan assigned to a user
+	defaultPlan *db.Prepared // defaultPlan's query
+}
+
+func (a *accountPlanStmts) init(idb bun.IDB) {
+	a.once.Do(func() {
+		cols := "p.id, p.name, p.tier, p.max_projects, p.max_deployments, p.max_memory_mi, p.max_cpu_m, " +
+			"p.max_storage_gi, p.max_bandwidth_gb, p.build_timeout_mins, p.custom_domains, p.team_members, " +
+			"p.priority_builds, " + db.TimeColumn(idb, "p.created_at") + ", " + db.TimeColumn(idb, "p.updated_at")
+		a.assigned = db.NewPrepared("SELECT " + cols +
+			" FROM plans AS p JOIN plan_assignments AS pa ON pa.plan_id = p.id WHERE pa.user_id = ? LIMIT 1")
+		a.defaultPlan = db.NewPrepared("SELECT " + cols + " FROM plans AS p WHERE p.tier = '" + string(TierFree) +
+			"' ORDER BY p.created_at ASC, p.id ASC LIMIT 1")
+	})
+}
+
+// scanPlan reads one row of accountPlanStmts' columns.
+func scanPlan(row interface{ Scan(...any) error }) (*planRow, error) {
+	r := new(planRow)
+	var n [7]int64
+	err := row.Scan(&r.ID, &r.Name, &r.Tier, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &n[6],
+		&r.CustomDomains, &r.TeamMembers, &r.PriorityBuilds, db.ScanTime(&r.CreatedAt), db.ScanTime(&r.UpdatedAt))
+	if err != nil {
+		return nil, err
+	}
+	r.MaxProjects, r.MaxDeployments, r.MaxMemoryMi, r.MaxCpuM = int(n[0]), int(n[1]), int(n[2]), int(n[3])
+	r.MaxStorageGi, r.MaxBandwidthGb, r.BuildTimeoutMins = int(n[4]), int(n[5]), int(n[6])
 	return r, nil
 }
 

@@ -130,8 +130,12 @@ type EnvVarOut struct {
 // settings update keeps the stored secret.
 const Mask = "********"
 
-func (r *projectRow) toProject() (*Project, error) {
-	env, err := decodeEnv(r.EnvVars)
+// envOut is the stored env vars as answered: secret values masked.
+func envOut(stored string) ([]EnvVarOut, error) {
+	if stored == "" || stored == "[]" {
+		return []EnvVarOut{}, nil
+	}
+	env, err := decodeEnv(stored)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +146,14 @@ func (r *projectRow) toProject() (*Project, error) {
 			v = Mask
 		}
 		out = append(out, EnvVarOut{Key: e.K, Value: v, IsSecret: e.S})
+	}
+	return out, nil
+}
+
+func (r *projectRow) toProject() (*Project, error) {
+	out, err := envOut(r.EnvVars)
+	if err != nil {
+		return nil, err
 	}
 	return &Project{
 		ID: r.ID, Name: r.Name, Slug: r.Slug, RepoURL: r.RepoURL, Framework: r.Framework, Port: r.Port,

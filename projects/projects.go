@@ -179,6 +179,8 @@ type Service struct {
 	inflight map[string]bool
 	closed   bool
 	wg       sync.WaitGroup
+
+	list listStmts // List's prepared statements
 }
 
 // New returns the projects service. It returns an error for a bad Deps.
@@ -223,6 +225,7 @@ func (s *Service) Close(ctx context.Context) error {
 		<-done
 	}
 	s.cancel()
+	s.list.close()
 	return nil
 }
 

@@ -209,30 +209,15 @@ type ListParams struct {
 
 // List returns owner's projects, newest first, and the cursor of the next page.
 func (s *Service) List(ctx context.Context, owner string, p ListParams) ([]*Project, string, error) {
-	var rows []projectRow
-	q := s.d.DB.NewSelect().Model(&rows).Where("owner_id = ? AND status <> ?", owner, StatusDeleted)
-	if p.Status != "" {
-		q = q.Where("status = ?", p.Status)
-	}
-	if p.After != nil {
-		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
-	}
-	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
-		return nil, "", wrap("list", err)
+	out, err := s.listRows(ctx, owner, p, p.Limit+1)
+	if err != nil {
+		return nil, "", err
 	}
 	next := ""
-	if len(rows) > p.Limit {
-		rows = rows[:p.Limit]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt.UTC(), ID: last.ID}.Encode()
-	}
-	out := make([]*Project, 0, len(rows))
-	for i := range rows {
-		pr, err := rows[i].toProject()
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, pr)
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+		last := out[len(out)-1]
+		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
 	}
 	if err := s.fillPlanName(ctx, owner, out...); err != nil {
 		return nil, "", err

@@ -1,0 +1,93 @@
+package db_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/uptrace/bun"
+)
+
+// A time written by bun reads back equal through a Prepared statement
+// (TimeColumn, ScanTime), and TimeArg compares with the stored column, on
+// both databases.
+func TestPreparedTimesRoundTrip(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, []db.MigrationSet{widgets(t.Name())}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		times := []time.Time{
+			time.Date(2026, 11, 22, 23, 19, 22, 123456000, time.UTC),
+			time.Date(2026, 11, 22, 23, 19, 22, 0, time.UTC),
+			time.Date(2026, 11, 22, 23, 19, 22, 500000000, time.FixedZone("x", -7*3600)),
+			time.Date(1999, 1, 2, 3, 4, 5, 6000, time.UTC),
+		}
+		ids := []string{"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002",
+			"00000000-0000-4000-8000-000000000003", "00000000-0000-4000-8000-000000000004"}
+		for i, tm := range times {
+			if _, err := bdb.NewInsert().Model(&widget{ID: ids[i], Name: ids[i], CreatedAt: tm}).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		get := db.NewPrepared("SELECT " + db.TimeColumn(bdb, "created_at") + " FROM widgets WHERE id = ?")
+		defer get.Close()
+		for i, want := range times {
+			var got time.Time
+			if err := get.QueryRow(ctx, bdb, ids[i]).Scan(db.ScanTime(&got)); err != nil {
+				t.Fatal(err)
+			}
+			if !got.Equal(want) {
+				t.Errorf("%s: read %v, wrote %v", ids[i], got, want)
+			}
+		}
+		var none time.Time
+		if err := get.QueryRow(ctx, bdb, "nope").Scan(db.ScanTime(&none)); !errors.Is(err, sql.ErrNoRows) {
+			t.Fatalf("absent row: %v, want sql.ErrNoRows", err)
+		}
+		// Strictly before times[0] (2026-11-22 23:19:22.123456): the whole second and 1999.
+		before := db.NewPrepared("SELECT count(*) FROM widgets WHERE created_at < ?")
+		defer before.Close()
+		var n int
+		if err := before.QueryRow(ctx, bdb, db.TimeArg(bdb, times[0])).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("rows before %v: %d, %v; want 2", times[0], n, err)
+		}
+	})
+}
+
+func TestParseStoredTime(t *testing.T) {
+	t.Parallel()
+	cases := map[string]time.Time{
+		"2026-11-22 23:19:22.123456+00:00":        time.Date(2026, 11, 22, 23, 19, 22, 123456000, time.UTC),
+		"2026-11-22 23:19:22+00:00":               time.Date(2026, 11, 22, 23, 19, 22, 0, time.UTC),
+		"2026-11-22T23:19:22.5-07:00":             time.Date(2026, 11, 23, 6, 19, 22, 500000000, time.UTC),
+		"2026-11-22 23:19:22.123456789Z":          time.Date(2026, 11, 22, 23, 19, 22, 123456789, time.UTC),
+		"2026-11-22 23:19:22":                     time.Date(2026, 11, 22, 23, 19, 22, 0, time.UTC), // SQLite's CURRENT_TIMESTAMP
+		"2026-11-22 23:19:22.25 +0000 UTC":        time.Date(2026, 11, 22, 23, 19, 22, 250000000, time.UTC),
+		"2026-11-22 23:19:22.25 +0000 UTC m=+1.5": time.Date(2026, 11, 22, 23, 19, 22, 250000000, time.UTC),
+		"2026-11-22": time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC),
+	}
+	for in, want := range cases {
+		got, err := db.ParseStoredTime(in)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ParseStoredTime(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "yesterday", "2026-02-31 00:00:00+00:00", "2026-11-22 24:00:00+00:00",
+		"2026-11-22 23:19:22.+00:00", "2026-11-22 23:19:22+0000x"} {
+		if got, err := db.ParseStoredTime(bad); err == nil {
+			t.Errorf("ParseStoredTime(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+func BenchmarkParseStoredTime(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := db.ParseStoredTime("2026-11-22 23:19:22.123456+00:00"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
