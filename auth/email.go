@@ -146,7 +146,13 @@ var errBadVerify = platform.Invalid("token: invalid, expired or already used ema
 // A change to an address another account took meanwhile answers 409 and
 // leaves the link unused.
 func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
-	var kind string
+	var kind, user string
+	// The email and its verification make the role: after the commit, before the answer.
+	defer func() {
+		if user != "" {
+			s.cache.invalidate(user)
+		}
+	}()
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
 		t := new(emailTokenRow)
@@ -167,7 +173,7 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errBadVerify
 		}
-		kind = t.Kind
+		kind, user = t.Kind, t.UserID
 		q := tx.NewUpdate().Model((*userRow)(nil)).Set("email_verified = ?", true).Set("updated_at = ?", now).Where("id = ?", t.UserID)
 		switch t.Kind {
 		case emailKindVerify:

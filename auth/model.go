@@ -193,6 +193,10 @@ func Migrations() db.MigrationSet {
 			db.CreateTables((*challengeRow)(nil)),
 			db.CreateIndex((*challengeRow)(nil), "auth_2fa_challenges_expires_idx", false, "expires_at"),
 		),
+	}, {
+		// Postgres: tell every replica's bearer cache (bearer_cache.go).
+		ID: "0004_bearer_notify",
+		Up: bearerTriggers,
 	}}}
 }
 

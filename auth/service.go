@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -83,6 +84,12 @@ type Deps struct {
 	MailTimeout time.Duration
 	// TOTPIssuer names the service in authenticator apps. Default "Keelson".
 	TOTPIssuer string
+	// BearerCacheSize bounds the sessions whose bearer check is answered from
+	// memory (see bearerCache: exact invalidation, on Postgres across
+	// replicas once Start has run). Default 10000; negative disables it.
+	// On SQLite it assumes, as the rest of Keelson does, one process and one
+	// auth service per database.
+	BearerCacheSize int
 
 	// AdminEmails get the ADMIN role (KEELSON_ADMIN_EMAILS).
 	AdminEmails []string
@@ -121,6 +128,7 @@ func (d Deps) withDefaults() Deps {
 	d.MailWorkers = cmp.Or(d.MailWorkers, 2)
 	d.MailTimeout = cmp.Or(d.MailTimeout, time.Minute)
 	d.TOTPIssuer = cmp.Or(d.TOTPIssuer, "Keelson")
+	d.BearerCacheSize = cmp.Or(d.BearerCacheSize, 10000)
 	d.FrontendURL = strings.TrimRight(cmp.Or(d.FrontendURL, "http://localhost:3000"), "/")
 	d.PasswordHashConcurrency = cmp.Or(d.PasswordHashConcurrency, max(2, runtime.NumCPU()))
 	l := &d.Limits
@@ -193,6 +201,11 @@ type Service struct {
 	admins  map[string]bool
 	mq      *mailQueue
 	bearer  bearerStmt
+
+	cache           *bearerCache
+	bearerPingEvery time.Duration // how often the Postgres listener proves its connection
+	stopListen      context.CancelFunc
+	listening       sync.WaitGroup
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -213,6 +226,9 @@ func New(d Deps) (*Service, error) {
 		limiter: newLimiter(d.DB, d.Clock.Now, d.Limits.maxPer()),
 		admins:  map[string]bool{},
 		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
+		// On Postgres the cache serves only once Start's listener is proven.
+		cache:           newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
+		bearerPingEvery: 2 * time.Second,
 	}
 	for _, e := range d.AdminEmails {
 		n, _ := normalizeEmail(e)
@@ -226,12 +242,25 @@ func New(d Deps) (*Service, error) {
 // before Start wait for it.
 func (s *Service) Start(context.Context) error {
 	s.mq.start()
+	if bdb, ok := s.db.(*bun.DB); ok && db.IsPostgres(bdb) && s.d.BearerCacheSize > 0 && s.stopListen == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopListen = cancel
+		s.listening.Add(1)
+		go func() {
+			defer s.listening.Done()
+			s.listenBearer(ctx, bdb)
+		}()
+	}
 	return nil
 }
 
 // Close stops taking mail, sends what is queued until ctx ends (then cancels
 // the rest) and returns once every sender goroutine has.
 func (s *Service) Close(ctx context.Context) error {
+	if s.stopListen != nil {
+		s.stopListen()
+		s.listening.Wait()
+	}
 	return errors.Join(s.mq.close(ctx), s.bearer.close())
 }
 

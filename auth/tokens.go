@@ -71,15 +71,20 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	if err != nil {
 		return platform.Principal{}, err
 	}
-	r, err := s.lookupBearer(ctx, c.Subject, c.Fam)
-	if errors.Is(err, sql.ErrNoRows) {
-		return platform.Principal{}, errBadToken
-	}
-	if err != nil {
-		return platform.Principal{}, err
-	}
-	if r.sessionVer != c.SV {
-		return platform.Principal{}, errBadToken
+	r, ok := s.cache.get(c.Subject, c.Fam)
+	if !ok || r.sessionVer != c.SV {
+		gen := s.cache.begin()
+		r, err = s.lookupBearer(ctx, c.Subject, c.Fam)
+		if errors.Is(err, sql.ErrNoRows) {
+			return platform.Principal{}, errBadToken
+		}
+		if err != nil {
+			return platform.Principal{}, err
+		}
+		if r.sessionVer != c.SV {
+			return platform.Principal{}, errBadToken
+		}
+		s.cache.put(gen, c.Subject, c.Fam, r)
 	}
 	// ADMIN is derived per request from the verified email, as in toUser.
 	role := platform.RoleUser
@@ -192,6 +197,7 @@ func (s *Service) Refresh(ctx context.Context, raw string) (TokenPair, error) {
 	case err != nil:
 		return TokenPair{}, err
 	case reusedUser != "":
+		s.cache.invalidate(reusedUser)
 		s.log.WarnContext(ctx, "refresh token reused; its session is revoked", "user_id", reusedUser)
 		return TokenPair{}, errBadRefresh
 	}
@@ -215,6 +221,7 @@ func (s *Service) RevokeSession(ctx context.Context, userID platform.ID, raw str
 		}
 		return err
 	}
+	defer s.cache.invalidate(rt.UserID)
 	return revokeFamily(ctx, s.db, rt.FamilyID, s.now())
 }
 
