@@ -28,6 +28,8 @@ type ActivitiesConfig struct {
 	ReleaseTimeout time.Duration
 	// Clock stamps every stored time. Default platform.SystemClock.
 	Clock platform.Clock
+	// Metrics is told how long each build took. Optional.
+	Metrics Metrics
 }
 
 // Activities are the bodies of a deployment's steps, the same for every
@@ -49,6 +51,7 @@ type Activities struct {
 	log      *slog.Logger
 	release  time.Duration
 	clock    platform.Clock
+	metrics  Metrics
 }
 
 // NewActivities checks cfg and returns the activities.
@@ -64,7 +67,10 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 		return nil, errors.New("deployments: ActivitiesConfig.Projects is required")
 	}
 	a := &Activities{store: cfg.Store, logs: cfg.Logs, rt: cfg.Runtime, projects: cfg.Projects,
-		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock}
+		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock, metrics: cfg.Metrics}
+	if a.metrics == nil {
+		a.metrics = noMetrics{}
+	}
 	if a.clock == nil {
 		a.clock = platform.SystemClock{}
 	}
@@ -84,7 +90,9 @@ func (a *Activities) now() time.Time { return a.clock.Now().UTC().Truncate(time.
 // ErrNotQueued when the deployment is not QUEUED any more.
 func (a *Activities) Build(ctx context.Context, id string) error {
 	return a.step(ctx, id, StepBuild, StatusQueued, func(ctx context.Context, d *Deployment, job Job, sink *Sink) ([]string, error) {
+		start := a.clock.Now()
 		commit, err := a.rt.Build(ctx, job, sink)
+		a.metrics.BuildFinished(buildOutcome(ctx, err), a.clock.Now().Sub(start))
 		if err != nil {
 			return nil, err
 		}

@@ -56,6 +56,9 @@ type Deps struct {
 	Clock platform.Clock
 	// Logger gets the module's own log records. Default: discarded.
 	Logger *slog.Logger
+	// Metrics is told about builds, stored log lines and open log streams.
+	// Optional: nil records nothing.
+	Metrics Metrics
 }
 
 // EngineDeps are what Deps.NewEngine gets: the parts New built.
@@ -109,6 +112,12 @@ func (d Deps) withDefaults() Deps {
 	}
 	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
+	if d.Metrics == nil {
+		d.Metrics = noMetrics{}
+	}
+	if d.Logs.Metrics == nil {
+		d.Logs.Metrics = d.Metrics
+	}
 	if d.Logs.Clock == nil {
 		d.Logs.Clock = d.Clock
 	}
@@ -128,7 +137,7 @@ func New(d Deps) (*Service, error) {
 	store.clock = d.Clock
 	logs := NewLogs(store, d.Logs)
 	acts, err := NewActivities(ActivitiesConfig{Store: store, Logs: logs, Runtime: d.Runtime, Projects: d.Projects,
-		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock})
+		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics})
 	if err != nil {
 		logs.Close()
 		return nil, err
@@ -174,7 +183,7 @@ func (s *Service) Close(ctx context.Context) error {
 // side's Runtime only signals workflows.
 func (s *Service) Activities(rt Runtime) (*Activities, error) {
 	return NewActivities(ActivitiesConfig{Store: s.store, Logs: s.logs, Runtime: rt, Projects: s.d.Projects,
-		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock})
+		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock, Metrics: s.d.Metrics})
 }
 
 // Store returns the service's store (engines and workers read deployments

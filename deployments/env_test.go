@@ -60,6 +60,7 @@ type envOpts struct {
 	maxConc   int
 	perUser   int
 	shares    local.Shares
+	metrics   deployments.Metrics
 }
 
 func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
@@ -74,7 +75,7 @@ func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
 	var err error
 	e.svc, err = deployments.New(deployments.Deps{
 		DB: bdb, Auth: deploytest.Authn{}, Projects: e.projects, Runtime: e.rt, Git: o.git, Logs: o.logsCfg,
-		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat,
+		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat, Metrics: o.metrics,
 		NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
 			e.store, e.logs, e.acts = ed.Store, ed.Logs, ed.Activities
 			e.eng, err = local.New(local.Config{Store: ed.Store, Activities: ed.Activities, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})

@@ -49,6 +49,9 @@ func TestOneTenantCannotHoldEveryBuildSlot(t *testing.T) {
 		for _, id := range ids[2:] {
 			assert.Equal(t, deployments.StatusQueued, e.get(id).Status, "alice's deployments past her share wait")
 		}
+		platformtest.Eventually(t, 30*time.Second, "the engine to count alice's two waiting deployments", func() bool {
+			return e.eng.QueueDepth() == 2
+		})
 		select {
 		case <-holds[2].Entered():
 			t.Fatal("alice's third build started while two of hers ran")

@@ -15,6 +15,8 @@ type LogsConfig struct {
 	Logger *slog.Logger
 	// Clock stamps every line. Default platform.SystemClock.
 	Clock platform.Clock
+	// Metrics is told how many lines are stored. Optional.
+	Metrics Metrics
 	// SubscriberBuffer is how many events (each up to BatchSize lines) a live
 	// stream may fall behind before it is dropped from the fan-out (it then
 	// refills from the database). Default 32 (an event carries up to
@@ -121,6 +123,9 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = platform.SystemClock{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	l := &Logs{
 		store: store, log: cfg.Logger, cfg: cfg,

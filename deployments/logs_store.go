@@ -148,6 +148,9 @@ func (l *Logs) write(batch []logItem) []logItem {
 	if err != nil {
 		stored = l.writeEach(ctx, batch, base)
 	}
+	if len(stored) > 0 {
+		l.cfg.Metrics.LogLinesStored(len(stored))
+	}
 	for _, it := range stored {
 		it.line.frame = appendLogFrame(nil, it.line)
 	}

@@ -23,6 +23,12 @@ const (
 	StatusCancelled      Status = "CANCELLED"
 )
 
+// Statuses lists every status, in workflow order.
+func Statuses() []Status {
+	return []Status{StatusQueued, StatusBuilding, StatusProvisioning, StatusConfiguringDNS,
+		StatusLive, StatusFailed, StatusCancelled}
+}
+
 // Terminal reports whether no step will run for a deployment in status s any more.
 // LIVE is terminal for the workflow (its app keeps running until replaced or deleted).
 func (s Status) Terminal() bool {

@@ -23,6 +23,7 @@ type handlers struct {
 	heartbeat time.Duration
 	streams   StreamGate
 	clock     platform.Clock
+	metrics   Metrics
 }
 
 // LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
@@ -33,7 +34,7 @@ const LogTokenScheme = "logToken"
 func (s *Service) Register(api huma.API) error {
 	d := s.d
 	h := &handlers{svc: s, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
-		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock}
+		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock, metrics: d.Metrics}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {

@@ -233,6 +233,8 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 	}
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {
 		defer release()
+		h.metrics.LogStreamOpened()
+		defer h.metrics.LogStreamClosed()
 		s := &stream{h: h, id: d.ID, w: hctx.BodyWriter(), since: start.since, last: start.after}
 		if rw, ok := s.w.(http.ResponseWriter); ok {
 			s.rc = http.NewResponseController(rw)

@@ -142,6 +142,24 @@ func (s *Store) DeploymentListByStatus(ctx context.Context, statuses ...Status) 
 	return out, db.Translate(err)
 }
 
+// DeploymentCountByStatus counts the deployments in each status, in one
+// grouped query (deployments_status_idx); a status with none is absent.
+func (s *Store) DeploymentCountByStatus(ctx context.Context) (map[Status]int64, error) {
+	var rows []struct {
+		Status Status `bun:"status"`
+		N      int64  `bun:"n"`
+	}
+	if err := s.db.NewSelect().Model((*Deployment)(nil)).Column("status").ColumnExpr("count(*) AS n").
+		Group("status").Scan(ctx, &rows); err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[Status]int64, len(rows))
+	for _, r := range rows {
+		out[r.Status] = r.N
+	}
+	return out, nil
+}
+
 // DeploymentListByProject returns every deployment of a project, oldest first.
 func (s *Store) DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error) {
 	var out []*Deployment

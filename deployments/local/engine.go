@@ -106,6 +106,7 @@ type Engine struct {
 	sh    Shares
 	noted map[string]string         // what a waiting deployment's log last said about its wait
 	busy  map[string]bool           // projects with a run
+	depth int                       // QUEUED deployments left waiting by the last scheduling pass
 	lives []*deployments.Deployment // LIVE apps to start again
 }
 
@@ -379,6 +380,22 @@ func (e *Engine) schedule() {
 		running[d.OwnerID]++
 		e.launch(d, d.OwnerID, e.deploy)
 	}
+	e.depth = 0
+	for _, d := range queued {
+		if e.runs[d.ID] == nil {
+			e.depth++
+		}
+	}
+}
+
+// QueueDepth is how many QUEUED deployments wait for a turn (their project's,
+// their owner's share or a free slot), as of the last scheduling pass: at
+// most Config.PollInterval old, and fresh after every trigger and finished
+// run.
+func (e *Engine) QueueDepth() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.depth
 }
 
 // shares reads the share of each owner with a queued deployment (outside mu:

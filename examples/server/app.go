@@ -76,6 +76,11 @@ type App struct {
 	// APIConns and IngressConns cap the connections Serve holds on each
 	// listener.
 	APIConns, IngressConns *httpx.ConnLimit
+
+	// Metrics serves Prometheus' /metrics (on KEELSON_METRICS_ADDR, never on
+	// the API's listener); nil when that setting is empty.
+	Metrics http.Handler
+	metrics *serverMetrics // nil when metrics are off
 }
 
 // edges are the few cross-module dependencies that point at a module built
@@ -150,6 +155,12 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, &ConfigError{"KEELSON_DATABASE_URL", err.Error()}
 	}
 	a.closers = append(a.closers, func(context.Context) error { return a.DB.Close() })
+	if cfg.MetricsAddr != "" {
+		if a.metrics, err = newServerMetrics(); err != nil {
+			return nil, err
+		}
+		a.Metrics = a.metrics.handler(log)
+	}
 
 	a.API = humago.New(a.mux, platform.APIConfig("Keelson API", Version))
 	describeAPI(a.API.OpenAPI(), cfg.PublicURL)
@@ -201,6 +212,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.Handler = httpx.Middleware(log, httpx.LimitBodies(httpx.BodyBudget{Bytes: int64(cmp.Or(cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20, MaxBytes: maxBodyBytes},
 		httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
 			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux))))
+	routes := a.mux // what labels a request's route in the metrics
 	if !cfg.ServesAPI() {
 		// A worker (KEELSON_ROLE=worker) answers health checks only; the
 		// modules are built all the same (its deployments read projects).
@@ -208,6 +220,10 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		health.Handle("GET /healthz", a.mux)
 		health.Handle("GET /readyz", a.mux)
 		a.Handler = httpx.Middleware(log, health)
+		routes = health
+	}
+	if a.metrics != nil {
+		a.Handler = a.metrics.instrument(routes, a.Handler)
 	}
 	return a, nil
 }

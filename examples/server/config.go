@@ -20,7 +20,11 @@ type Config struct {
 	Addr string // KEELSON_ADDR
 	// PprofAddr (KEELSON_PPROF_ADDR) serves net/http/pprof on this loopback
 	// address; empty (the default) serves no profiles.
-	PprofAddr   string
+	PprofAddr string
+	// MetricsAddr (KEELSON_METRICS_ADDR) serves Prometheus' /metrics on this
+	// address, on its own listener apart from the API; empty (the default)
+	// serves no metrics (README "Metrics").
+	MetricsAddr string
 	DataDir     string // KEELSON_DATA_DIR
 	DatabaseURL string // KEELSON_DATABASE_URL; empty: SQLite in DataDir
 	PublicURL   string // KEELSON_PUBLIC_URL
@@ -145,6 +149,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c := Config{
 		Addr:                  get("KEELSON_ADDR", ":8080"),
 		PprofAddr:             get("KEELSON_PPROF_ADDR", ""),
+		MetricsAddr:           get("KEELSON_METRICS_ADDR", ""),
 		DataDir:               get("KEELSON_DATA_DIR", "./data"),
 		DatabaseURL:           get("KEELSON_DATABASE_URL", ""),
 		PublicURL:             strings.TrimRight(get("KEELSON_PUBLIC_URL", "http://localhost:8080"), "/"),
@@ -273,6 +278,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return c, &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return c, &ConfigError{a.name, fmt.Sprintf("port %q is not 0-65535", port)}
+		}
+	}
+	if c.MetricsAddr != "" {
+		_, port, err := net.SplitHostPort(c.MetricsAddr)
+		if p, aerr := strconv.Atoi(port); err != nil || aerr != nil || p < 0 || p > 65535 {
+			return c, &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is not host:port (e.g. 127.0.0.1:9090, or :9090 on a private network)", c.MetricsAddr)}
+		}
+		if c.MetricsAddr == c.Addr || c.MetricsAddr == c.IngressAddr {
+			return c, &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is the API's or the ingress' address: metrics get a listener of their own, never a public one", c.MetricsAddr)}
 		}
 	}
 	if c.PprofAddr != "" {

@@ -28,8 +28,11 @@ type testServer struct {
 	App     *App
 	URL     string // API base URL
 	Ingress string // ingress host:port ("" when deployments are not wired)
-	Client  *http.Client
-	Logs    *platformtest.SyncBuffer // everything the server logged (JSON lines)
+	// MetricsURL is the /metrics URL on the metrics listener
+	// (Config.MetricsAddr, e.g. "127.0.0.1:0"); "" when metrics are off.
+	MetricsURL string
+	Client     *http.Client
+	Logs       *platformtest.SyncBuffer // everything the server logged (JSON lines)
 
 	api    *httptest.Server
 	stopFn func()
@@ -92,8 +95,10 @@ func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServe
 	} else if ingressL != nil {
 		ingressL.Close()
 	}
+	stopMetrics := func() {}
 	t.Cleanup(func() { ts.stop() })
 	ts.stopFn = func() {
+		stopMetrics()
 		app.cancelShutdown()
 		ts.api.CloseClientConnections()
 		ts.api.Close()
@@ -105,6 +110,14 @@ func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServe
 		if err := app.Close(cctx); err != nil {
 			t.Logf("close: %v", err)
 		}
+	}
+	if app.Metrics != nil {
+		ml, err := listenMetrics(cfg.MetricsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopMetrics = serveMetrics(ctx, ml, app.Metrics, log)
+		ts.MetricsURL = "http://" + ml.Addr().String() + "/metrics"
 	}
 	return ts
 }

@@ -66,6 +66,17 @@ func run(log *slog.Logger) error {
 		}
 		defer servePprof(ctx, pl, log)()
 	}
+	if app.Metrics != nil {
+		ml, err := listenMetrics(cfg.MetricsAddr)
+		if err != nil {
+			apiL.Close()
+			if ingressL != nil {
+				ingressL.Close()
+			}
+			return err
+		}
+		defer serveMetrics(ctx, ml, app.Metrics, log)()
+	}
 	err = app.Serve(ctx, apiL, ingressL)
 	log.Info("keelson stopped")
 	return err

@@ -28,20 +28,26 @@ func servePprof(ctx context.Context, l net.Listener, log *slog.Logger) (stop fun
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return serveAside(ctx, l, mux, "pprof", log)
+}
+
+// serveAside serves h on l with its own server, apart from the API (pprof,
+// metrics), until stop.
+func serveAside(ctx context.Context, l net.Listener, h http.Handler, name string, log *slog.Logger) (stop func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("pprof server", "err", err)
+			log.Warn(name+" server", "err", err)
 		}
 	}()
-	log.Info("pprof listening", "addr", l.Addr().String())
+	log.Info(name+" listening", "addr", l.Addr().String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close() // a long profile request still running
+			_ = srv.Close() // a long request (a profile) still running
 		}
 		<-done
 	}

@@ -50,6 +50,9 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
 			MaxAppLines: a.Cfg.AppLogMaxLines},
 	}
+	if a.metrics != nil { // not a typed nil in the interface
+		d.Metrics = a.metrics
+	}
 	// What runs the steps here: the runtime (KEELSON_RUNTIME) and the ingress serving
 	// its apps (every role but api).
 	var rt appRuntime
@@ -70,6 +73,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		a.Ingress = router
 	}
 	var worker func(*deployments.Service) error
+	var engine *local.Engine // the local engine, for its queue depth
 	if c.Engine == "temporal" {
 		var err error
 		if worker, err = a.temporalDeps(ctx, &d, rt, log); err != nil {
@@ -87,8 +91,10 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		}
 		d.Runtime = rt
 		d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
-			return local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
+			e, err := local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
 				PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
+			engine = e
+			return e, err
 		}
 	}
 	svc, err := deployments.New(d)
@@ -104,6 +110,15 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	// run left mid-way and starting LIVE apps again).
 	a.onStart(svc.Start)
 	a.onClose(svc.Close)
+	if a.metrics != nil {
+		var queue interface{ QueueDepth() int }
+		if engine != nil {
+			queue = engine
+		}
+		if err := a.metrics.countDeployments(svc.Store(), queue); err != nil {
+			return err
+		}
+	}
 	if worker != nil {
 		if err := worker(svc); err != nil {
 			return err
