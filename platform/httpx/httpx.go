@@ -54,9 +54,10 @@ func Middleware(log *slog.Logger, h http.Handler) http.Handler {
 				level = slog.LevelError
 			}
 			// Path only: query strings may carry tokens (OAuth callbacks, log streams).
-			rl.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
-				"status", sw.code(), "bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(),
-				"remote", clientIP(r))
+			// LogAttrs: no boxing of every value on the hot path.
+			rl.LogAttrs(r.Context(), level, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Int("status", sw.code()), slog.Int64("bytes", sw.bytes),
+				slog.Int64("duration_ms", time.Since(start).Milliseconds()), slog.String("remote", clientIP(r)))
 		}()
 		h.ServeHTTP(sw, r)
 	})
