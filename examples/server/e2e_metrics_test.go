@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -242,4 +247,35 @@ func (s scraped) grep(prefix string) string {
 		}
 	}
 	return b.String()
+}
+
+// A scrape while the database is away still answers 200 with every other
+// series; the deployments gauge is left out and the failure logged.
+func TestMetricsScrapeWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	bdb, err := db.Open(context.Background(), db.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	m, err := newServerMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.countDeployments(deployments.NewStore(bdb), nil); err != nil {
+		t.Fatal(err)
+	}
+	logs := &platformtest.SyncBuffer{}
+	srv := httptest.NewServer(m.handler(slog.New(slog.NewJSONHandler(logs, nil))))
+	defer srv.Close()
+	ts := &testServer{Client: srv.Client(), MetricsURL: srv.URL}
+	s := scrape(t, ts)
+	s.want(t, -1, "go_goroutines")
+	s.want(t, 0, "keelson_log_streams_open")
+	if _, ok := s.find("keelson_deployments"); ok {
+		t.Fatalf("keelson_deployments served without a database:\n%s", s.grep("keelson_deployments"))
+	}
+	if !strings.Contains(logs.String(), "count deployments") {
+		t.Fatalf("the failed count was not logged: %s", logs.String())
+	}
 }
