@@ -162,19 +162,29 @@ CREATE TRIGGER keelson_auth_session_delete AFTER DELETE ON auth_refresh_tokens F
 }
 
 // listenBearer runs until ctx ends: one listening session after another, the
-// cache bypassed between them.
+// cache bypassed between them. Retries back off from 1 s to 30 s while
+// Postgres does not answer.
 func (s *Service) listenBearer(ctx context.Context, bdb *bun.DB) {
+	wait := time.Second
 	for {
 		err := s.bearerSession(ctx, bdb)
+		wasLive := s.cache.live.Load()
 		s.cache.reset(false)
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("bearer cache listener lost its connection; the cache is bypassed until it is back", "err", err)
+		if wasLive {
+			wait = time.Second
+		} else {
+			wait = min(2*wait, 30*time.Second)
+		}
+		s.log.Warn("bearer cache listener lost its connection; the cache is bypassed until it is back", "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(time.Second):
+		case <-t.C:
 		}
 	}
 }
