@@ -323,10 +323,15 @@ func (s *Service) handleSetup(ctx context.Context, _ *struct{}) (*setupOutput, e
 }
 
 type codeInput struct {
-	Body struct {
-		Code string `json:"code" minLength:"1" maxLength:"32" doc:"6-digit TOTP code (disable also takes a recovery code)"`
-	}
+	Body codeBody
 }
+
+// codeBody is the body of the 2FA verify and disable routes.
+type codeBody struct {
+	Code string `json:"code" minLength:"1" maxLength:"32" doc:"6-digit TOTP code (disable also takes a recovery code)"`
+}
+
+func (codeBody) SchemaName() string { return "TwoFactorCodeRequest" }
 
 type verifyOutput struct{ Body TwoFactorEnabled }
 
@@ -339,10 +344,15 @@ func (s *Service) handleVerify(ctx context.Context, in *codeInput) (*verifyOutpu
 }
 
 type disableOutput struct {
-	Body struct {
-		Enabled bool `json:"enabled"`
-	}
+	Body disabledBody
 }
+
+// disabledBody is the answer of the 2FA disable route.
+type disabledBody struct {
+	Enabled bool `json:"enabled"`
+}
+
+func (disabledBody) SchemaName() string { return "TwoFactorDisabled" }
 
 func (s *Service) handleDisable(ctx context.Context, in *codeInput) (*disableOutput, error) {
 	if err := s.DisableTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx)); err != nil {

@@ -79,12 +79,17 @@ func (s *Service) Register(api huma.API) error {
 type connectOutput struct {
 	CacheControl string `header:"Cache-Control"`
 	SetCookie    string `header:"Set-Cookie" doc:"With linkFirst: the HttpOnly cookie that binds the OAuth connect ticket in installUrl to this browser"`
-	Body         struct {
-		InstallURL string    `json:"installUrl" doc:"Send the user's browser here to install the app"`
-		ExpiresAt  time.Time `json:"expiresAt" doc:"When the state in installUrl stops being accepted"`
-		LinkFirst  bool      `json:"linkFirst" doc:"true: the caller has no usable code-host identity, so installUrl first links it through the code host's OAuth (open it in this same browser: a cookie binds it), then continues to the install page"`
-	}
+	Body         connectBody
 }
+
+// connectBody is the answer of GET /codehost/connect.
+type connectBody struct {
+	InstallURL string    `json:"installUrl" doc:"Send the user's browser here to install the app"`
+	ExpiresAt  time.Time `json:"expiresAt" doc:"When the state in installUrl stops being accepted"`
+	LinkFirst  bool      `json:"linkFirst" doc:"true: the caller has no usable code-host identity, so installUrl first links it through the code host's OAuth (open it in this same browser: a cookie binds it), then continues to the install page"`
+}
+
+func (connectBody) SchemaName() string { return "CodeHostInstallLink" }
 
 func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, error) {
 	if err := s.configured(); err != nil {

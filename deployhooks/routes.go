@@ -47,18 +47,24 @@ type projectIn struct {
 }
 
 type createIn struct {
-	ID   string `path:"id" maxLength:"36" doc:"Project id"`
-	Body *struct {
-		Name string `json:"name,omitempty" maxLength:"64" doc:"What the hook is for, e.g. nightly-rebuild"`
-	} `required:"false"`
+	ID   string      `path:"id" maxLength:"36" doc:"Project id"`
+	Body *createBody `required:"false"`
+}
+
+// createBody is the (optional) body of POST /projects/{id}/deploy-hooks.
+type createBody struct {
+	Name string `json:"name,omitempty" maxLength:"64" doc:"What the hook is for, e.g. nightly-rebuild"`
 }
 
 type createOut struct {
 	CacheControl string `header:"Cache-Control"`
-	Body         struct {
-		Hook
-		URL string `json:"url" doc:"POST here to deploy; shown only now"`
-	}
+	Body         CreatedHook
+}
+
+// CreatedHook is a new hook with its URL, which is shown only once.
+type CreatedHook struct {
+	Hook
+	URL string `json:"url" doc:"POST here to deploy; shown only now"`
 }
 
 func (s *Service) create(ctx context.Context, in *createIn) (*createOut, error) {
@@ -110,11 +116,20 @@ type fireIn struct {
 }
 
 type fireOut struct {
-	Body struct {
-		DeploymentID string `json:"deploymentId"`
-		Status       string `json:"status" doc:"QUEUED"`
-	}
+	Body FireResponse
 }
+
+// FireResponse is the answer of POST /deploy-hooks/{token}: the queued deployment.
+type FireResponse struct {
+	DeploymentID string `json:"deploymentId"`
+	Status       string `json:"status" doc:"QUEUED"`
+}
+
+// SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
+func (createBody) SchemaName() string   { return "CreateDeployHookRequest" }
+func (CreatedHook) SchemaName() string  { return "CreatedDeployHook" }
+func (FireResponse) SchemaName() string { return "DeployHookTrigger" }
+func (Hook) SchemaName() string         { return "DeployHook" }
 
 func (s *Service) fire(ctx context.Context, in *fireIn) (*fireOut, error) {
 	id, err := s.Fire(ctx, in.Token)

@@ -58,9 +58,12 @@ type idPath struct {
 }
 
 type createInput struct {
-	Body struct {
-		ProjectID string `json:"projectId" minLength:"1" maxLength:"64" doc:"The project to deploy"`
-	}
+	Body createBody
+}
+
+// createBody is the body of POST /deployments.
+type createBody struct {
+	ProjectID string `json:"projectId" minLength:"1" maxLength:"64" doc:"The project to deploy"`
 }
 
 // TriggerResponse is the answer of POST /deployments and /redeploy.
@@ -225,11 +228,16 @@ func (h *handlers) status(ctx context.Context, in *idPath) (*statusOutput, error
 }
 
 type deleteOutput struct {
-	Body struct {
-		ID      string `json:"id"`
-		Deleted bool   `json:"deleted"`
-	}
+	Body deletedBody
 }
+
+// deletedBody is the answer of DELETE /deployments/{id}.
+type deletedBody struct {
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"`
+}
+
+func (deletedBody) SchemaName() string { return "DeploymentDeleted" }
 
 func (h *handlers) delete(ctx context.Context, in *idPath) (*deleteOutput, error) {
 	if err := h.svc.Delete(ctx, caller(ctx), in.ID); err != nil {
@@ -278,5 +286,7 @@ func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, e
 func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
-func (View) SchemaName() string       { return "Deployment" }
-func (StatusView) SchemaName() string { return "DeploymentStatusReport" }
+func (View) SchemaName() string            { return "Deployment" }
+func (createBody) SchemaName() string      { return "CreateDeploymentRequest" }
+func (TriggerResponse) SchemaName() string { return "TriggeredDeployment" }
+func (StatusView) SchemaName() string      { return "DeploymentStatusReport" }

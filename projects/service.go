@@ -543,6 +543,7 @@ func (s *Service) ProjectsForRepository(ctx context.Context, repoURLs []string, 
 }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
-func (CreateInput) SchemaName() string   { return "CreateProjectRequest" }
-func (SettingsInput) SchemaName() string { return "ProjectSettings" }
-func (EnvVarIn) SchemaName() string      { return "EnvVarInput" }
+func (CreateInput) SchemaName() string    { return "CreateProjectRequest" }
+func (SettingsInput) SchemaName() string  { return "ProjectSettings" }
+func (EnvVarIn) SchemaName() string       { return "EnvVarInput" }
+func (ProjectDeploys) SchemaName() string { return "ProjectDeploymentUsage" }

@@ -71,10 +71,15 @@ type idpCallbackInput struct {
 }
 
 type exchangeInput struct {
-	Body struct {
-		Code string `json:"code" minLength:"1" maxLength:"256" doc:"The one-time code from the frontend callback's ?code= (RedirectMode code)"`
-	}
+	Body exchangeBody
 }
+
+// exchangeBody is the body of POST /auth/oauth/exchange.
+type exchangeBody struct {
+	Code string `json:"code" minLength:"1" maxLength:"256" doc:"The one-time code from the frontend callback's ?code= (RedirectMode code)"`
+}
+
+func (exchangeBody) SchemaName() string { return "OAuthExchangeRequest" }
 
 type exchangeOutput struct {
 	CacheControl string `header:"Cache-Control"`

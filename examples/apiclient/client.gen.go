@@ -274,33 +274,33 @@ func (e TokenPairTokenType) Valid() bool {
 	}
 }
 
-// Defines values for TriggerResponseStatus.
+// Defines values for TriggeredDeploymentStatus.
 const (
-	TriggerResponseStatusBUILDING       TriggerResponseStatus = "BUILDING"
-	TriggerResponseStatusCANCELLED      TriggerResponseStatus = "CANCELLED"
-	TriggerResponseStatusCONFIGURINGDNS TriggerResponseStatus = "CONFIGURING_DNS"
-	TriggerResponseStatusFAILED         TriggerResponseStatus = "FAILED"
-	TriggerResponseStatusLIVE           TriggerResponseStatus = "LIVE"
-	TriggerResponseStatusPROVISIONING   TriggerResponseStatus = "PROVISIONING"
-	TriggerResponseStatusQUEUED         TriggerResponseStatus = "QUEUED"
+	TriggeredDeploymentStatusBUILDING       TriggeredDeploymentStatus = "BUILDING"
+	TriggeredDeploymentStatusCANCELLED      TriggeredDeploymentStatus = "CANCELLED"
+	TriggeredDeploymentStatusCONFIGURINGDNS TriggeredDeploymentStatus = "CONFIGURING_DNS"
+	TriggeredDeploymentStatusFAILED         TriggeredDeploymentStatus = "FAILED"
+	TriggeredDeploymentStatusLIVE           TriggeredDeploymentStatus = "LIVE"
+	TriggeredDeploymentStatusPROVISIONING   TriggeredDeploymentStatus = "PROVISIONING"
+	TriggeredDeploymentStatusQUEUED         TriggeredDeploymentStatus = "QUEUED"
 )
 
-// Valid indicates whether the value is a known member of the TriggerResponseStatus enum.
-func (e TriggerResponseStatus) Valid() bool {
+// Valid indicates whether the value is a known member of the TriggeredDeploymentStatus enum.
+func (e TriggeredDeploymentStatus) Valid() bool {
 	switch e {
-	case TriggerResponseStatusBUILDING:
+	case TriggeredDeploymentStatusBUILDING:
 		return true
-	case TriggerResponseStatusCANCELLED:
+	case TriggeredDeploymentStatusCANCELLED:
 		return true
-	case TriggerResponseStatusCONFIGURINGDNS:
+	case TriggeredDeploymentStatusCONFIGURINGDNS:
 		return true
-	case TriggerResponseStatusFAILED:
+	case TriggeredDeploymentStatusFAILED:
 		return true
-	case TriggerResponseStatusLIVE:
+	case TriggeredDeploymentStatusLIVE:
 		return true
-	case TriggerResponseStatusPROVISIONING:
+	case TriggeredDeploymentStatusPROVISIONING:
 		return true
-	case TriggerResponseStatusQUEUED:
+	case TriggeredDeploymentStatusQUEUED:
 		return true
 	default:
 		return false
@@ -450,14 +450,8 @@ type Ack struct {
 	Ok      bool    `json:"ok"`
 }
 
-// CodeRequest defines model for CodeRequest.
-type CodeRequest struct {
-	// Code 6-digit TOTP code (disable also takes a recovery code)
-	Code string `json:"code"`
-}
-
-// ConnectResponse defines model for ConnectResponse.
-type ConnectResponse struct {
+// CodeHostInstallLink defines model for CodeHostInstallLink.
+type CodeHostInstallLink struct {
 	// ExpiresAt When the state in installUrl stops being accepted
 	ExpiresAt time.Time `json:"expiresAt"`
 
@@ -480,25 +474,16 @@ type ConnectTicket struct {
 	Ticket string `json:"ticket"`
 }
 
-// CreateInBody defines model for CreateInBody.
-type CreateInBody struct {
+// CreateDeployHookRequest defines model for CreateDeployHookRequest.
+type CreateDeployHookRequest struct {
 	// Name What the hook is for, e.g. nightly-rebuild
 	Name *string `json:"name,omitempty"`
 }
 
-// CreateOutBody defines model for CreateOutBody.
-type CreateOutBody struct {
-	CreatedAt  time.Time  `json:"createdAt"`
-	Id         string     `json:"id"`
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
-	Name       string     `json:"name"`
-
-	// Prefix The first characters of the hook's URL token, to tell hooks apart
-	Prefix    string `json:"prefix"`
+// CreateDeploymentRequest defines model for CreateDeploymentRequest.
+type CreateDeploymentRequest struct {
+	// ProjectId The project to deploy
 	ProjectId string `json:"projectId"`
-
-	// Url POST here to deploy; shown only now
-	Url string `json:"url"`
 }
 
 // CreatePlanRequest defines model for CreatePlanRequest.
@@ -573,16 +558,19 @@ type CreateProjectRequest struct {
 	WebhookSecret *string `json:"webhookSecret,omitempty"`
 }
 
-// CreateRequest defines model for CreateRequest.
-type CreateRequest struct {
-	// ProjectId The project to deploy
-	ProjectId string `json:"projectId"`
-}
+// CreatedDeployHook defines model for CreatedDeployHook.
+type CreatedDeployHook struct {
+	CreatedAt  time.Time  `json:"createdAt"`
+	Id         string     `json:"id"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
 
-// DeleteResponse defines model for DeleteResponse.
-type DeleteResponse struct {
-	Deleted bool   `json:"deleted"`
-	Id      string `json:"id"`
+	// Prefix The first characters of the hook's URL token, to tell hooks apart
+	Prefix    string `json:"prefix"`
+	ProjectId string `json:"projectId"`
+
+	// Url POST here to deploy; shown only now
+	Url string `json:"url"`
 }
 
 // DeliveryDecision defines model for DeliveryDecision.
@@ -592,6 +580,26 @@ type DeliveryDecision struct {
 	DeploymentId *string `json:"deploymentId,omitempty"`
 	Detail       *string `json:"detail,omitempty"`
 	ProjectId    string  `json:"projectId"`
+}
+
+// DeployHook defines model for DeployHook.
+type DeployHook struct {
+	CreatedAt  time.Time  `json:"createdAt"`
+	Id         string     `json:"id"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+
+	// Prefix The first characters of the hook's URL token, to tell hooks apart
+	Prefix    string `json:"prefix"`
+	ProjectId string `json:"projectId"`
+}
+
+// DeployHookTrigger defines model for DeployHookTrigger.
+type DeployHookTrigger struct {
+	DeploymentId string `json:"deploymentId"`
+
+	// Status QUEUED
+	Status string `json:"status"`
 }
 
 // Deployment defines model for Deployment.
@@ -625,6 +633,12 @@ type Deployment struct {
 
 // DeploymentStatus defines model for Deployment.Status.
 type DeploymentStatus string
+
+// DeploymentDeleted defines model for DeploymentDeleted.
+type DeploymentDeleted struct {
+	Deleted bool   `json:"deleted"`
+	Id      string `json:"id"`
+}
 
 // DeploymentLogDone The deployment is terminal and every line was sent; the stream ends.
 type DeploymentLogDone struct {
@@ -708,11 +722,6 @@ type DeploymentStep struct {
 	Status     string     `json:"status"`
 }
 
-// DisableResponse defines model for DisableResponse.
-type DisableResponse struct {
-	Enabled bool `json:"enabled"`
-}
-
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
 	// IsSecret Sealed at rest and masked in responses
@@ -737,12 +746,6 @@ type EnvVarInput struct {
 	Value string `json:"value"`
 }
 
-// ExchangeRequest defines model for ExchangeRequest.
-type ExchangeRequest struct {
-	// Code The one-time code from the frontend callback's ?code= (RedirectMode code)
-	Code string `json:"code"`
-}
-
 // FieldError defines model for FieldError.
 type FieldError struct {
 	// Location Where the error is, e.g. body.password
@@ -750,14 +753,6 @@ type FieldError struct {
 
 	// Message The rule that was violated
 	Message string `json:"message"`
-}
-
-// FireOutBody defines model for FireOutBody.
-type FireOutBody struct {
-	DeploymentId string `json:"deploymentId"`
-
-	// Status QUEUED
-	Status string `json:"status"`
 }
 
 // ForgotPasswordRequest defines model for ForgotPasswordRequest.
@@ -769,18 +764,6 @@ type ForgotPasswordRequest struct {
 type HealthResponse struct {
 	// Status Example: ok
 	Status string `json:"status"`
-}
-
-// Hook defines model for Hook.
-type Hook struct {
-	CreatedAt  time.Time  `json:"createdAt"`
-	Id         string     `json:"id"`
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
-	Name       string     `json:"name"`
-
-	// Prefix The first characters of the hook's URL token, to tell hooks apart
-	Prefix    string `json:"prefix"`
-	ProjectId string `json:"projectId"`
 }
 
 // LogTokenResponse defines model for LogTokenResponse.
@@ -804,6 +787,12 @@ type LoginRequest struct {
 type LogoutRequest struct {
 	// RefreshToken Also revoke this refresh token's session
 	RefreshToken *string `json:"refreshToken,omitempty"`
+}
+
+// OAuthExchangeRequest defines model for OAuthExchangeRequest.
+type OAuthExchangeRequest struct {
+	// Code The one-time code from the frontend callback's ?code= (RedirectMode code)
+	Code string `json:"code"`
 }
 
 // PlaceholderBody defines model for PlaceholderBody.
@@ -941,8 +930,8 @@ type ProjectDeleteStatus struct {
 // ProjectDeleteStatusStatus Deletion state
 type ProjectDeleteStatusStatus string
 
-// ProjectDeploys defines model for ProjectDeploys.
-type ProjectDeploys struct {
+// ProjectDeploymentUsage defines model for ProjectDeploymentUsage.
+type ProjectDeploymentUsage struct {
 	// Limit maxDeployments of the effective plan; 0 means no limit
 	Limit int64 `json:"limit"`
 
@@ -1063,15 +1052,26 @@ type TokenPair struct {
 // TokenPairTokenType defines model for TokenPair.TokenType.
 type TokenPairTokenType string
 
-// TriggerResponse defines model for TriggerResponse.
-type TriggerResponse struct {
-	DeploymentId string                `json:"deploymentId"`
-	Status       TriggerResponseStatus `json:"status"`
-	WorkflowName string                `json:"workflowName"`
+// TriggeredDeployment defines model for TriggeredDeployment.
+type TriggeredDeployment struct {
+	DeploymentId string                    `json:"deploymentId"`
+	Status       TriggeredDeploymentStatus `json:"status"`
+	WorkflowName string                    `json:"workflowName"`
 }
 
-// TriggerResponseStatus defines model for TriggerResponse.Status.
-type TriggerResponseStatus string
+// TriggeredDeploymentStatus defines model for TriggeredDeployment.Status.
+type TriggeredDeploymentStatus string
+
+// TwoFactorCodeRequest defines model for TwoFactorCodeRequest.
+type TwoFactorCodeRequest struct {
+	// Code 6-digit TOTP code (disable also takes a recovery code)
+	Code string `json:"code"`
+}
+
+// TwoFactorDisabled defines model for TwoFactorDisabled.
+type TwoFactorDisabled struct {
+	Enabled bool `json:"enabled"`
+}
 
 // TwoFactorEnabled defines model for TwoFactorEnabled.
 type TwoFactorEnabled struct {
@@ -1163,7 +1163,7 @@ type UpdateProfileRequest struct {
 // Usage defines model for Usage.
 type Usage struct {
 	// Deployments Deployments started this month per project against its plan's maxDeployments
-	Deployments []ProjectDeploys `json:"deployments"`
+	Deployments []ProjectDeploymentUsage `json:"deployments"`
 
 	// DeploymentsCounted false when this server cannot count deployments (counts are then 0)
 	DeploymentsCounted bool `json:"deploymentsCounted"`
@@ -1447,13 +1447,13 @@ type CreateAdminJSONRequestBody = PlaceholderBody
 type UpdateAdminJSONRequestBody = PlaceholderBody
 
 // Auth2faDisableJSONRequestBody defines body for Auth2faDisable for application/json ContentType.
-type Auth2faDisableJSONRequestBody = CodeRequest
+type Auth2faDisableJSONRequestBody = TwoFactorCodeRequest
 
 // Auth2faLoginJSONRequestBody defines body for Auth2faLogin for application/json ContentType.
 type Auth2faLoginJSONRequestBody = TwoFactorLoginRequest
 
 // Auth2faVerifyJSONRequestBody defines body for Auth2faVerify for application/json ContentType.
-type Auth2faVerifyJSONRequestBody = CodeRequest
+type Auth2faVerifyJSONRequestBody = TwoFactorCodeRequest
 
 // AuthForgotPasswordJSONRequestBody defines body for AuthForgotPassword for application/json ContentType.
 type AuthForgotPasswordJSONRequestBody = ForgotPasswordRequest
@@ -1468,7 +1468,7 @@ type AuthLogoutJSONRequestBody = LogoutRequest
 type AuthMeUpdateJSONRequestBody = UpdateProfileRequest
 
 // OauthExchangeJSONRequestBody defines body for OauthExchange for application/json ContentType.
-type OauthExchangeJSONRequestBody = ExchangeRequest
+type OauthExchangeJSONRequestBody = OAuthExchangeRequest
 
 // AuthRefreshJSONRequestBody defines body for AuthRefresh for application/json ContentType.
 type AuthRefreshJSONRequestBody = RefreshRequest
@@ -1495,7 +1495,7 @@ type CodehostWebhookJSONRequestBody CodehostWebhookJSONBody
 type CodehostWebhookFormdataRequestBody CodehostWebhookFormdataBody
 
 // CreateDeploymentJSONRequestBody defines body for CreateDeployment for application/json ContentType.
-type CreateDeploymentJSONRequestBody = CreateRequest
+type CreateDeploymentJSONRequestBody = CreateDeploymentRequest
 
 // CreateEnvVarsJSONRequestBody defines body for CreateEnvVars for application/json ContentType.
 type CreateEnvVarsJSONRequestBody = PlaceholderBody
@@ -1531,7 +1531,7 @@ type UpdatePlanJSONRequestBody = UpdatePlanRequest
 type CreateProjectJSONRequestBody = CreateProjectRequest
 
 // CreateDeployHookJSONRequestBody defines body for CreateDeployHook for application/json ContentType.
-type CreateDeployHookJSONRequestBody = CreateInBody
+type CreateDeployHookJSONRequestBody = CreateDeployHookRequest
 
 // UpdateProjectSettingsJSONRequestBody defines body for UpdateProjectSettings for application/json ContentType.
 type UpdateProjectSettingsJSONRequestBody = ProjectSettings
@@ -10131,13 +10131,13 @@ type Auth2faDisableResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *DisableResponse
+	JSON200 *TwoFactorDisabled
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r Auth2faDisableResponse) GetJSON200() *DisableResponse {
+func (r Auth2faDisableResponse) GetJSON200() *TwoFactorDisabled {
 	return r.JSON200
 }
 
@@ -11597,7 +11597,7 @@ type CodehostConnectResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *ConnectResponse
+	JSON200 *CodeHostInstallLink
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -11605,7 +11605,7 @@ type CodehostConnectResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r CodehostConnectResponse) GetJSON200() *ConnectResponse {
+func (r CodehostConnectResponse) GetJSON200() *CodeHostInstallLink {
 	return r.JSON200
 }
 
@@ -11798,13 +11798,13 @@ type FireDeployHookResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *FireOutBody
+	JSON201 *DeployHookTrigger
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r FireDeployHookResponse) GetJSON201() *FireOutBody {
+func (r FireDeployHookResponse) GetJSON201() *DeployHookTrigger {
 	return r.JSON201
 }
 
@@ -11901,13 +11901,13 @@ type CreateDeploymentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *TriggerResponse
+	JSON201 *TriggeredDeployment
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r CreateDeploymentResponse) GetJSON201() *TriggerResponse {
+func (r CreateDeploymentResponse) GetJSON201() *TriggeredDeployment {
 	return r.JSON201
 }
 
@@ -11949,13 +11949,13 @@ type DeleteDeploymentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *DeleteResponse
+	JSON200 *DeploymentDeleted
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r DeleteDeploymentResponse) GetJSON200() *DeleteResponse {
+func (r DeleteDeploymentResponse) GetJSON200() *DeploymentDeleted {
 	return r.JSON200
 }
 
@@ -12182,13 +12182,13 @@ type RedeployDeploymentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *TriggerResponse
+	JSON201 *TriggeredDeployment
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r RedeployDeploymentResponse) GetJSON201() *TriggerResponse {
+func (r RedeployDeploymentResponse) GetJSON201() *TriggeredDeployment {
 	return r.JSON201
 }
 
@@ -13814,13 +13814,13 @@ type ListDeployHooksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *[]Hook
+	JSON200 *[]DeployHook
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ListDeployHooksResponse) GetJSON200() *[]Hook {
+func (r ListDeployHooksResponse) GetJSON200() *[]DeployHook {
 	return r.JSON200
 }
 
@@ -13867,7 +13867,7 @@ type CreateDeployHookResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *CreateOutBody
+	JSON201 *CreatedDeployHook
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -13875,7 +13875,7 @@ type CreateDeployHookResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r CreateDeployHookResponse) GetJSON201() *CreateOutBody {
+func (r CreateDeployHookResponse) GetJSON201() *CreatedDeployHook {
 	return r.JSON201
 }
 
@@ -16548,7 +16548,7 @@ func ParseAuth2faDisableResponse(rsp *http.Response) (*Auth2faDisableResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest DisableResponse
+		var dest TwoFactorDisabled
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -17801,7 +17801,7 @@ func ParseCodehostConnectResponse(rsp *http.Response) (*CodehostConnectResponse,
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest ConnectResponse
+		var dest CodeHostInstallLink
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -17966,7 +17966,7 @@ func ParseFireDeployHookResponse(rsp *http.Response) (*FireDeployHookResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest FireOutBody
+		var dest DeployHookTrigger
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -18045,7 +18045,7 @@ func ParseCreateDeploymentResponse(rsp *http.Response) (*CreateDeploymentRespons
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest TriggerResponse
+		var dest TriggeredDeployment
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -18078,7 +18078,7 @@ func ParseDeleteDeploymentResponse(rsp *http.Response) (*DeleteDeploymentRespons
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest DeleteResponse
+		var dest DeploymentDeleted
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -18236,7 +18236,7 @@ func ParseRedeployDeploymentResponse(rsp *http.Response) (*RedeployDeploymentRes
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest TriggerResponse
+		var dest TriggeredDeployment
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -19487,7 +19487,7 @@ func ParseListDeployHooksResponse(rsp *http.Response) (*ListDeployHooksResponse,
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest []Hook
+		var dest []DeployHook
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -19520,7 +19520,7 @@ func ParseCreateDeployHookResponse(rsp *http.Response) (*CreateDeployHookRespons
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest CreateOutBody
+		var dest CreatedDeployHook
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

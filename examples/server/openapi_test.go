@@ -71,6 +71,16 @@ func TestOpenAPICheckersReject(t *testing.T) {
 	if errs := contractErrors([]byte(`{"openapi":"3.1.0","info":{"title":"x","version":"1"},"paths":{}}`)); len(errs) == 0 {
 		t.Error("contract checks accepted a document without servers, tags or description")
 	}
+	for _, name := range []string{"View", "CreateRequest", "CreateInBody", "CreateOutBody", "FireOutBody", "CreateInputBody", "PatchOutputBody"} {
+		if !genericSchemaName.MatchString(name) {
+			t.Errorf("schema name %s not judged generic", name)
+		}
+	}
+	for _, name := range []string{"Project", "CreateProjectRequest", "DeployHookTrigger", "DeploymentStatusReport", "UpdateProfileRequest"} {
+		if genericSchemaName.MatchString(name) {
+			t.Errorf("schema name %s judged generic", name)
+		}
+	}
 }
 
 // contractErrors checks what issue 17 asked of the documents beyond validity:
@@ -172,17 +182,50 @@ func contractErrors(doc []byte) []string {
 			out = append(out, "the webhook does not accept application/json")
 		}
 	}
-	for _, want := range []string{"Project", "Deployment", "DeploymentStatusReport", "Plan", "User", "TokenPair", "APIError"} {
+	for _, want := range []string{"Project", "Deployment", "DeploymentStatusReport", "Plan", "User", "TokenPair", "APIError",
+		"CreateDeploymentRequest", "CreateDeployHookRequest", "CreatedDeployHook", "DeployHookTrigger", "ProjectDeploymentUsage"} {
 		if d.Components.Schemas[want] == nil {
 			out = append(out, "no schema named "+want)
 		}
 	}
+	// oapi-codegen names the response wrapper of operation "fire-deploy-hook"
+	// FireDeployHookResponse: a schema of that name breaks the generated client.
+	opResponse := map[string]string{}
+	for path, ops := range d.Paths {
+		for method, raw := range ops {
+			var op struct {
+				OperationID string `json:"operationId"`
+			}
+			_ = json.Unmarshal(raw, &op)
+			if op.OperationID != "" {
+				opResponse[camel(op.OperationID)+"Response"] = method + " " + path
+			}
+		}
+	}
 	for name := range d.Components.Schemas {
-		if name == "View" || name == "StatusView" || strings.HasSuffix(name, "InputBody") || strings.HasSuffix(name, "OutputBody") {
-			out = append(out, "generic schema name "+name)
+		if where, ok := opResponse[name]; ok {
+			out = append(out, "schema "+name+" collides with oapi-codegen's response type of "+where)
+		}
+		if genericSchemaName.MatchString(name) {
+			out = append(out, "generic schema name "+name+" (give the type a SchemaName method, see platform.SchemaNamer)")
 		}
 	}
 	return out
+}
+
+// genericSchemaName matches the names Huma derives from Go names that read
+// well only inside their package: View, StatusView, an anonymous body named
+// after its input/output struct (CreateInBody, FireOutputBody), or a verb with
+// no noun (CreateRequest, FireResponse).
+var genericSchemaName = regexp.MustCompile(`^(View|StatusView|.*(In|Out|Input|Output)Body|(Create|Update|Patch|Delete|Get|List|Fire|Trigger|Assign|Settings)(Request|Response|Input|Output)?)$`)
+
+// camel turns an operation id (fire-deploy-hook) into its Go name (FireDeployHook).
+func camel(id string) string {
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(id, func(r rune) bool { return r == '-' || r == '_' || r == '.' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
 }
 
 func asSlice(v any) []any { s, _ := v.([]any); return s }
