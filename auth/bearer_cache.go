@@ -162,7 +162,7 @@ CREATE TRIGGER keelson_auth_session_delete AFTER DELETE ON auth_refresh_tokens F
 }
 
 // listenBearer runs until ctx ends: one listening session after another, the
-// cache bypassed between them. Retries back off from 1 s to 30 s while
+// cache bypassed between them. Retries back off from 1 s to 10 s while
 // Postgres does not answer.
 func (s *Service) listenBearer(ctx context.Context, bdb *bun.DB) {
 	wait := time.Second
@@ -176,7 +176,7 @@ func (s *Service) listenBearer(ctx context.Context, bdb *bun.DB) {
 		if wasLive {
 			wait = time.Second
 		} else {
-			wait = min(2*wait, 30*time.Second)
+			wait = min(2*wait, 10*time.Second)
 		}
 		s.log.Warn("bearer cache listener lost its connection; the cache is bypassed until it is back", "err", err, "retry_in", wait)
 		t := time.NewTimer(wait)
@@ -193,7 +193,9 @@ var errPingLost = errors.New("ping not answered")
 
 // bearerSession listens on one connection. The cache serves once the
 // session's first ping came back (so LISTEN is in force: nothing committed
-// after it can be missed), and stops when a ping is not back by the next.
+// after it can be missed). A ping is sent every bearerPingEvery; one not back
+// within bearerPingTimeout ends the session (a connection lost without an
+// error), which empties and bypasses the cache.
 func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 	ln := pgdriver.NewListener(bdb)
 	ctx, cancel := context.WithCancel(ctx)
@@ -227,8 +229,10 @@ func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 	}()
 	nonce := "ping:" + platform.NewID() + ":"
 	seq, answered := 0, 0
+	var sentAt time.Time
 	ping := func() error {
 		seq++
+		sentAt = time.Now()
 		_, err := bdb.ExecContext(ctx, "SELECT pg_notify(?, ?)", bearerChannel, fmt.Sprint(nonce, seq))
 		return err
 	}
@@ -245,7 +249,10 @@ func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 			return err
 		case <-tick.C:
 			if answered < seq {
-				return errPingLost
+				if time.Since(sentAt) > s.bearerPingTimeout {
+					return errPingLost
+				}
+				continue
 			}
 			if err := ping(); err != nil {
 				return err

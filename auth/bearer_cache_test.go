@@ -16,7 +16,13 @@ import (
 // listener has heard its own ping).
 func (e *env) waitLive() {
 	e.t.Helper()
-	platformtest.Eventually(e.t, 20*time.Second, "the bearer cache to serve", func() bool { return e.svc.cache.live.Load() })
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.svc.cache.live.Load() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the bearer cache did not serve within 30s; log:\n%s", e.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cachedAs authenticates tok on e until its session is in e's bearer cache,

@@ -202,10 +202,11 @@ type Service struct {
 	mq      *mailQueue
 	bearer  bearerStmt
 
-	cache           *bearerCache
-	bearerPingEvery time.Duration // how often the Postgres listener proves its connection
-	stopListen      context.CancelFunc
-	listening       sync.WaitGroup
+	cache             *bearerCache
+	bearerPingEvery   time.Duration // how often the Postgres listener proves its connection
+	bearerPingTimeout time.Duration // a ping not back by then ends the listening session
+	stopListen        context.CancelFunc
+	listening         sync.WaitGroup
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -227,8 +228,9 @@ func New(d Deps) (*Service, error) {
 		admins:  map[string]bool{},
 		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 		// On Postgres the cache serves only once Start's listener is proven.
-		cache:           newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
-		bearerPingEvery: 2 * time.Second,
+		cache:             newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
+		bearerPingEvery:   2 * time.Second,
+		bearerPingTimeout: 5 * time.Second,
 	}
 	for _, e := range d.AdminEmails {
 		n, _ := normalizeEmail(e)
