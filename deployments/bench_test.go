@@ -88,10 +88,9 @@ func BenchmarkLogStreamSSE(b *testing.B) {
 			b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
 				bdb := newDB()
 				rt, projects := deploytest.NewRuntime(), deploytest.NewProjects()
-				var store *deployments.Store
+				store := deployments.NewStore(bdb)
 				svc, err := deployments.New(deployments.Deps{DB: bdb, Auth: deploytest.Authn{}, Projects: projects, Runtime: rt,
 					LogTokenKey: bytes.Repeat([]byte("k"), 32), NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
-						store = ed.Store
 						return local.New(local.Config{Store: ed.Store, Activities: ed.Activities})
 					}})
 				if err != nil {
@@ -198,7 +197,8 @@ func BenchmarkLogStreamSSE(b *testing.B) {
 func BenchmarkOrchestrationOverhead(b *testing.B) {
 	benchDBs(b, func(b *testing.B, newDB func() *bun.DB) {
 		rt, projects := deploytest.NewRuntime(), deploytest.NewProjects()
-		svc, err := deployments.New(deployments.Deps{DB: newDB(), Auth: deploytest.Authn{}, Projects: projects, Runtime: rt,
+		bdb := newDB()
+		svc, err := deployments.New(deployments.Deps{DB: bdb, Auth: deploytest.Authn{}, Projects: projects, Runtime: rt,
 			LogTokenKey: bytes.Repeat([]byte("k"), 32), NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
 				return local.New(local.Config{Store: ed.Store, Activities: ed.Activities})
 			}})
@@ -209,7 +209,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer svc.Close(context.Background())
-		logs, store := svc.Logs(), svc.Store()
+		logs, store := svc.Logs(), deployments.NewStore(bdb)
 		owner := platform.NewID()
 		pid := projects.Add(deployments.DeploySpec{OwnerID: owner, Slug: "bench", RepoURL: "https://x.test/r.git", Framework: "go"})
 		b.ResetTimer()

@@ -52,6 +52,11 @@ type Deps struct {
 	// ReleaseTimeout bounds stopping, unrouting and cleaning up after a
 	// deployment ends. Default 30 seconds.
 	ReleaseTimeout time.Duration
+	// LogRetention is how long the logs of deployments that ended FAILED or
+	// CANCELLED are kept: Start deletes older ones at once and then hourly
+	// (LIVE deployments keep theirs). Default 30 days; negative keeps them
+	// forever.
+	LogRetention time.Duration
 	// Clock stamps every stored time. Default platform.SystemClock.
 	Clock platform.Clock
 	// Logger gets the module's own log records. Default: discarded.
@@ -61,14 +66,31 @@ type Deps struct {
 	Metrics Metrics
 }
 
-// EngineDeps are what Deps.NewEngine gets: the parts New built.
+// EngineDeps are what Deps.NewEngine gets: the parts New built, behind the
+// small interfaces engines use.
 type EngineDeps struct {
-	Store      *Store
-	Logs       *Logs
+	Store      EngineStore
+	Logs       LogFlusher
 	Activities *Activities
 	Projects   ProjectSource
 	Clock      platform.Clock
 	Logger     *slog.Logger
+}
+
+// EngineStore is what engines and workers read and write of the deployments
+// directly (a *Store); every step goes through Activities.
+type EngineStore interface {
+	DeploymentGet(ctx context.Context, id string) (*Deployment, error)
+	DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error)
+	DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error)
+	DeploymentRequestCancel(ctx context.Context, id string) error
+}
+
+// LogFlusher stores the log lines written so far (a *Logs): an engine that
+// hands a deployment to another process flushes first, so the lines the API
+// wrote come before the worker's.
+type LogFlusher interface {
+	Flush(ctx context.Context) error
 }
 
 func (d Deps) validate() error {
@@ -111,6 +133,7 @@ func (d Deps) withDefaults() Deps {
 		d.CancelTimeout = 2 * time.Minute
 	}
 	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
+	d.LogRetention = cmp.Or(d.LogRetention, DefaultLogRetention)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
 	if d.Metrics == nil {
 		d.Metrics = noMetrics{}
@@ -154,19 +177,27 @@ func New(d Deps) (*Service, error) {
 		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout}, nil
 }
 
+// DefaultLogRetention is Deps.LogRetention's default.
+const DefaultLogRetention = 30 * 24 * time.Hour
+
 // Start starts the engine when it runs work in this process (the embedded
-// engine settles what a previous run left and starts its worker loop).
+// engine settles what a previous run left and starts its worker loop), then
+// the hourly log retention (see PurgeLogs).
 func (s *Service) Start(ctx context.Context) error {
 	if st, ok := s.engine.(interface{ Start(context.Context) error }); ok {
-		return st.Start(ctx)
+		if err := st.Start(ctx); err != nil {
+			return err
+		}
 	}
+	s.startRetention()
 	return nil
 }
 
-// Close stops the engine (running steps end; the next start settles them),
+// Close stops the log retention, then the engine (running steps end; the next start settles them),
 // then the runtime's apps (when Deps.Runtime has Close), then the log writer
 // (the apps' last lines are stored first).
 func (s *Service) Close(ctx context.Context) error {
+	s.stopRetention()
 	var errs []error
 	if c, ok := s.engine.(interface{ Close() error }); ok {
 		errs = append(errs, c.Close())
@@ -186,6 +217,5 @@ func (s *Service) Activities(rt Runtime) (*Activities, error) {
 		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock, Metrics: s.d.Metrics})
 }
 
-// Store returns the service's store (engines and workers read deployments
-// through it).
-func (s *Service) Store() *Store { return s.store }
+// Store returns the service's store as engines and workers see it.
+func (s *Service) Store() EngineStore { return s.store }

@@ -77,12 +77,13 @@ func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
 		DB: bdb, Auth: deploytest.Authn{}, Projects: e.projects, Runtime: e.rt, Git: o.git, Logs: o.logsCfg,
 		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat, Metrics: o.metrics,
 		NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
-			e.store, e.logs, e.acts = ed.Store, ed.Logs, ed.Activities
+			e.acts = ed.Activities
 			e.eng, err = local.New(local.Config{Store: ed.Store, Activities: ed.Activities, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})
 			return e.eng, err
 		},
 	})
 	must(t, err)
+	e.store, e.logs = deployments.NewStore(bdb), e.svc.Logs()
 	mux := http.NewServeMux()
 	api := humago.New(mux, platform.APIConfig("test", "1"))
 	must(t, e.svc.Register(api))

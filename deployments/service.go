@@ -23,6 +23,8 @@ type Service struct {
 	clock    platform.Clock
 	log      *slog.Logger
 	cancelTO time.Duration
+	// retention stops the log purges Start began (nil: none running).
+	retention func()
 }
 
 // TriggerParams ask for a deployment of a project.

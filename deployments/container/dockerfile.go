@@ -203,3 +203,6 @@ func writeContext(w io.Writer, src, dockerfile string) error {
 	}
 	return tw.Close()
 }
+
+// DefaultImages are the images used where Images leaves a name empty.
+func DefaultImages() Images { return Images{}.withDefaults() }

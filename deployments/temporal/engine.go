@@ -24,7 +24,7 @@ type EngineConfig struct {
 	// Logs, when set, is flushed before a workflow starts, so the lines the API
 	// wrote ("deployment queued") are stored before a worker numbers its own
 	// after them.
-	Logs *deployments.Logs
+	Logs deployments.LogFlusher
 	// Activities, when set, lets Cancel end a deployment that no worker has
 	// picked up yet at once (deployments.Activities.CancelQueued).
 	Activities *deployments.Activities

@@ -72,7 +72,7 @@ func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects de
 			return c.engine, err
 		}})
 	require.NoError(t, err)
-	c.store, c.logs = c.svc.Store(), c.svc.Logs()
+	c.store, c.logs = deployments.NewStore(bdb), c.svc.Logs()
 	t.Cleanup(func() { _ = c.svc.Close(context.Background()) })
 	return c
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +113,7 @@ const (
 	DefaultIngressMaxConns   = 8192
 	DefaultMaxBodyMemoryMiB  = 64
 	DefaultBuildsPerUser     = 2
-	DefaultLogRetention      = 30 * 24 * time.Hour
+	DefaultLogRetention      = deployments.DefaultLogRetention
 )
 
 // Roles of KEELSON_ROLE.
@@ -137,156 +136,97 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return e.Var + ": " + e.Problem }
 
-// LoadConfig reads the configuration through getenv and validates it. The first
-// bad setting is returned as a *ConfigError naming its variable.
+// LoadConfig reads the configuration through getenv (ParseConfig) and
+// validates it (Validate). The first bad setting is returned as a
+// *ConfigError naming its variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
-	get := func(k, def string) string {
-		if v := strings.TrimSpace(getenv(k)); v != "" {
-			return v
+	c, err := ParseConfig(getenv)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// ParseConfig reads every setting through getenv into a Config: a blank or
+// unset variable takes its default, and a value that is not of its kind (a
+// number, a duration, a boolean, a list of addresses) is a *ConfigError.
+// Whether the values make sense together is Validate's.
+func ParseConfig(getenv func(string) string) (Config, error) {
+	var c Config
+	for _, s := range settings {
+		v := getenv(s.name)
+		if !s.raw {
+			v = strings.TrimSpace(v)
 		}
-		return def
-	}
-	c := Config{
-		Addr:                  get("KEELSON_ADDR", ":8080"),
-		PprofAddr:             get("KEELSON_PPROF_ADDR", ""),
-		MetricsAddr:           get("KEELSON_METRICS_ADDR", ""),
-		DataDir:               get("KEELSON_DATA_DIR", "./data"),
-		DatabaseURL:           get("KEELSON_DATABASE_URL", ""),
-		PublicURL:             strings.TrimRight(get("KEELSON_PUBLIC_URL", "http://localhost:8080"), "/"),
-		FrontendURL:           strings.TrimRight(get("KEELSON_FRONTEND_URL", "http://localhost:3000"), "/"),
-		JWTSecret:             getenv("KEELSON_JWT_SECRET"),
-		SecretKey:             getenv("KEELSON_SECRET_KEY"),
-		SMTPURL:               get("KEELSON_SMTP_URL", ""),
-		MailFrom:              get("KEELSON_MAIL_FROM", "Keelson <no-reply@localhost>"),
-		CodehostClientID:      get("KEELSON_CODEHOST_CLIENT_ID", ""),
-		CodehostClientSecret:  getenv("KEELSON_CODEHOST_CLIENT_SECRET"),
-		CodehostAppID:         get("KEELSON_CODEHOST_APP_ID", ""),
-		CodehostAppSlug:       get("KEELSON_CODEHOST_APP_SLUG", ""),
-		CodehostAppPrivateKey: getenv("KEELSON_CODEHOST_APP_PRIVATE_KEY"),
-		CodehostWebhookSecret: getenv("KEELSON_CODEHOST_WEBHOOK_SECRET"),
-		CodehostAPIURL:        strings.TrimRight(get("KEELSON_CODEHOST_API_URL", "https://api.github.com"), "/"),
-		CodehostWebURL:        strings.TrimRight(get("KEELSON_CODEHOST_WEB_URL", "https://github.com"), "/"),
-		IDPIssuer:             get("KEELSON_IDP_ISSUER", ""),
-		IDPClientID:           get("KEELSON_IDP_CLIENT_ID", ""),
-		IDPClientSecret:       getenv("KEELSON_IDP_CLIENT_SECRET"),
-		OAuthRedirectMode:     get("KEELSON_OAUTH_REDIRECT_MODE", "tokens"),
-		IngressAddr:           get("KEELSON_INGRESS_ADDR", ":8081"),
-		GitCAFile:             get("KEELSON_GIT_CA_FILE", ""),
-		AppsDomain:            strings.ToLower(get("KEELSON_APPS_DOMAIN", "localhost")),
-		Engine:                get("KEELSON_ENGINE", "local"),
-		Runtime:               strings.ToLower(get("KEELSON_RUNTIME", "")),
-		ImageGo:               get("KEELSON_IMAGE_GO", ""),
-		ImageGoRun:            get("KEELSON_IMAGE_GO_RUN", ""),
-		ImageNode:             get("KEELSON_IMAGE_NODE", ""),
-		ImageStatic:           get("KEELSON_IMAGE_STATIC", ""),
-		TemporalAddress:       get("KEELSON_TEMPORAL_ADDRESS", ""),
-		TemporalNamespace:     get("KEELSON_TEMPORAL_NAMESPACE", "default"),
-		TemporalTaskQueue:     get("KEELSON_TEMPORAL_TASK_QUEUE", "keelson-deployments"),
-		Role:                  strings.ToLower(get("KEELSON_ROLE", RoleAll)),
-	}
-	for _, e := range strings.Split(getenv("KEELSON_ADMIN_EMAILS"), ",") {
-		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
-			if !strings.Contains(e, "@") {
-				return c, &ConfigError{"KEELSON_ADMIN_EMAILS", fmt.Sprintf("%q is not an email address", e)}
-			}
-			c.AdminEmails = append(c.AdminEmails, e)
+		if v == "" {
+			v = s.def
+		}
+		if err := s.parse(&c, v); err != nil {
+			return c, &ConfigError{s.name, err.Error()}
 		}
 	}
-	for _, p := range strings.Split(getenv("KEELSON_TRUSTED_PROXIES"), ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		pfx, err := netip.ParsePrefix(p)
-		if err != nil {
-			a, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return c, &ConfigError{"KEELSON_TRUSTED_PROXIES", fmt.Sprintf("%q is not a CIDR (10.0.0.0/8) or an IP address", p)}
-			}
-			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-		}
-		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
-	}
-	for _, r := range strings.Split(get("KEELSON_REGIONS", "local"), ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			c.Regions = append(c.Regions, r)
+	return c, nil
+}
+
+// Validate checks every value's range and form, and the settings that
+// depend on each other (an engine and its role, Temporal's address). The
+// first problem is a *ConfigError naming its variable.
+func (c Config) Validate() error {
+	for _, e := range c.AdminEmails {
+		if !strings.Contains(e, "@") {
+			return &ConfigError{"KEELSON_ADMIN_EMAILS", fmt.Sprintf("%q is not an email address", e)}
 		}
 	}
 	if len(c.Regions) == 0 {
-		return c, &ConfigError{"KEELSON_REGIONS", "must list at least one region"}
+		return &ConfigError{"KEELSON_REGIONS", "must list at least one region"}
 	}
-	if v := getenv("KEELSON_ALLOW_PRIVATE_REPO_HOSTS"); v != "" {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return c, &ConfigError{"KEELSON_ALLOW_PRIVATE_REPO_HOSTS", fmt.Sprintf("%q is not true or false", v)}
-		}
-		c.AllowPrivateRepoHosts = b
+	if c.MaxLogStreams < 1 || c.MaxLogStreams > 1_000_000 {
+		return &ConfigError{"KEELSON_MAX_LOG_STREAMS", fmt.Sprintf("%d is not a number from 1 to 1000000", c.MaxLogStreams)}
 	}
-	if v := getenv("KEELSON_ALLOW_LOCAL_REPOS"); v != "" {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return c, &ConfigError{"KEELSON_ALLOW_LOCAL_REPOS", fmt.Sprintf("%q is not true or false", v)}
-		}
-		c.AllowLocalRepos = b
-	}
-	c.MaxLogStreams = MaxLogStreamsPerUser
-	if v := getenv("KEELSON_MAX_LOG_STREAMS"); v != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 1 || n > 1_000_000 {
-			return c, &ConfigError{"KEELSON_MAX_LOG_STREAMS", fmt.Sprintf("%q is not a number from 1 to 1000000", v)}
-		}
-		c.MaxLogStreams = n
-	}
-	var err error
 	for _, d := range []struct {
-		name     string
-		dst      *time.Duration
-		def, max time.Duration
+		name string
+		val  time.Duration
+		max  time.Duration
 	}{
-		{"KEELSON_READ_HEADER_TIMEOUT", &c.ReadHeaderTimeout, DefaultReadHeaderTimeout, 10 * time.Minute},
-		{"KEELSON_READ_TIMEOUT", &c.ReadTimeout, DefaultReadTimeout, time.Hour},
-		{"KEELSON_IDLE_TIMEOUT", &c.IdleTimeout, DefaultIdleTimeout, time.Hour},
-		{"KEELSON_LOG_RETENTION", &c.LogRetention, DefaultLogRetention, 100 * 365 * 24 * time.Hour},
+		{"KEELSON_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout, 10 * time.Minute},
+		{"KEELSON_READ_TIMEOUT", c.ReadTimeout, time.Hour},
+		{"KEELSON_IDLE_TIMEOUT", c.IdleTimeout, time.Hour},
+		{"KEELSON_LOG_RETENTION", c.LogRetention, 100 * 365 * 24 * time.Hour},
 	} {
-		if *d.dst, err = durationSetting(getenv(d.name), d.def, d.max); err != nil {
-			return c, &ConfigError{d.name, err.Error()}
+		if d.val <= 0 || d.val > d.max {
+			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}
 		}
 	}
 	for _, n := range []struct {
 		name     string
-		dst      *int
-		def, min int
+		val, min int
 	}{
-		{"KEELSON_MAX_CONNS", &c.MaxConns, DefaultMaxConns, 16},
-		{"KEELSON_INGRESS_MAX_CONNS", &c.IngressMaxConns, DefaultIngressMaxConns, 16},
-		{"KEELSON_MAX_BODY_MEMORY_MIB", &c.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB, 16},
-		{"KEELSON_BUILD_LOG_MAX_LINES", &c.BuildLogMaxLines, deployments.DefaultMaxBuildLines, 100},
-		{"KEELSON_BUILD_LOG_MAX_MB", &c.BuildLogMaxMB, int(deployments.DefaultMaxBuildBytes >> 20), 1},
-		{"KEELSON_APP_LOG_MAX_LINES", &c.AppLogMaxLines, deployments.DefaultMaxAppLines, 100},
-		{"KEELSON_BUILDS_PER_USER", &c.BuildsPerUser, DefaultBuildsPerUser, 1},
+		{"KEELSON_MAX_CONNS", c.MaxConns, 16},
+		{"KEELSON_INGRESS_MAX_CONNS", c.IngressMaxConns, 16},
+		{"KEELSON_MAX_BODY_MEMORY_MIB", c.MaxBodyMemoryMiB, 16},
+		{"KEELSON_BUILD_LOG_MAX_LINES", c.BuildLogMaxLines, 100},
+		{"KEELSON_BUILD_LOG_MAX_MB", c.BuildLogMaxMB, 1},
+		{"KEELSON_APP_LOG_MAX_LINES", c.AppLogMaxLines, 100},
+		{"KEELSON_BUILDS_PER_USER", c.BuildsPerUser, 1},
 	} {
-		*n.dst = n.def
-		if v := strings.TrimSpace(getenv(n.name)); v != "" {
-			i, err := strconv.Atoi(v)
-			if err != nil || i < n.min || i > 1_000_000 {
-				return c, &ConfigError{n.name, fmt.Sprintf("%q is not a number from %d to 1000000", v, n.min)}
-			}
-			*n.dst = i
+		if n.val < n.min || n.val > 1_000_000 {
+			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}
 		}
 	}
 	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {
-			return c, &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
+			return &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-			return c, &ConfigError{a.name, fmt.Sprintf("port %q is not 0-65535", port)}
+			return &ConfigError{a.name, fmt.Sprintf("port %q is not 0-65535", port)}
 		}
 	}
 	if c.MetricsAddr != "" {
 		_, port, err := net.SplitHostPort(c.MetricsAddr)
 		if p, aerr := strconv.Atoi(port); err != nil || aerr != nil || p < 0 || p > 65535 {
-			return c, &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is not host:port (e.g. 127.0.0.1:9090, or :9090 on a private network)", c.MetricsAddr)}
+			return &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is not host:port (e.g. 127.0.0.1:9090, or :9090 on a private network)", c.MetricsAddr)}
 		}
 		if c.MetricsAddr == c.Addr || c.MetricsAddr == c.IngressAddr {
-			return c, &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is the API's or the ingress' address: metrics get a listener of their own, never a public one", c.MetricsAddr)}
+			return &ConfigError{"KEELSON_METRICS_ADDR", fmt.Sprintf("%q is the API's or the ingress' address: metrics get a listener of their own, never a public one", c.MetricsAddr)}
 		}
 	}
 	if c.PprofAddr != "" {
@@ -294,7 +234,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		ip, perr := netip.ParseAddr(host)
 		if p, aerr := strconv.Atoi(port); err != nil || aerr != nil || p < 0 || p > 65535 ||
 			(host != "localhost" && (perr != nil || !ip.IsLoopback())) {
-			return c, &ConfigError{"KEELSON_PPROF_ADDR", fmt.Sprintf("%q is not a loopback host:port (e.g. 127.0.0.1:6060): profiles reveal memory and must not be reachable from outside", c.PprofAddr)}
+			return &ConfigError{"KEELSON_PPROF_ADDR", fmt.Sprintf("%q is not a loopback host:port (e.g. 127.0.0.1:6060): profiles reveal memory and must not be reachable from outside", c.PprofAddr)}
 		}
 	}
 	for _, u := range []struct{ name, val string }{
@@ -302,107 +242,82 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"KEELSON_CODEHOST_API_URL", c.CodehostAPIURL}, {"KEELSON_CODEHOST_WEB_URL", c.CodehostWebURL},
 	} {
 		if err := checkHTTPURL(u.val); err != nil {
-			return c, &ConfigError{u.name, err.Error()}
+			return &ConfigError{u.name, err.Error()}
 		}
 	}
 	if c.IDPIssuer != "" {
 		if err := checkHTTPURL(c.IDPIssuer); err != nil {
-			return c, &ConfigError{"KEELSON_IDP_ISSUER", err.Error()}
+			return &ConfigError{"KEELSON_IDP_ISSUER", err.Error()}
 		}
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") &&
 		!strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite:") {
-		return c, &ConfigError{"KEELSON_DATABASE_URL", "must start with postgres:// or sqlite://"}
+		return &ConfigError{"KEELSON_DATABASE_URL", "must start with postgres:// or sqlite://"}
 	}
 	if c.JWTSecret != "" && len(c.JWTSecret) < 32 {
-		return c, &ConfigError{"KEELSON_JWT_SECRET", "must be at least 32 characters"}
+		return &ConfigError{"KEELSON_JWT_SECRET", "must be at least 32 characters"}
 	}
 	if c.SecretKey != "" && len(c.SecretKey) < 32 {
-		return c, &ConfigError{"KEELSON_SECRET_KEY", "must be at least 32 characters"}
+		return &ConfigError{"KEELSON_SECRET_KEY", "must be at least 32 characters"}
 	}
 	if c.SMTPURL != "" {
 		if u, err := url.Parse(c.SMTPURL); err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Host == "" {
-			return c, &ConfigError{"KEELSON_SMTP_URL", "must look like smtp://user:pass@host:port"}
+			return &ConfigError{"KEELSON_SMTP_URL", "must look like smtp://user:pass@host:port"}
 		}
-	}
-	if strings.HasPrefix(c.CodehostAppPrivateKey, "@") {
-		b, err := os.ReadFile(c.CodehostAppPrivateKey[1:])
-		if err != nil {
-			return c, &ConfigError{"KEELSON_CODEHOST_APP_PRIVATE_KEY", "cannot read key file " + c.CodehostAppPrivateKey[1:]}
-		}
-		c.CodehostAppPrivateKey = string(b)
 	}
 	if c.OAuthRedirectMode != "tokens" && c.OAuthRedirectMode != "code" {
-		return c, &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
+		return &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
 	}
 	switch c.Runtime {
 	case "", "docker", "process":
 	default:
-		return c, &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
+		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
 	}
+	if err := c.validateEngine(); err != nil {
+		return err
+	}
+	if !validDomain(c.AppsDomain) {
+		return &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
+	}
+	return nil
+}
+
+// validateEngine checks KEELSON_ENGINE, its Temporal settings and
+// KEELSON_ROLE, which depend on each other.
+func (c Config) validateEngine() error {
 	switch c.Engine {
 	case "local":
 	case "temporal":
 		if c.TemporalAddress == "" {
-			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", "is required when KEELSON_ENGINE=temporal"}
+			return &ConfigError{"KEELSON_TEMPORAL_ADDRESS", "is required when KEELSON_ENGINE=temporal"}
 		}
 		if host, port, err := net.SplitHostPort(c.TemporalAddress); err != nil || host == "" {
-			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("%q is not host:port (e.g. temporal:7233)", c.TemporalAddress)}
+			return &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("%q is not host:port (e.g. temporal:7233)", c.TemporalAddress)}
 		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return c, &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("port %q is not 1-65535", port)}
+			return &ConfigError{"KEELSON_TEMPORAL_ADDRESS", fmt.Sprintf("port %q is not 1-65535", port)}
 		}
 		if !validNamespace(c.TemporalNamespace) {
-			return c, &ConfigError{"KEELSON_TEMPORAL_NAMESPACE", fmt.Sprintf("%q is not a namespace name (letters, digits, '.', '-', '_'; 2 to 255 characters)", c.TemporalNamespace)}
+			return &ConfigError{"KEELSON_TEMPORAL_NAMESPACE", fmt.Sprintf("%q is not a namespace name (letters, digits, '.', '-', '_'; 2 to 255 characters)", c.TemporalNamespace)}
 		}
 		if err := checkTaskQueue(c.TemporalTaskQueue); err != nil {
-			return c, &ConfigError{"KEELSON_TEMPORAL_TASK_QUEUE", err.Error()}
+			return &ConfigError{"KEELSON_TEMPORAL_TASK_QUEUE", err.Error()}
 		}
 	default:
-		return c, &ConfigError{"KEELSON_ENGINE", fmt.Sprintf("%q is not local or temporal", c.Engine)}
+		return &ConfigError{"KEELSON_ENGINE", fmt.Sprintf("%q is not local or temporal", c.Engine)}
 	}
 	switch c.Role {
 	case RoleAll:
 	case RoleAPI, RoleWorker:
 		if c.Engine != "temporal" {
-			return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs KEELSON_ENGINE=temporal: the local engine runs the API and the deployments in one process (KEELSON_ROLE=all)", c.Role)}
+			return &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs KEELSON_ENGINE=temporal: the local engine runs the API and the deployments in one process (KEELSON_ROLE=all)", c.Role)}
 		}
 		if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-			return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs a shared Postgres database (KEELSON_DATABASE_URL=postgres://...): API replicas and workers are separate processes", c.Role)}
+			return &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q needs a shared Postgres database (KEELSON_DATABASE_URL=postgres://...): API replicas and workers are separate processes", c.Role)}
 		}
 	default:
-		return c, &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q is not all, api or worker", c.Role)}
+		return &ConfigError{"KEELSON_ROLE", fmt.Sprintf("%q is not all, api or worker", c.Role)}
 	}
-	if !validDomain(c.AppsDomain) {
-		return c, &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
-	}
-	return c, nil
-}
-
-// durationSetting parses a duration ("90s", "2m", "720h"), a number of days
-// ("30d") or a number of seconds ("30"); empty is def. It must be positive
-// and at most max.
-func durationSetting(v string, def, max time.Duration) (time.Duration, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if days, ok := strings.CutSuffix(v, "d"); ok && err != nil {
-		if n, nerr := strconv.Atoi(days); nerr == nil {
-			d, err = time.Duration(n)*24*time.Hour, nil
-		}
-	}
-	if err != nil {
-		n, nerr := strconv.Atoi(v)
-		if nerr != nil {
-			return 0, fmt.Errorf("%q is not a duration (e.g. 5s, 2m, 30d) or a number of seconds", v)
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d <= 0 || d > max {
-		return 0, fmt.Errorf("%q must be more than 0 and at most %s", v, max)
-	}
-	return d, nil
+	return nil
 }
 
 func checkHTTPURL(s string) error {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -397,7 +396,7 @@ func TestLogRetentionReclaimsSpace(t *testing.T) {
 		t.Fatalf("%d lines stored, want the build's 20,000", len(lines))
 	}
 	before := pragma("page_count")
-	n, err := ts.App.purgeLogs(ctx, deployments.NewStore(ts.App.DB))
+	n, err := ts.App.Deployments.PurgeLogs(ctx)
 	if err != nil || n < 20_000 {
 		t.Fatalf("purge: %d lines, %v", n, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
@@ -46,7 +45,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	mac.Write([]byte("keelson deployment log tokens v1"))
 	d := deployments.Deps{
 		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Git: codehostGit{a.edges},
-		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log,
+		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention,
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
 			MaxAppLines: a.Cfg.AppLogMaxLines},
 	}
@@ -105,7 +104,6 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		return err
 	}
 	a.module(svc.Register, deployments.Migrations())
-	a.startLogRetention(svc.Store(), log)
 	// The engine starts after migrations (settling deployments a previous
 	// run left mid-way and starting LIVE apps again).
 	a.onStart(svc.Start)
@@ -115,7 +113,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		if engine != nil {
 			queue = engine
 		}
-		if err := a.metrics.countDeployments(svc.Store(), queue); err != nil {
+		if err := a.metrics.countDeployments(deployments.NewStore(a.DB), queue); err != nil {
 			return err
 		}
 	}
@@ -280,50 +278,4 @@ func (b buildShares) BuildShare(ctx context.Context, ownerID string) (int, bool,
 		return 2 * per, true, nil
 	}
 	return per, false, nil
-}
-
-// startLogRetention deletes, at start and hourly, the logs of deployments
-// that ended FAILED or CANCELLED more than KEELSON_LOG_RETENTION ago, and
-// gives SQLite's freed pages back to the file system. The goroutine ends
-// with the app.
-func (a *App) startLogRetention(store *deployments.Store, log *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var started atomic.Bool
-	a.onStart(func(context.Context) error {
-		started.Store(true)
-		go func() {
-			defer close(done)
-			t := time.NewTicker(time.Hour)
-			defer t.Stop()
-			for {
-				if _, err := a.purgeLogs(ctx, store); err != nil && ctx.Err() == nil {
-					log.Warn("delete expired deployment logs", "err", err)
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
-		return nil
-	})
-	a.onClose(func(context.Context) error {
-		cancel()
-		if started.Load() {
-			<-done
-		}
-		return nil
-	})
-}
-
-// purgeLogs deletes expired logs once and reclaims the space; it returns how
-// many lines went.
-func (a *App) purgeLogs(ctx context.Context, store *deployments.Store) (int64, error) {
-	n, err := store.LogDeleteFinished(ctx, time.Now().Add(-cmp.Or(a.Cfg.LogRetention, DefaultLogRetention)))
-	if err != nil || n == 0 {
-		return n, err
-	}
-	return n, db.ReclaimSpace(ctx, a.DB)
 }

@@ -1,0 +1,63 @@
+package deployments
+
+import (
+	"context"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/db"
+)
+
+// Log retention: Start runs purges at once and then every hour until Close.
+// Logs of deployments that ended FAILED or CANCELLED more than
+// Deps.LogRetention ago are deleted; LIVE deployments keep theirs (their app
+// still logs). SQLite's freed pages go back to the file system.
+
+// retentionInterval is how often expired logs are looked for.
+const retentionInterval = time.Hour
+
+// PurgeLogs deletes the expired logs once and reclaims their space; it
+// returns how many lines went. It does nothing when Deps.LogRetention is
+// negative (logs kept forever).
+func (s *Service) PurgeLogs(ctx context.Context) (int64, error) {
+	if s.d.LogRetention < 0 {
+		return 0, nil
+	}
+	n, err := s.store.LogDeleteFinished(ctx, s.clock.Now().Add(-s.d.LogRetention))
+	if err != nil || n == 0 {
+		return n, err
+	}
+	return n, db.ReclaimSpace(ctx, s.d.DB)
+}
+
+// startRetention runs PurgeLogs now and hourly until stopRetention.
+func (s *Service) startRetention() {
+	if s.d.LogRetention < 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.retention = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		t := time.NewTicker(retentionInterval)
+		defer t.Stop()
+		for {
+			if _, err := s.PurgeLogs(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("delete expired deployment logs", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// stopRetention ends the purges (waiting for one under way to stop).
+func (s *Service) stopRetention() {
+	if s.retention != nil {
+		s.retention()
+		s.retention = nil
+	}
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/container"
+)
+
+// setting is one environment variable of the reference server, documented
+// once: README's Configuration table is rendered from settings and checked
+// against it by TestConfigTableMatchesREADME (KEELSON_UPDATE_README=1
+// rewrites the table).
+type setting struct {
+	name string
+	// def is the value parse gets when the variable is unset or blank.
+	def string
+	// shown is README's default column when it is not def itself (markdown).
+	shown string
+	// doc is README's meaning column (markdown, one line).
+	doc string
+	// raw keeps the value as given (secrets: never trimmed).
+	raw bool
+	// parse stores v (the value, or def) into c; an error names what is
+	// wrong with v. Ranges and relations are Validate's.
+	parse func(c *Config, v string) error
+}
+
+// settings are every variable LoadConfig reads, in README's order.
+var settings = []setting{
+	{name: "KEELSON_ADDR", def: ":8080", doc: "API listen address",
+		parse: text(func(c *Config) *string { return &c.Addr })},
+	{name: "KEELSON_PPROF_ADDR", shown: "(empty: off)",
+		doc:   "Serve `net/http/pprof` (`/debug/pprof/`) on this address, on its own server apart from the API; only a loopback address is taken (e.g. `127.0.0.1:6060`), since profiles reveal memory. Profile with `go tool pprof http://127.0.0.1:6060/debug/pprof/profile?seconds=20`",
+		parse: text(func(c *Config) *string { return &c.PprofAddr })},
+	{name: "KEELSON_METRICS_ADDR", shown: "(empty: off)",
+		doc:   "Serve Prometheus metrics at `/metrics` on this `host:port`, on a listener of its own (never the API's or the ingress' address; the API does not answer `/metrics`). Off by default because metrics reveal operational data (request volumes per route, deployment counts, build times): set it to a loopback address (`127.0.0.1:9090`) or to an address only your private network reaches (compose uses `:9090` on the compose network and does not publish it). See Metrics",
+		parse: text(func(c *Config) *string { return &c.MetricsAddr })},
+	{name: "KEELSON_DATA_DIR", def: "./data", doc: "SQLite file, generated secrets, build workspaces",
+		parse: text(func(c *Config) *string { return &c.DataDir })},
+	{name: "KEELSON_DATABASE_URL", shown: "SQLite file in the data dir", doc: "`postgres://...` or `sqlite:///path/file.db`",
+		parse: text(func(c *Config) *string { return &c.DatabaseURL })},
+	{name: "KEELSON_PUBLIC_URL", def: "http://localhost:8080", doc: "the API's own origin, used in OAuth callbacks",
+		parse: baseURL(func(c *Config) *string { return &c.PublicURL })},
+	{name: "KEELSON_FRONTEND_URL", def: "http://localhost:3000",
+		doc:   "where OAuth and install callbacks redirect; mailed links point here (`/reset-password?token=`, `/verify-email?token=`); the one origin CORS allows (with credentials)",
+		parse: baseURL(func(c *Config) *string { return &c.FrontendURL })},
+	{name: "KEELSON_JWT_SECRET", shown: "generated once into the data dir", doc: "signs access tokens (32+ chars)", raw: true,
+		parse: text(func(c *Config) *string { return &c.JWTSecret })},
+	{name: "KEELSON_SECRET_KEY", shown: "generated once into the data dir", doc: "seals secret env values, TOTP secrets and provider tokens (32+ chars)", raw: true,
+		parse: text(func(c *Config) *string { return &c.SecretKey })},
+	{name: "KEELSON_ADMIN_EMAILS", shown: "empty",
+		doc:   "comma-separated emails whose accounts are ADMIN, but only once the address is verified (its mailed link redeemed); read at every request, so removing an address demotes at once",
+		parse: parseAdminEmails},
+	{name: "KEELSON_TRUSTED_PROXIES", shown: "empty: `X-Forwarded-For` ignored",
+		doc:   "comma-separated CIDRs or addresses of your reverse proxies (e.g. `10.0.0.0/8,127.0.0.1`). Only when the TCP peer is one of them is `X-Forwarded-For` believed: the client is the rightmost address in it that is not a trusted proxy. Rate limits key on that address",
+		parse: parseTrustedProxies},
+	{name: "KEELSON_SMTP_URL", shown: "empty: mail is logged",
+		doc:   "`smtp://user:pass@host:port`. Mail (verification, reset, email-change links and notices) is queued and sent by two background senders, never inside the request; at shutdown the queue is drained within the shutdown deadline",
+		parse: text(func(c *Config) *string { return &c.SMTPURL })},
+	{name: "KEELSON_MAIL_FROM", def: "Keelson <no-reply@localhost>", doc: "the sender of that mail",
+		parse: text(func(c *Config) *string { return &c.MailFrom })},
+	{name: "KEELSON_CODEHOST_CLIENT_ID", shown: "empty: routes answer 503",
+		doc:   "OAuth client for `/auth/codehost`; use the GitHub App's own client id (only a GitHub App's user token may list a user's installations, which linking an installation requires)",
+		parse: text(func(c *Config) *string { return &c.CodehostClientID })},
+	{name: "KEELSON_CODEHOST_CLIENT_SECRET", shown: "empty", doc: "that OAuth client's secret", raw: true,
+		parse: text(func(c *Config) *string { return &c.CodehostClientSecret })},
+	{name: "KEELSON_CODEHOST_APP_ID", shown: "empty", doc: "the code-hosting app's numeric id",
+		parse: text(func(c *Config) *string { return &c.CodehostAppID })},
+	{name: "KEELSON_CODEHOST_APP_SLUG", shown: "empty", doc: "the app's slug (its install link names it)",
+		parse: text(func(c *Config) *string { return &c.CodehostAppSlug })},
+	{name: "KEELSON_CODEHOST_APP_PRIVATE_KEY", shown: "empty", doc: "the app's RSA private key: PEM, or `@file` to read it from a file", raw: true,
+		parse: parsePrivateKey},
+	{name: "KEELSON_CODEHOST_WEBHOOK_SECRET", shown: "empty", doc: "the app's webhook secret (deliveries are verified against it)", raw: true,
+		parse: text(func(c *Config) *string { return &c.CodehostWebhookSecret })},
+	{name: "KEELSON_CODEHOST_API_URL", def: "https://api.github.com", doc: "the code host's API; overridable for tests and GitHub Enterprise",
+		parse: baseURL(func(c *Config) *string { return &c.CodehostAPIURL })},
+	{name: "KEELSON_CODEHOST_WEB_URL", def: "https://github.com", doc: "the code host's web origin; overridable for tests and GitHub Enterprise",
+		parse: baseURL(func(c *Config) *string { return &c.CodehostWebURL })},
+	{name: "KEELSON_IDP_ISSUER", shown: "empty: routes answer 503", doc: "any OpenID Connect provider, found by discovery",
+		parse: text(func(c *Config) *string { return &c.IDPIssuer })},
+	{name: "KEELSON_IDP_CLIENT_ID", shown: "empty", doc: "the OpenID Connect client id",
+		parse: text(func(c *Config) *string { return &c.IDPClientID })},
+	{name: "KEELSON_IDP_CLIENT_SECRET", shown: "empty", doc: "the OpenID Connect client secret", raw: true,
+		parse: text(func(c *Config) *string { return &c.IDPClientSecret })},
+	{name: "KEELSON_OAUTH_REDIRECT_MODE", def: "tokens",
+		doc:   "`tokens`: OAuth logins redirect with `accessToken`/`refreshToken` in the query (SPEC); `code`: with a one-time `code` for `POST /auth/oauth/exchange` (safer)",
+		parse: text(func(c *Config) *string { return &c.OAuthRedirectMode })},
+	{name: "KEELSON_GIT_CA_FILE", shown: "empty", doc: "extra CA bundle git trusts when cloning (self-hosted code hosts)",
+		parse: text(func(c *Config) *string { return &c.GitCAFile })},
+	{name: "KEELSON_INGRESS_ADDR", def: ":8081", doc: "the ingress proxy for deployed apps",
+		parse: text(func(c *Config) *string { return &c.IngressAddr })},
+	{name: "KEELSON_APPS_DOMAIN", def: "localhost", doc: "apps answer at `<slug>.<apps-domain>`",
+		parse: lower(func(c *Config) *string { return &c.AppsDomain })},
+	{name: "KEELSON_ALLOW_LOCAL_REPOS", def: "false", doc: "allow `file://` or local-path `repoUrl`s (dev and tests)",
+		parse: boolean(func(c *Config) *bool { return &c.AllowLocalRepos })},
+	{name: "KEELSON_ALLOW_PRIVATE_REPO_HOSTS", def: "false",
+		doc:   "allow https repositories on hosts that resolve to loopback, private or link-local addresses (a code host on your LAN); otherwise git is refused and pinned to the public address it was checked against (a host that is an IP literal, e.g. `https://[2001:db8::1]/x.git`, is checked the same way and needs no pin)",
+		parse: boolean(func(c *Config) *bool { return &c.AllowPrivateRepoHosts })},
+	{name: "KEELSON_MAX_LOG_STREAMS", def: strconv.Itoa(MaxLogStreamsPerUser), doc: "log streams (SSE) one user may hold open at once; past it 429 with `Retry-After`",
+		parse: number(func(c *Config) *int { return &c.MaxLogStreams })},
+	{name: "KEELSON_REGIONS", def: "local", doc: "regions a project may choose; the first is the default",
+		parse: parseRegions},
+	{name: "KEELSON_ENGINE", def: "local", doc: "`local` (embedded, one process) or `temporal` (see Scaling out)",
+		parse: text(func(c *Config) *string { return &c.Engine })},
+	{name: "KEELSON_RUNTIME", shown: "`docker` when a Docker engine answers at start-up (`DOCKER_HOST`, else `/var/run/docker.sock`), else `process` with one WARN line",
+		doc:   "where builds and apps run: `docker` (containers with the plan's limits, see Security model) or `process` (plain child processes of the server: development and single-tenant use only). `docker` with no engine stops start-up naming this variable. Workers of the Temporal engine use the same setting",
+		parse: lower(func(c *Config) *string { return &c.Runtime })},
+	{name: "KEELSON_IMAGE_GO", shown: "`" + container.DefaultImages().Go + "`", doc: "docker runtime: builder image of the `go` preset (needs `go` and `sh`)",
+		parse: text(func(c *Config) *string { return &c.ImageGo })},
+	{name: "KEELSON_IMAGE_GO_RUN", shown: "`" + container.DefaultImages().GoRun + "`", doc: "docker runtime: run image of the `go` preset (the binary is static, `CGO_ENABLED=0`)",
+		parse: text(func(c *Config) *string { return &c.ImageGoRun })},
+	{name: "KEELSON_IMAGE_NODE", shown: "`" + container.DefaultImages().Node + "`", doc: "docker runtime: builder and run image of the `node` preset (needs `npm`)",
+		parse: text(func(c *Config) *string { return &c.ImageNode })},
+	{name: "KEELSON_IMAGE_STATIC", shown: "`" + container.DefaultImages().Static + "`", doc: "docker runtime: run image of the `static` preset (needs `sh` and busybox `httpd`)",
+		parse: text(func(c *Config) *string { return &c.ImageStatic })},
+	{name: "KEELSON_ROLE", def: RoleAll,
+		doc:   "`all`: API, deployment steps and apps in one process; `api`: the API only (no runtime, no ingress, no worker); `worker`: runs deployment steps and serves their apps on the ingress, its `KEELSON_ADDR` answers `/healthz` and `/readyz` only. `api` and `worker` need `KEELSON_ENGINE=temporal` and Postgres",
+		parse: lower(func(c *Config) *string { return &c.Role })},
+	{name: "KEELSON_TEMPORAL_ADDRESS", shown: "empty (required with `temporal`)", doc: "`host:port` of the Temporal frontend; start-up stops if it cannot be reached",
+		parse: text(func(c *Config) *string { return &c.TemporalAddress })},
+	{name: "KEELSON_TEMPORAL_NAMESPACE", def: "default", doc: "Temporal namespace (must exist; start-up checks it)",
+		parse: text(func(c *Config) *string { return &c.TemporalNamespace })},
+	{name: "KEELSON_TEMPORAL_TASK_QUEUE", def: "keelson-deployments", doc: "task queue API replicas start workflows on and workers poll; the same on every process of one installation",
+		parse: text(func(c *Config) *string { return &c.TemporalTaskQueue })},
+	{name: "KEELSON_READ_HEADER_TIMEOUT", def: "5s", doc: "longest a client may take to send its request headers (a duration, or seconds); API and ingress",
+		parse: duration(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
+	{name: "KEELSON_READ_TIMEOUT", def: "2m", doc: "longest a client may take to send a whole request, body included (webhooks up to 25 MB); never cuts a log stream",
+		parse: duration(func(c *Config) *time.Duration { return &c.ReadTimeout })},
+	{name: "KEELSON_IDLE_TIMEOUT", def: "60s", doc: "how long a keep-alive connection may sit idle between requests",
+		parse: duration(func(c *Config) *time.Duration { return &c.IdleTimeout })},
+	{name: "KEELSON_MAX_CONNS", def: strconv.Itoa(DefaultMaxConns),
+		doc:   "connections the API listener holds open (16 to 1000000). At the cap a new connection first evicts the one that waited longest without a request in progress (still sending headers, or idle), so a whole request such as `/healthz` always gets in; when every held connection is busy with a request, the new one is answered `503` with `Retry-After: 5` and closed",
+		parse: number(func(c *Config) *int { return &c.MaxConns })},
+	{name: "KEELSON_INGRESS_MAX_CONNS", def: strconv.Itoa(DefaultIngressMaxConns), doc: "the same cap for the ingress listener. Keep both caps well under the process's open-file limit (`ulimit -n`)",
+		parse: number(func(c *Config) *int { return &c.IngressMaxConns })},
+	{name: "KEELSON_MAX_BODY_MEMORY_MIB", def: strconv.Itoa(DefaultMaxBodyMemoryMiB),
+		doc:   "memory all request bodies being handled may hold together (16 or more). Each body reserves 3x its size (buffering and decoding) before it is read, in arrival order; one waiting more than 30 s is answered `503` with `Retry-After`. A declared body larger than its route accepts (the webhook 25 MiB, every other route 2 MiB) is `413` before it is read. JSON bodies nested deeper than 64 levels are `400` (checked before decoding)",
+		parse: number(func(c *Config) *int { return &c.MaxBodyMemoryMiB })},
+	{name: "KEELSON_BUILD_LOG_MAX_LINES", def: strconv.Itoa(deployments.DefaultMaxBuildLines),
+		doc:   "build output lines stored per deployment (an operator setting, the same for every plan). Past this or `KEELSON_BUILD_LOG_MAX_MB`, one system line says `build output reached the log cap (...)` and later build output is dropped unread; the build itself runs on",
+		parse: number(func(c *Config) *int { return &c.BuildLogMaxLines })},
+	{name: "KEELSON_BUILD_LOG_MAX_MB", def: strconv.Itoa(int(deployments.DefaultMaxBuildBytes >> 20)), doc: "build output stored per deployment, in MiB (see the line above)",
+		parse: number(func(c *Config) *int { return &c.BuildLogMaxMB })},
+	{name: "KEELSON_APP_LOG_MAX_LINES", def: strconv.Itoa(deployments.DefaultMaxAppLines),
+		doc:   "app output lines kept per deployment: the newest are kept, older ones deleted in steps of a tenth of the cap; one system line says so the first time",
+		parse: number(func(c *Config) *int { return &c.AppLogMaxLines })},
+	{name: "KEELSON_LOG_RETENTION", def: "30d",
+		doc:   "logs of deployments that ended FAILED or CANCELLED longer ago are deleted (at start, then hourly; a duration such as `720h`, or days such as `30d`); LIVE deployments keep theirs. SQLite databases run in `auto_vacuum=INCREMENTAL` mode and give the freed pages back (`PRAGMA incremental_vacuum`); a database created before this mode is rewritten once (`VACUUM`) at the first start, which takes a while on a large file",
+		parse: duration(func(c *Config) *time.Duration { return &c.LogRetention })},
+	{name: "KEELSON_BUILDS_PER_USER", def: strconv.Itoa(DefaultBuildsPerUser),
+		doc:   "deployments one owner runs at once on the local engine (of the server's 4); an owner whose account plan has `priorityBuilds` gets twice as many and is picked first. A deployment past its owner's share stays `QUEUED` with a log line saying so; one waiting for a free slot logs its position",
+		parse: number(func(c *Config) *int { return &c.BuildsPerUser })},
+}
+
+// Parsers of the kinds of values settings hold.
+
+func text(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+// baseURL stores a URL without its trailing slashes.
+func baseURL(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = strings.TrimRight(v, "/"); return nil }
+}
+
+func lower(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = strings.ToLower(v); return nil }
+}
+
+func boolean(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*field(c) = b
+		return nil
+	}
+}
+
+func number(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// duration reads a duration ("90s", "2m", "720h"), a number of days ("30d")
+// or a number of seconds ("30").
+func duration(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if days, ok := strings.CutSuffix(v, "d"); ok && err != nil {
+			if n, nerr := strconv.Atoi(days); nerr == nil {
+				d, err = time.Duration(n)*24*time.Hour, nil
+			}
+		}
+		if err != nil {
+			n, nerr := strconv.Atoi(v)
+			if nerr != nil {
+				return fmt.Errorf("%q is not a duration (e.g. 5s, 2m, 30d) or a number of seconds", v)
+			}
+			d = time.Duration(n) * time.Second
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+// list splits a comma-separated value, dropping blank items.
+func list(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func parseAdminEmails(c *Config, v string) error {
+	c.AdminEmails = nil
+	for _, e := range list(v) {
+		c.AdminEmails = append(c.AdminEmails, strings.ToLower(e))
+	}
+	return nil
+}
+
+func parseTrustedProxies(c *Config, v string) error {
+	c.TrustedProxies = nil
+	for _, p := range list(v) {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return fmt.Errorf("%q is not a CIDR (10.0.0.0/8) or an IP address", p)
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
+	}
+	return nil
+}
+
+func parseRegions(c *Config, v string) error {
+	c.Regions = list(v)
+	return nil
+}
+
+// parsePrivateKey takes a PEM, or @file to read one from.
+func parsePrivateKey(c *Config, v string) error {
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("cannot read key file %s", name)
+		}
+		v = string(b)
+	}
+	c.CodehostAppPrivateKey = v
+	return nil
+}
+
+// configTable renders README's Configuration table from settings.
+func configTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	for _, s := range settings {
+		def := s.shown
+		if def == "" {
+			def = "`" + s.def + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.name, def, s.doc)
+	}
+	return b.String()
+}
