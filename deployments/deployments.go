@@ -174,7 +174,7 @@ func New(d Deps) (*Service, error) {
 		return nil, err
 	}
 	return &Service{d: d, store: store, logs: logs, acts: acts, engine: eng, projects: d.Projects,
-		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout}, nil
+		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, conns: newStreamConns()}, nil
 }
 
 // DefaultLogRetention is Deps.LogRetention's default.
@@ -195,7 +195,7 @@ func (s *Service) Start(ctx context.Context) error {
 
 // Close stops the log retention, then the engine (running steps end; the next start settles them),
 // then the runtime's apps (when Deps.Runtime has Close), then the log writer
-// (the apps' last lines are stored first).
+// (the apps' last lines are stored first), then the log streams.
 func (s *Service) Close(ctx context.Context) error {
 	s.stopRetention()
 	var errs []error
@@ -206,6 +206,10 @@ func (s *Service) Close(ctx context.Context) error {
 		errs = append(errs, c.Close(ctx))
 	}
 	s.logs.Close()
+	// The log streams ended with their subscriptions; close what is left of
+	// their connections (a stream blocked writing to a client that does not
+	// read) and wait for their goroutines.
+	errs = append(errs, s.conns.close(ctx))
 	return errors.Join(errs...)
 }
 

@@ -61,6 +61,7 @@ type envOpts struct {
 	perUser   int
 	shares    local.Shares
 	metrics   deployments.Metrics
+	streams   deployments.StreamGate
 }
 
 func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
@@ -75,7 +76,7 @@ func newEnv(t *testing.T, bdb *bun.DB, o envOpts) *env {
 	var err error
 	e.svc, err = deployments.New(deployments.Deps{
 		DB: bdb, Auth: deploytest.Authn{}, Projects: e.projects, Runtime: e.rt, Git: o.git, Logs: o.logsCfg,
-		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat, Metrics: o.metrics,
+		LogTokenKey: bytes.Repeat([]byte("k"), 32), Heartbeat: o.heartbeat, Metrics: o.metrics, Streams: o.streams,
 		NewEngine: func(ed deployments.EngineDeps) (deployments.Engine, error) {
 			e.acts = ed.Activities
 			e.eng, err = local.New(local.Config{Store: ed.Store, Activities: ed.Activities, MaxConcurrent: o.maxConc, PerUser: o.perUser, Shares: o.shares})

@@ -24,6 +24,7 @@ type handlers struct {
 	streams   StreamGate
 	clock     platform.Clock
 	metrics   Metrics
+	conns     *streamConns // taken-over log streams (sse_conn.go)
 }
 
 // LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
@@ -34,7 +35,7 @@ const LogTokenScheme = "logToken"
 func (s *Service) Register(api huma.API) error {
 	d := s.d
 	h := &handlers{svc: s, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
-		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock, metrics: d.Metrics}
+		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock, metrics: d.Metrics, conns: s.conns}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {

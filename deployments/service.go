@@ -25,6 +25,7 @@ type Service struct {
 	cancelTO time.Duration
 	// retention stops the log purges Start began (nil: none running).
 	retention func()
+	conns     *streamConns // log streams on taken-over connections
 }
 
 // TriggerParams ask for a deployment of a project.

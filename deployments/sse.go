@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -232,94 +233,146 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 		}
 	}
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {
-		defer release()
 		h.metrics.LogStreamOpened()
-		defer h.metrics.LogStreamClosed()
-		s := &stream{h: h, id: d.ID, w: hctx.BodyWriter(), since: start.since, last: start.after}
-		if rw, ok := s.w.(http.ResponseWriter); ok {
-			s.rc = http.NewResponseController(rw)
+		end := func() { // when the stream ends, in whichever goroutine
+			release()
+			h.metrics.LogStreamClosed()
 		}
+		s := &stream{h: h, id: d.ID, since: start.since, last: start.after}
 		hctx.SetHeader("Content-Type", "text/event-stream")
 		hctx.SetHeader("Cache-Control", "no-cache")
 		hctx.SetHeader("X-Accel-Buffering", "no")
+		if h.takeOver(hctx, s, end) {
+			return // the stream goes on in its own goroutine
+		}
+		defer end()
+		if rw, ok := hctx.BodyWriter().(http.ResponseWriter); ok {
+			s.rc = http.NewResponseController(rw)
+		}
+		s.w = hctx.BodyWriter()
 		hctx.SetStatus(http.StatusOK)
-		s.run(hctx.Context())
+		ctx := hctx.Context()
+		sub, ok := s.begin(ctx)
+		if ok {
+			sub = s.loop(ctx, sub, ctx.Done())
+		}
+		sub.Close()
 	}}, nil
 }
 
-// stream is one client's log stream.
+// stream is one client's log stream. Frames are appended to out and sent by
+// flush: on a taken-over connection (HTTP/1.1, see takeOver) as one chunk
+// per flush written to the connection itself, else through the response
+// writer.
 type stream struct {
 	h     *handlers
 	id    string
-	w     io.Writer
-	rc    *http.ResponseController // nil when w is not an http.ResponseWriter
 	since time.Time
-	last  int64 // cursor of the last line sent (or the resume point)
-	buf   []byte
+	last  int64  // cursor of the last line sent (or the resume point)
+	out   []byte // frames not sent yet (from outPool; nil when empty)
+
+	// A taken-over connection: frames go out as HTTP/1.1 chunks.
+	conn     net.Conn
+	gone     chan struct{} // closed when the client hung up (or the connection failed)
+	failed   bool          // a write failed: no terminal chunk
+	deadline time.Time     // the write deadline last set
+
+	// Otherwise: the response writer.
+	w  io.Writer
+	rc *http.ResponseController // nil when w is not an http.ResponseWriter
 }
 
 // replayPage is how many stored lines a replay reads per query.
 const replayPage = 500
 
-func (s *stream) run(ctx context.Context) {
-	logs := s.h.svc.logs
+// maxPending is how many bytes of frames a stream gathers before it writes
+// them (in a replay, or live lines that queued up while it was writing).
+const maxPending = 64 << 10
+
+// begin subscribes, sends ready and the backlog, and reports whether the
+// stream goes on to live lines (false: it ended or failed). The caller closes
+// the returned subscription.
+func (s *stream) begin(ctx context.Context) (*Subscription, bool) {
 	// Subscribe first: a line stored while the backlog is read arrives here
 	// too, and is skipped by cursor.
-	sub := logs.Subscribe(s.id)
-	defer func() { sub.Close() }()
-	if s.event(logEvent{Type: "ready"}, 0) != nil || s.flush() != nil {
-		return
+	sub := s.h.svc.logs.Subscribe(s.id)
+	s.event(logEvent{Type: "ready"}, 0)
+	if s.flush() != nil {
+		return sub, false
 	}
 	if s.replay(ctx) != nil {
-		return
+		return sub, false
 	}
 	if end, err := s.ended(ctx); err != nil || end {
-		return
+		return sub, false
 	}
+	return sub, true
+}
+
+// loop sends live lines and heartbeats until the deployment ends, the
+// client goes (gone), a write fails or the log writer closes. It returns the
+// subscription to close (a lagging stream subscribes again).
+func (s *stream) loop(ctx context.Context, sub *Subscription, gone <-chan struct{}) *Subscription {
+	logs := s.h.svc.logs
 	tick := time.NewTicker(s.h.heartbeat)
 	defer tick.Stop()
 	for {
 		select {
+		case <-gone:
+			return sub
 		case <-ctx.Done():
-			return
+			return sub
 		case ev, ok := <-sub.C:
-			if !ok {
-				if !sub.Lagged() {
-					return // the server is shutting down
+			for {
+				if !ok {
+					if !sub.Lagged() {
+						return sub // the server is shutting down
+					}
+					// Dropped for falling behind: resubscribe, then refill from the
+					// database (and see whether the end went by meanwhile).
+					sub = logs.Subscribe(s.id)
+					if s.replay(ctx) != nil {
+						return sub
+					}
+					if end, err := s.ended(ctx); err != nil || end {
+						return sub
+					}
+					break
 				}
-				// Dropped for falling behind: resubscribe, then refill from the
-				// database (and see whether the end went by meanwhile).
-				sub = logs.Subscribe(s.id)
-				if s.replay(ctx) != nil {
-					return
+				if ev.Done {
+					if ev.Gone {
+						s.event(logEvent{Type: "error", Message: "the deployment was deleted"}, 0)
+						_ = s.flush()
+					} else if s.replay(ctx) == nil {
+						_ = s.done()
+					}
+					return sub
 				}
-				if end, err := s.ended(ctx); err != nil || end {
-					return
+				for _, ln := range ev.Lines {
+					if err := s.live(ctx, ln); err != nil {
+						return sub
+					}
 				}
-				continue
+				// Lines that queued up meanwhile go out in the same write.
+				if len(s.out) >= maxPending {
+					break
+				}
+				select {
+				case ev, ok = <-sub.C:
+					continue
+				default:
+				}
+				break
 			}
-			if ev.Done {
-				if ev.Gone {
-					_ = s.fail("the deployment was deleted")
-				} else if s.replay(ctx) == nil {
-					_ = s.done()
-				}
-				return
-			}
-			for _, ln := range ev.Lines {
-				if err := s.live(ctx, ln); err != nil {
-					return
-				}
-			}
-			if len(sub.C) == 0 && s.flush() != nil {
-				return
+			if s.flush() != nil {
+				return sub
 			}
 		case <-tick.C:
 			// No query here: the log writer checks, for every stream of this
 			// process at once, whether a deployment ended elsewhere
 			// (LogsConfig.EndCheckEvery) and sends Done.
 			if s.ping() != nil {
-				return
+				return sub
 			}
 		}
 	}
@@ -344,7 +397,7 @@ func (s *stream) ended(ctx context.Context) (bool, error) {
 	return true, s.done()
 }
 
-// live sends a line from the fan-out unless already sent; a gap (lines stored
+// live adds a line from the fan-out unless already sent; a gap (lines stored
 // but not yet seen here) is filled from the database first.
 func (s *stream) live(ctx context.Context, ln *LogLine) error {
 	if ln.Seq <= s.last {
@@ -358,7 +411,8 @@ func (s *stream) live(ctx context.Context, ln *LogLine) error {
 			return nil
 		}
 	}
-	return s.line(ln)
+	s.line(ln)
+	return nil
 }
 
 // replay sends the stored lines after s.last (and at or after s.since).
@@ -370,8 +424,11 @@ func (s *stream) replay(ctx context.Context) error {
 			return err
 		}
 		for i := range lines {
-			if err := s.line(&lines[i]); err != nil {
-				return err
+			s.line(&lines[i])
+			if len(s.out) >= maxPending {
+				if err := s.flush(); err != nil {
+					return err
+				}
 			}
 		}
 		if err := s.flush(); err != nil {
@@ -383,21 +440,18 @@ func (s *stream) replay(ctx context.Context) error {
 	}
 }
 
-func (s *stream) line(ln *LogLine) error {
+// line adds a log line's frame (the fan-out's shared one when it has it).
+func (s *stream) line(ln *LogLine) {
 	if !s.since.IsZero() && ln.Time.Before(s.since) {
-		return nil
+		return
 	}
-	s.deadline()
-	frame := ln.frame
-	if frame == nil {
-		frame = appendLogFrame(s.buf[:0], ln)
-		s.buf = frame
-	}
-	if _, err := s.w.Write(frame); err != nil {
-		return err
+	s.grow()
+	if ln.frame != nil {
+		s.out = append(s.out, ln.frame...)
+	} else {
+		s.out = appendLogFrame(s.out, ln)
 	}
 	s.last = ln.Seq
-	return nil
 }
 
 // appendLogFrame appends the SSE event of a log line: its id: line and its
@@ -416,59 +470,66 @@ func appendLogFrame(b []byte, ln *LogLine) []byte {
 }
 
 func (s *stream) done() error {
-	if err := s.event(logEvent{Type: "done"}, 0); err != nil {
-		return err
-	}
+	s.event(logEvent{Type: "done"}, 0)
 	return s.flush()
 }
 
 func (s *stream) fail(msg string) error {
-	if err := s.event(logEvent{Type: "error", Message: msg}, 0); err != nil {
-		return err
-	}
+	s.event(logEvent{Type: "error", Message: msg}, 0)
 	return s.flush()
 }
 
-// writeTimeout bounds one write to a client; a client that reads slower is dropped.
+// writeTimeout bounds a write to a client; a client that reads slower is
+// dropped. The deadline is moved only when less than half of it is left, not
+// on every write.
 const writeTimeout = 10 * time.Second
 
-// event writes one SSE event. JSON encoding keeps a message's newlines out of
+// event adds one SSE event. JSON encoding keeps a message's newlines out of
 // the data: framing.
-func (s *stream) event(ev logEvent, id int64) error {
-	s.deadline()
-	b := s.buf[:0]
+func (s *stream) event(ev logEvent, id int64) {
+	s.grow()
 	if id > 0 {
-		b = append(b, "id: "...)
-		b = strconv.AppendInt(b, id, 10)
-		b = append(b, '\n')
+		s.out = append(s.out, "id: "...)
+		s.out = strconv.AppendInt(s.out, id, 10)
+		s.out = append(s.out, '\n')
 	}
-	b = append(b, "data: "...)
-	j, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	b = append(b, j...)
-	b = append(b, '\n', '\n')
-	s.buf = b
-	_, err = s.w.Write(b)
-	return err
+	s.out = append(s.out, "data: "...)
+	j, _ := json.Marshal(ev) // cannot fail for these field types
+	s.out = append(s.out, j...)
+	s.out = append(s.out, '\n', '\n')
 }
 
 func (s *stream) ping() error {
-	s.deadline()
-	if _, err := s.w.Write([]byte(": ping\n\n")); err != nil {
-		return err
-	}
+	s.grow()
+	s.out = append(s.out, ": ping\n\n"...)
 	return s.flush()
 }
 
-func (s *stream) deadline() {
-	if s.rc != nil {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+// extendDeadline moves the write deadline when less than half of
+// writeTimeout is left: one deadline per few seconds, not one per write.
+func (s *stream) extendDeadline(set func(time.Time) error) {
+	now := time.Now()
+	if s.deadline.Sub(now) < writeTimeout/2 {
+		s.deadline = now.Add(writeTimeout)
+		_ = set(s.deadline)
 	}
 }
 
+// flush writes the frames gathered in out.
 func (s *stream) flush() error {
+	if s.conn != nil {
+		return s.flushConn(false)
+	}
+	if len(s.out) > 0 {
+		if s.rc != nil {
+			s.extendDeadline(s.rc.SetWriteDeadline)
+		}
+		_, err := s.w.Write(s.out[chunkHead:])
+		s.release()
+		if err != nil {
+			return err
+		}
+	}
 	if s.rc == nil {
 		if f, ok := s.w.(http.Flusher); ok {
 			f.Flush()
