@@ -116,6 +116,7 @@ func (h *handlers) takeOver(hctx huma.Context, s *stream, release func()) bool {
 		release()
 		return true
 	}
+	setUserTimeout(conn, max(h.heartbeat, writeTimeout))
 	go s.read()
 	ctx := h.conns.ctx
 	sub, ok := s.begin(ctx)

@@ -1,17 +1,19 @@
 // Command bench measures the reference server (examples/server) against a
 // bare net/http hello-world on the same machine, over loopback only:
 //
-//	go run ./examples/bench [-postgres URL] [-duration 10s] [-concurrency 32] [-json out.json]
+//	go run ./examples/bench [-postgres URL] [-duration 10s] [-concurrency 32] [-json out.json] [-pocketbase PATH]
 //
 // It builds the server, runs it as a subprocess (SQLite in a temporary data
 // dir; also Postgres when -postgres is given) configured through its
 // environment, and reports requests per second, p50/p99 latency and the ratio
 // to the baseline for GET /projects (a user with 20 projects), GET
-// /deployments/{id}/status, POST /projects and POST /auth/login; SSE fan-out
-// of one deployment's log to 1, 100 and 10,000 subscribers (lines delivered
-// per second, p99 delay from the build process writing a line to a
-// subscriber reading it); the server's resident memory idle and with 10,000
-// open streams; and the time from POST /deployments to LIVE for a trivial Go
+// /deployments/{id}/status, POST /projects and POST /auth/login, with
+// PocketBase (peer.go) listing 20 records measured next to GET /projects;
+// SSE fan-out of one deployment's log to 1, 100, 1,000 and 10,000
+// subscribers (lines delivered per second, p99 delay from the build process
+// writing a line to a subscriber reading it); the server's resident memory
+// idle and with 1,000 and 10,000 open streams (and per stream); and the time
+// from POST /deployments to LIVE for a trivial Go
 // app minus that app's own build and start time. It prints a table and, with
 // -json, writes the same as JSON. A row it cannot measure says why ("n/a").
 //
@@ -83,7 +85,10 @@ var (
 	flagConcurrency = flag.Int("concurrency", 32, "concurrent workers of the load generator")
 	flagJSON        = flag.String("json", "", "also write the results as JSON to this file")
 	flagMaxSubs     = flag.Int("max-subscribers", 10000, "largest SSE fan-out measured")
+	flagSubs        = flag.String("subscribers", "1,100,1000,10000", "the SSE fan-out rows: subscribers per row, comma-separated")
+	flagOpenConc    = flag.Int("open-concurrency", 64, "SSE streams being opened at once (a stream counts until its ready event); the RSS rows measure open streams, not a burst of opening requests")
 	flagAPIOnly     = flag.Bool("api-only", false, "measure only the request rows (floor, GET /projects, POST /projects), not login, deployments or streams")
+	flagStreamsOnly = flag.Bool("streams-only", false, "measure only the SSE fan-out and stream memory rows (and the idle RSS)")
 
 	// Internal modes: the bench runs itself as the baseline server and as the
 	// log emitter inside a deployment's build.
@@ -159,8 +164,16 @@ func run() error {
 	if *flagPostgres != "" {
 		dbs = append(dbs, struct{ name, url string }{"postgres", *flagPostgres})
 	}
+	var pb *peer
+	if *flagStreamsOnly {
+		pb = &peer{na: "-streams-only"}
+	} else {
+		fmt.Fprintln(os.Stderr, "peer: starting PocketBase...")
+		pb = startPeer(filepath.Join(tmp, "pocketbase"))
+		defer pb.stop()
+	}
 	for _, d := range dbs {
-		rows, err := benchServer(bin, self, tmp, d.name, d.url, baseline)
+		rows, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
 		rep.Rows = append(rep.Rows, rows...)
 		if err != nil {
 			rep.Rows = append(rep.Rows, Row{DB: d.name, Name: "server", NA: err.Error()})
@@ -202,6 +215,8 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		"KEELSON_ADMIN_EMAILS=bench-admin@example.com", "KEELSON_ALLOW_LOCAL_REPOS=true",
 		// One user holds every subscriber of the fan-out rows.
 		"KEELSON_MAX_LOG_STREAMS=50000",
+		// ... and every stream holds a connection.
+		"KEELSON_MAX_CONNS=50000",
 		// The server's own overhead against a plain go build of the same
 		// commit on the host; docker vs process is BenchmarkTimeToLive in
 		// deployments/container.
@@ -220,7 +235,7 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 	return s, nil
 }
 
-func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows []Row, err error) {
+func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, err error) {
 	dir := filepath.Join(tmp, dbName)
 	fmt.Fprintf(os.Stderr, "%s: starting the server...\n", dbName)
 	s, err := startServer(bin, dir, dbURL)
@@ -274,6 +289,9 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 
 	n := *flagConcurrency
 	c := newClient("", n)
+	if *flagStreamsOnly {
+		return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+	}
 	fmt.Fprintf(os.Stderr, "%s: GET /projects...\n", dbName)
 	var list []json.RawMessage
 	if err := call(admin, "GET", s.url+"/projects", users["reader"], nil, 200, &list); err != nil || len(list) != 20 {
@@ -311,9 +329,12 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 			return load(n, *flagDuration, func(int) error { return get(c, s.url+"/projects", users["reader"], 200, nil) })
 		})
 	if floorRow.ReqPerS > 0 {
-		row.Note = strings.TrimSpace(fmt.Sprintf("%.3f of the same-body floor; %s", row.ReqPerS/floorRow.ReqPerS, row.Note))
+		row.Note = joinNotes(fmt.Sprintf("%.3f of the same-body floor", row.ReqPerS/floorRow.ReqPerS), row.Note)
 	}
+	fmt.Fprintf(os.Stderr, "%s: peer: PocketBase list...\n", dbName)
+	pbRow, row := peerRow(pb, dbName, row, baseline)
 	add(row)
+	add(pbRow)
 
 	fmt.Fprintf(os.Stderr, "%s: POST /projects (1,000 owned)...\n", dbName)
 	var seq atomic.Int64
@@ -356,13 +377,24 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64) (rows [
 		}))
 	}
 
-	for _, subs := range []int{1, 100, 10000} {
+	return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+}
+
+// benchStreams adds the SSE fan-out rows (1, 100, 1,000 and 10,000
+// subscribers of one deployment's log) and the memory of 10,000 open streams.
+func benchStreams(c *http.Client, s *server, tok, self, dir, dbName string, rows []Row) ([]Row, error) {
+	for _, f := range strings.Split(*flagSubs, ",") {
+		subs, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || subs < 1 {
+			return rows, fmt.Errorf("-subscribers: %q is not a positive number", f)
+		}
 		if subs > *flagMaxSubs {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "%s: SSE fan-out to %d subscribers...\n", dbName, subs)
-		for _, r := range benchFanout(admin, s, users["reader"], self, dir, subs) {
-			add(r)
+		for _, r := range benchFanout(c, s, tok, self, dir, subs) {
+			r.DB = dbName
+			rows = append(rows, r)
 		}
 	}
 	return rows, nil
@@ -591,6 +623,8 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	switch {
 	case subs >= 10000:
 		lines, rate = 100, 20
+	case subs >= 1000:
+		lines, rate = 500, 100
 	case subs >= 100:
 		lines, rate = 2000, 1000
 	}
@@ -628,8 +662,11 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	ready.Add(subs)
 	url := s.url + "/deployments/" + trig.DeploymentID + "/logs"
 	var openErr atomic.Value
+	rssBefore := rssKiB(s.cmd.Process.Pid)
+	opening := make(chan struct{}, max(1, *flagOpenConc))
 	for i := 0; i < subs; i++ {
 		wg.Add(1)
+		opening <- struct{}{}
 		go func() {
 			defer wg.Done()
 			res := &results[i]
@@ -637,6 +674,7 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 			signal := func() {
 				if !signalled {
 					signalled = true
+					<-opening
 					ready.Done()
 				}
 			}
@@ -704,8 +742,13 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 		return []Row{{Name: name, NA: "opening streams: " + e}}
 	}
 	var rows []Row
-	if subs >= 10000 {
-		rows = append(rows, Row{Name: fmt.Sprintf("server RSS, %d open streams", subs), Value: rss(s.cmd.Process.Pid)})
+	if subs >= 1000 {
+		r := Row{Name: fmt.Sprintf("server RSS, %d open streams", subs), Value: rss(s.cmd.Process.Pid)}
+		if after := rssKiB(s.cmd.Process.Pid); rssBefore > 0 && after > 0 {
+			r.Note = fmt.Sprintf("%.1f KiB per stream (RSS growth from opening them, %.1f -> %.1f MiB)",
+				float64(after-rssBefore)/float64(subs), float64(rssBefore)/1024, float64(after)/1024)
+		}
+		rows = append(rows, r)
 	}
 	start := time.Now()
 	if err := os.WriteFile(trigger, nil, 0o644); err != nil {
@@ -1042,6 +1085,21 @@ func measured(pid int, db, name string, baseline float64, run func() loadResult)
 		row.CPUUsPerReq = float64((cpuTime(pid) - c0).Microseconds()) / float64(r.ok)
 	}
 	return row
+}
+
+// rssKiB is VmRSS of pid in KiB (0 if unknown).
+func rssKiB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(ln); len(f) > 1 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb
+		}
+	}
+	return 0
 }
 
 // rss is VmRSS of pid from /proc.

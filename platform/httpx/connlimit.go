@@ -2,10 +2,12 @@ package httpx
 
 import (
 	"container/list"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -18,7 +20,9 @@ import (
 // sending a request now (a health check) therefore always gets in, however
 // many clients trickle their headers. Only when every held connection is
 // serving a request is the new one refused: it is answered 503 with
-// Retry-After and closed, without reading its request.
+// Retry-After and closed, without reading its request. A connection a
+// handler took over (Hijack: a log stream, a websocket) stays counted, as
+// busy, until its new owner closes it.
 type ConnLimit struct {
 	max int
 
@@ -87,12 +91,50 @@ func (c *ConnLimit) state(conn net.Conn, st http.ConnState) {
 		} else {
 			c.waiting.MoveToBack(e)
 		}
-	case http.StateClosed, http.StateHijacked:
+	case http.StateHijacked:
+		// Still held (a taken-over log stream, a websocket): counted as
+		// busy until its new owner closes it (heldConn.Close).
+		if e != nil {
+			c.waiting.Remove(e)
+			c.conns[conn] = nil
+		}
+	case http.StateClosed:
+		c.forgetLocked(conn)
+	}
+}
+
+func (c *ConnLimit) forgetLocked(conn net.Conn) {
+	if e, ok := c.conns[conn]; ok {
 		if e != nil {
 			c.waiting.Remove(e)
 		}
 		delete(c.conns, conn)
 	}
+}
+
+// heldConn is a served connection: closing it, whoever owns it by then (the
+// server, or a handler that hijacked it), frees its place.
+type heldConn struct {
+	net.Conn
+	c    *ConnLimit
+	once sync.Once
+}
+
+// SyscallConn reaches the socket (options such as TCP_USER_TIMEOUT).
+func (h *heldConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := h.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+func (h *heldConn) Close() error {
+	h.once.Do(func() {
+		h.c.mu.Lock()
+		h.c.forgetLocked(h)
+		h.c.mu.Unlock()
+	})
+	return h.Conn.Close()
 }
 
 // admit decides for a newly accepted connection: true to serve it (an
@@ -127,12 +169,13 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ok, victim := l.c.admit(conn)
+		held := &heldConn{Conn: conn, c: l.c}
+		ok, victim := l.c.admit(held)
 		if victim != nil {
 			victim.Close()
 		}
 		if ok {
-			return conn, nil
+			return held, nil
 		}
 		l.c.refuse(conn)
 	}

@@ -151,3 +151,39 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 		t.Fatalf("after release: %d", st)
 	}
 }
+
+// TestConnLimitCountsHijackedConnections: a connection a handler took over
+// (a log stream after its headers) stays counted, as busy, until its new
+// owner closes it; it is never evicted.
+func TestConnLimitCountsHijackedConnections(t *testing.T) {
+	t.Parallel()
+	taken := make(chan net.Conn, 1)
+	addr, lim := serveLimited(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		taken <- conn
+	}))
+	c := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	conn := <-taken
+	defer conn.Close()
+	platformtest.Eventually(t, 10*time.Second, "the hijacked connection counted as busy", func() bool { st := lim.Stats(); return st.Open == 1 && st.Waiting == 0 })
+	// A slow client fills the cap; a whole request evicts it, not the hijacked one.
+	slow := dial(t, addr)
+	io.WriteString(slow, "GET / HTTP/1.1\r\nHo")
+	platformtest.Eventually(t, 10*time.Second, "the cap full", func() bool { return lim.Stats().Open == 2 })
+	whole := dial(t, addr)
+	io.WriteString(whole, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	second := <-taken
+	defer second.Close()
+	if st := lim.Stats(); st.Evicted != 1 || st.Open != 2 {
+		t.Fatalf("after the eviction: %+v", st)
+	}
+	conn.Close()
+	second.Close()
+	platformtest.Eventually(t, 10*time.Second, "closing frees the places", func() bool { return lim.Stats().Open == 0 })
+}

@@ -1,0 +1,29 @@
+package deployments
+
+import (
+	"net"
+	"syscall"
+	"time"
+)
+
+// tcpUserTimeout is TCP_USER_TIMEOUT (linux/tcp.h; not in package syscall).
+const tcpUserTimeout = 0x12
+
+// setUserTimeout makes the kernel drop the connection when data sent on it
+// (a heartbeat at the latest) stays unacknowledged for d: a client that
+// vanished without closing (a crashed machine, a cut network) fails the
+// stream's reader and ends it, instead of after TCP's 15 minutes of
+// retransmissions. Best effort: a connection without a socket is left alone.
+func setUserTimeout(conn net.Conn, d time.Duration) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d.Milliseconds()))
+	})
+}
