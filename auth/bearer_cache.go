@@ -189,12 +189,12 @@ func (s *Service) listenBearer(ctx context.Context, bdb *bun.DB) {
 	}
 }
 
-var errPingLost = errors.New("ping not answered")
+var errPingLost = errors.New("no ping came back")
 
 // bearerSession listens on one connection. The cache serves once the
 // session's first ping came back (so LISTEN is in force: nothing committed
-// after it can be missed). A ping is sent every bearerPingEvery; one not back
-// within bearerPingTimeout ends the session (a connection lost without an
+// after it can be missed). A ping is sent every bearerPingEvery; hearing none
+// back for bearerPingTimeout ends the session (a connection lost without an
 // error), which empties and bypasses the cache.
 func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 	ln := pgdriver.NewListener(bdb)
@@ -205,9 +205,11 @@ func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 		_ = ln.Close() // unblocks Receive
 		wg.Wait()
 	}()
+	s.log.Debug("bearer cache listener connecting")
 	if err := ln.Listen(ctx, bearerChannel); err != nil {
 		return err
 	}
+	s.log.Debug("bearer cache listener: LISTEN sent")
 	payloads := make(chan string, 1024)
 	recvErr := make(chan error, 1)
 	wg.Add(1)
@@ -227,18 +229,21 @@ func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 			}
 		}
 	}()
+	// LISTEN is only sent, not awaited: a ping may commit before it is in
+	// force and never come back. So a ping goes out on every tick, and any of
+	// this session's pings coming back proves the LISTEN (and the connection).
 	nonce := "ping:" + platform.NewID() + ":"
-	seq, answered := 0, 0
-	var sentAt time.Time
+	seq := 0
 	ping := func() error {
 		seq++
-		sentAt = time.Now()
 		_, err := bdb.ExecContext(ctx, "SELECT pg_notify(?, ?)", bearerChannel, fmt.Sprint(nonce, seq))
 		return err
 	}
+	heard := time.Now() // the last pong (the session's start before the first)
 	if err := ping(); err != nil {
 		return err
 	}
+	s.log.Debug("bearer cache listener: first ping sent")
 	tick := time.NewTicker(s.bearerPingEvery)
 	defer tick.Stop()
 	for {
@@ -248,22 +253,18 @@ func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
 		case err := <-recvErr:
 			return err
 		case <-tick.C:
-			if answered < seq {
-				if time.Since(sentAt) > s.bearerPingTimeout {
-					return errPingLost
-				}
-				continue
+			if time.Since(heard) > s.bearerPingTimeout {
+				return errPingLost
 			}
 			if err := ping(); err != nil {
 				return err
 			}
 		case p := <-payloads:
-			if n, ok := strings.CutPrefix(p, nonce); ok {
-				if n == fmt.Sprint(seq) {
-					answered = seq
-					if !s.cache.live.Load() {
-						s.cache.reset(true)
-					}
+			if strings.HasPrefix(p, nonce) {
+				heard = time.Now()
+				if !s.cache.live.Load() {
+					s.cache.reset(true)
+					s.log.Debug("bearer cache listener: live")
 				}
 				continue
 			}
