@@ -135,7 +135,7 @@ var settings = []setting{
 	{name: "KEELSON_IDLE_TIMEOUT", def: "60s", doc: "how long a keep-alive connection may sit idle between requests",
 		parse: duration(func(c *Config) *time.Duration { return &c.IdleTimeout })},
 	{name: "KEELSON_MAX_CONNS", def: strconv.Itoa(DefaultMaxConns),
-		doc:   "connections the API listener holds open (16 to 1000000). At the cap a new connection first evicts the one that waited longest without a request in progress (still sending headers, or idle), so a whole request such as `/healthz` always gets in; when every held connection is busy with a request, the new one is answered `503` with `Retry-After: 5` and closed",
+		doc:   "connections the API listener holds open (16 to 1000000). At the cap a new connection first evicts the one that waited longest without a request in progress (still sending headers, or idle), so a whole request such as `/healthz` always gets in; when every held connection is busy with a request, the new one is answered `503` with `Retry-After: 5` and closed. An open log stream holds its connection (counted as busy) until it ends",
 		parse: number(func(c *Config) *int { return &c.MaxConns })},
 	{name: "KEELSON_INGRESS_MAX_CONNS", def: strconv.Itoa(DefaultIngressMaxConns), doc: "the same cap for the ingress listener. Keep both caps well under the process's open-file limit (`ulimit -n`)",
 		parse: number(func(c *Config) *int { return &c.IngressMaxConns })},
