@@ -62,7 +62,8 @@ type Row struct {
 	Errors   int     `json:"errors,omitempty"`
 	Note     string  `json:"note,omitempty"`
 	// CPUUsPerReq is the server process's CPU time (utime+stime from
-	// /proc/<pid>/stat) during the measurement, per request, in microseconds.
+	// /proc/<pid>/stat) during the measurement, per request (per delivered
+	// line in the SSE fan-out rows), in microseconds.
 	CPUUsPerReq float64 `json:"cpuUsPerReq,omitempty"`
 	NA          string  `json:"na,omitempty"` // why it was not measured
 }
@@ -751,10 +752,12 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 		rows = append(rows, r)
 	}
 	start := time.Now()
+	cpu0 := cpuTime(s.cmd.Process.Pid)
 	if err := os.WriteFile(trigger, nil, 0o644); err != nil {
 		return append(rows, Row{Name: name, NA: err.Error()})
 	}
 	wg.Wait()
+	cpu := cpuTime(s.cmd.Process.Pid) - cpu0
 	var all []time.Duration
 	var last time.Time
 	failed := 0
@@ -777,7 +780,7 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 		offered = fmt.Sprintf("%d lines/s", rate)
 	}
 	row := Row{Name: name, LinesPS: float64(len(all)) / span, P50Ms: ms(pct(all, 50)), P99Ms: ms(pct(all, 99)),
-		Requests: len(all), Errors: failed,
+		Requests: len(all), Errors: failed, CPUUsPerReq: float64(cpu.Microseconds()) / float64(len(all)),
 		Note: fmt.Sprintf("%d lines written at %s to each subscriber; %d of %d deliveries; %d subscriber(s) missed lines", lines, offered, len(all), lines*subs, failed)}
 	return append(rows, row)
 }
