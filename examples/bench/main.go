@@ -680,10 +680,7 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 				}
 			}
 			defer signal()
-			cl := streamClient(i)
-			req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-			req.Header.Set("Authorization", "Bearer "+tok)
-			resp, err := cl.Do(req)
+			resp, err := openStream(ctx, i, url, tok)
 			if err != nil {
 				res.err = err
 				openErr.Store(err.Error())
@@ -785,17 +782,51 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	return append(rows, row)
 }
 
-var streamClients sync.Map
-
-// streamClient spreads stream connections over 16 loopback source addresses
-// so 10,000 streams do not run out of ephemeral ports.
-func streamClient(i int) *http.Client {
-	ip := fmt.Sprintf("127.0.200.%d", 1+i%16)
-	if c, ok := streamClients.Load(ip); ok {
-		return c.(*http.Client)
+// openStream opens a log stream on a connection of its own, read without
+// net/http's transport (whose per-connection read goroutine would double
+// the client's work per delivered line on the machine the server shares):
+// the response is parsed from the connection and its chunked body read in
+// the caller's goroutine. Connections are spread over 16 loopback source
+// addresses so 10,000 streams do not run out of ephemeral ports.
+func openStream(ctx context.Context, i int, rawURL, tok string) (*http.Response, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
 	}
-	c, _ := streamClients.LoadOrStore(ip, newClient(ip, 1024))
-	return c.(*http.Client)
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.200.%d", 1+i%16))}}
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	req, _ := http.NewRequestWithContext(ctx, "GET", rawURL, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if err := req.Write(conn); err != nil {
+		stop()
+		conn.Close()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 16<<10), req)
+	if err != nil {
+		stop()
+		conn.Close()
+		return nil, err
+	}
+	resp.Body = &connBody{ReadCloser: resp.Body, conn: conn, stop: stop}
+	return resp, nil
+}
+
+// connBody closes the stream's connection with its body.
+type connBody struct {
+	io.ReadCloser
+	conn net.Conn
+	stop func() bool
+}
+
+func (b *connBody) Close() error {
+	b.stop()
+	b.ReadCloser.Close()
+	return b.conn.Close()
 }
 
 // emit is the build command of the fan-out rows: it waits for the trigger
