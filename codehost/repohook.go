@@ -338,20 +338,20 @@ type hookPayload struct {
 	Repository *struct {
 		ID            json.RawMessage `json:"id"` // a number on GitHub and Gitea
 		FullName      string          `json:"full_name"`
-		HTMLURL       string          `json:"html_url"`
-		CloneURL      string          `json:"clone_url"`
-		SSHURL        string          `json:"ssh_url"`
+		HTMLURL       hookURL         `json:"html_url"`
+		CloneURL      hookURL         `json:"clone_url"`
+		SSHURL        hookURL         `json:"ssh_url"`
 		DefaultBranch string          `json:"default_branch"`
-		GitHTTPURL    string          `json:"git_http_url"` // GitLab
-		GitSSHURL     string          `json:"git_ssh_url"`  // GitLab
+		GitHTTPURL    hookURL         `json:"git_http_url"` // GitLab
+		GitSSHURL     hookURL         `json:"git_ssh_url"`  // GitLab
 	} `json:"repository"`
 	Project *struct {
-		ID                int64  `json:"id"`
-		PathWithNamespace string `json:"path_with_namespace"`
-		WebURL            string `json:"web_url"`
-		GitHTTPURL        string `json:"git_http_url"`
-		GitSSHURL         string `json:"git_ssh_url"`
-		DefaultBranch     string `json:"default_branch"`
+		ID                int64   `json:"id"`
+		PathWithNamespace string  `json:"path_with_namespace"`
+		WebURL            hookURL `json:"web_url"`
+		GitHTTPURL        hookURL `json:"git_http_url"`
+		GitSSHURL         hookURL `json:"git_ssh_url"`
+		DefaultBranch     string  `json:"default_branch"`
 	} `json:"project"`
 	Pusher *struct {
 		Name     string `json:"name"`
@@ -361,16 +361,32 @@ type hookPayload struct {
 	UserUsername string `json:"user_username"` // GitLab
 }
 
-// identity returns the repository's URLs (ssh ones as their https twin) and
-// its host id ("" when none).
 // maxHookURL is the longest repository URL a repository webhook is matched by.
 const maxHookURL = 2048
 
+// hookURL is a repository URL of a webhook payload, bounded where it is
+// decoded: no repository URL is longer than maxHookURL (surrounding space
+// aside), so a longer one decodes as "" (absent). An unsigned payload naming
+// a 25 MB "URL" must not cost a database query built from it.
+type hookURL string
+
+func (u *hookURL) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(s)) > maxHookURL {
+		s = ""
+	}
+	*u = hookURL(s)
+	return nil
+}
+
+// identity returns the repository's URLs (ssh ones as their https twin) and
+// its host id ("" when none).
 func (p *hookPayload) identity() (urls []string, id string) {
-	add := func(u string) {
-		// No repository URL is longer than maxHookURL; an unsigned payload
-		// naming a 25 MB "URL" must not cost a database query built from it.
-		if u = strings.TrimSpace(u); u != "" && len(u) <= maxHookURL && len(urls) < 8 {
+	add := func(hu hookURL) {
+		if u := strings.TrimSpace(string(hu)); u != "" && len(urls) < 8 {
 			if h := sshToHTTPS(u); h != "" {
 				u = h
 			}
@@ -378,7 +394,7 @@ func (p *hookPayload) identity() (urls []string, id string) {
 		}
 	}
 	if r := p.Repository; r != nil {
-		for _, u := range []string{r.CloneURL, r.HTMLURL, r.SSHURL, r.GitHTTPURL, r.GitSSHURL} {
+		for _, u := range []hookURL{r.CloneURL, r.HTMLURL, r.SSHURL, r.GitHTTPURL, r.GitSSHURL} {
 			add(u)
 		}
 		if n, err := strconv.ParseInt(string(r.ID), 10, 64); err == nil && n > 0 {
@@ -386,7 +402,7 @@ func (p *hookPayload) identity() (urls []string, id string) {
 		}
 	}
 	if pr := p.Project; pr != nil {
-		for _, u := range []string{pr.GitHTTPURL, pr.WebURL, pr.GitSSHURL} {
+		for _, u := range []hookURL{pr.GitHTTPURL, pr.WebURL, pr.GitSSHURL} {
 			add(u)
 		}
 		if pr.ID > 0 {
@@ -425,11 +441,11 @@ func (p *hookPayload) push() *Push {
 	}
 	out.Repository.FullName = p.fullName()
 	if p.Repository != nil {
-		out.Repository.HTMLURL, out.Repository.CloneURL = p.Repository.HTMLURL, p.Repository.CloneURL
+		out.Repository.HTMLURL, out.Repository.CloneURL = string(p.Repository.HTMLURL), string(p.Repository.CloneURL)
 		out.Repository.DefaultBranch = p.Repository.DefaultBranch
 	}
 	if p.Project != nil {
-		out.Repository.HTMLURL, out.Repository.CloneURL = p.Project.WebURL, p.Project.GitHTTPURL
+		out.Repository.HTMLURL, out.Repository.CloneURL = string(p.Project.WebURL), string(p.Project.GitHTTPURL)
 		out.Repository.DefaultBranch = p.Project.DefaultBranch
 	}
 	if p.Pusher != nil {

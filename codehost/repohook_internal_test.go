@@ -3,6 +3,8 @@ package codehost
 import (
 	"encoding/json"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -64,5 +66,24 @@ func TestHookPayloadOfPublishedExamples(t *testing.T) {
 	}
 	if !del.push().Deleted {
 		t.Error("GitLab branch deletion not seen as deleted")
+	}
+}
+
+// A repository URL longer than maxHookURL decodes as absent, in every URL
+// field, whether it arrives plain or escaped; one at the bound is kept.
+func TestHookURLBoundedWhereDecoded(t *testing.T) {
+	atBound := "https://example.com/" + strings.Repeat("a", maxHookURL-len("https://example.com/"))
+	over := atBound + "a"
+	escaped := `"` + strings.Repeat(`\u0061`, maxHookURL+1) + `"`
+	for _, field := range []string{"clone_url", "html_url", "ssh_url", "git_http_url", "git_ssh_url"} {
+		for raw, want := range map[string]int{strconv.Quote(atBound): 1, strconv.Quote(over): 0, escaped: 0} {
+			var p hookPayload
+			if err := json.Unmarshal([]byte(`{"repository":{"`+field+`":`+raw+`}}`), &p); err != nil {
+				t.Fatal(err)
+			}
+			if urls, _ := p.identity(); len(urls) != want {
+				t.Errorf("%s of %d bytes: %d URLs, want %d", field, len(raw), len(urls), want)
+			}
+		}
 	}
 }
