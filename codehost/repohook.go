@@ -209,12 +209,8 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 	}
 	if len(existing) > 0 {
 		d := existing[0]
-		if d.Decision == decisionDeploying {
-			// Cut off between claiming and hearing back from Trigger: never retried.
-			if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
-				return err
-			}
-			d.Decision = DecisionFailed
+		if err := s.settleInterrupted(ctx, &d); err != nil {
+			return err
 		}
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "1 project matched ("+d.Decision+")", s.now())
 	}
@@ -224,7 +220,7 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 		if row.Event == EventPing {
 			dec.Detail = "ping: the webhook reaches Keelson; nothing to deploy"
 		}
-		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+		if _, err := s.recordDecision(ctx, dec); err != nil {
 			return err
 		}
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
@@ -248,7 +244,7 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 	}
 	if proj == nil {
 		dec.Decision, dec.Detail = DecisionFailed, "the project no longer exists or no longer uses this repository"
-		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+		if _, err := s.recordDecision(ctx, dec); err != nil {
 			return err
 		}
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
@@ -262,56 +258,20 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 
 // decideRepoPush records the decision for the project and triggers its
 // deployment when every condition holds. The secret took the place of the
-// app's installation link, so there is no link to check.
+// app's installation link, so there is no link to check; a push must name a
+// commit instead.
 func (s *Service) decideRepoPush(ctx context.Context, dec *decisionRow, p *Push, proj RepoProject, source string) (string, error) {
-	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
-	want := proj.AutoDeployBranch
-	if want == "" {
-		want = p.Repository.DefaultBranch
+	var blocked, why string
+	if !commitRE.MatchString(p.After) {
+		blocked, why = DecisionFailed, "the push names no commit to deploy"
 	}
-	switch {
-	case !proj.AutoDeploy:
-		dec.Decision, dec.Detail = DecisionAutoDeployOff, "autoDeploy is off for this project"
-	case p.Deleted:
-		dec.Decision, dec.Detail = DecisionBranchDeleted, "the push deleted "+p.Ref
-	case !isBranch:
-		dec.Decision, dec.Detail = DecisionBranchMismatch, p.Ref+" is not a branch"
-	case branch != want:
-		dec.Decision, dec.Detail = DecisionBranchMismatch, fmt.Sprintf("pushed to %s; the project deploys %s", branch, want)
-	case !commitRE.MatchString(p.After):
-		dec.Decision, dec.Detail = DecisionFailed, "the push names no commit to deploy"
-	default:
-		if m := skipMarker(p.HeadCommitMessage); m != "" {
-			dec.Decision, dec.Detail = DecisionSkipMessage, "the head commit message contains "+m
-		}
-	}
+	branch := decide(dec, p, proj, blocked, why)
 	if dec.Decision != "" {
-		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
-			return "", err
-		}
-		return dec.Decision, nil
-	}
-	dec.Decision = decisionDeploying
-	if err := s.store.insertDecision(ctx, dec); err != nil {
-		if isConflict(err) {
-			return DecisionFailed, nil // another worker has it
-		}
-		return "", err
+		return s.recordDecision(ctx, dec)
 	}
 	reason := fmt.Sprintf("push to %s (%s, %s webhook)", branch, shortSHA(p.After), source)
-	depID, err := s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, p.After, reason)
-	decision, detail := DecisionDeployed, "deployment of "+shortSHA(p.After)+" started"
-	if err != nil {
-		decision, detail = classifyTriggerError(err)
-		if decision == DecisionFailed {
-			s.d.Log.ErrorContext(ctx, "codehost: trigger push deployment", "project_id", proj.ProjectID, "err", err)
-		}
-		depID = ""
-	}
-	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
-		return "", err
-	}
-	return decision, nil
+	decision, _, err := s.claimAndTrigger(ctx, dec, proj, p.After, reason)
+	return decision, err
 }
 
 // commitRE is a full or abbreviated commit id, as deployments accepts it.

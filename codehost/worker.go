@@ -223,14 +223,9 @@ func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (
 	counts := map[string]int{}
 	for _, proj := range projects {
 		if d, ok := decided[proj.ProjectID]; ok {
-			// Processed before a restart. A decision still "deploying" was
-			// cut off between writing it and hearing back from Trigger: we
-			// cannot know whether it deployed, so it is never retried.
-			if d.Decision == decisionDeploying {
-				if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
-					return "", err
-				}
-				d.Decision = DecisionFailed
+			// Processed before a restart.
+			if err := s.settleInterrupted(ctx, &d); err != nil {
+				return "", err
 			}
 			counts[d.Decision]++
 			continue
@@ -258,14 +253,39 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 	dec := &decisionRow{
 		ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID, CreatedAt: s.now(),
 	}
+	linked, err := s.ownerUsesInstallation(ctx, proj.OwnerID, ev.InstallationID)
+	if err != nil {
+		return "", err
+	}
+	var blocked, why string
+	if !linked {
+		blocked, why = DecisionNotLinked, "the project's owner has not connected the code-host installation this push came from"
+	}
+	branch := decide(dec, p, proj, blocked, why)
+	if dec.Decision != "" {
+		return s.recordDecision(ctx, dec)
+	}
+	decision, depID, err := s.claimAndTrigger(ctx, dec, proj, p.After, fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After)))
+	if err != nil {
+		return "", err
+	}
+	if decision == DecisionDeployed {
+		s.statusStarted(ctx, ev, proj.OwnerID, depID)
+	}
+	return decision, nil
+}
+
+// decide is the one ladder of what a push does for a project, for app
+// deliveries and repository webhooks alike: it sets dec's decision and detail
+// when the push deploys nothing, and leaves them empty when it deploys.
+// blocked (with its detail why) is the source's own refusal, judged after
+// the branch: the app's installation not linked, or a repository webhook's
+// push naming no commit; "" when there is none. It returns the pushed branch.
+func decide(dec *decisionRow, p *Push, proj RepoProject, blocked, why string) (branch string) {
 	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
 	want := proj.AutoDeployBranch
 	if want == "" {
 		want = p.Repository.DefaultBranch
-	}
-	linked, err := s.ownerUsesInstallation(ctx, proj.OwnerID, ev.InstallationID)
-	if err != nil {
-		return "", err
 	}
 	switch {
 	case !proj.AutoDeploy:
@@ -276,31 +296,53 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 		dec.Decision, dec.Detail = DecisionBranchMismatch, p.Ref+" is not a branch"
 	case branch != want:
 		dec.Decision, dec.Detail = DecisionBranchMismatch, fmt.Sprintf("pushed to %s; the project deploys %s", branch, want)
-	case !linked:
-		dec.Decision, dec.Detail = DecisionNotLinked, "the project's owner has not connected the code-host installation this push came from"
+	case blocked != "":
+		dec.Decision, dec.Detail = blocked, why
 	default:
 		if m := skipMarker(p.HeadCommitMessage); m != "" {
 			dec.Decision, dec.Detail = DecisionSkipMessage, "the head commit message contains "+m
 		}
 	}
-	if dec.Decision != "" {
-		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
-			return "", err
-		}
-		return dec.Decision, nil
+	return branch
+}
+
+// settleInterrupted marks failed a decision still "deploying": it was cut off
+// between claiming and hearing back from Trigger, and as nobody can know
+// whether it deployed, it is never retried.
+func (s *Service) settleInterrupted(ctx context.Context, d *decisionRow) error {
+	if d.Decision != decisionDeploying {
+		return nil
 	}
-	// Claim the pair before triggering, so neither a restart nor a second
-	// worker can deploy this delivery twice.
+	if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
+		return err
+	}
+	d.Decision = DecisionFailed
+	return nil
+}
+
+// recordDecision stores a decision that deploys nothing (a redelivery's
+// conflict is no error) and returns it.
+func (s *Service) recordDecision(ctx context.Context, dec *decisionRow) (string, error) {
+	if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+		return "", err
+	}
+	return dec.Decision, nil
+}
+
+// claimAndTrigger claims the delivery and project pair before triggering, so
+// neither a restart nor a second worker can deploy it twice, then triggers the
+// deployment of commit and records how that went. It returns the decision
+// and, when deployed, the deployment's id.
+func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj RepoProject, commit, reason string) (decision, depID string, err error) {
 	dec.Decision = decisionDeploying
 	if err := s.store.insertDecision(ctx, dec); err != nil {
 		if isConflict(err) {
-			return DecisionFailed, nil // another worker has it
+			return DecisionFailed, "", nil // another worker has it
 		}
-		return "", err
+		return "", "", err
 	}
-	reason := fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After))
-	depID, err := s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, p.After, reason)
-	decision, detail := DecisionDeployed, "deployment of "+shortSHA(p.After)+" started"
+	depID, err = s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, commit, reason)
+	decision, detail := DecisionDeployed, "deployment of "+shortSHA(commit)+" started"
 	if err != nil {
 		decision, detail = classifyTriggerError(err)
 		if decision == DecisionFailed {
@@ -309,12 +351,9 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 		depID = ""
 	}
 	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
-		return "", err
+		return "", "", err
 	}
-	if decision == DecisionDeployed {
-		s.statusStarted(ctx, ev, proj.OwnerID, depID)
-	}
-	return decision, nil
+	return decision, depID, nil
 }
 
 func classifyTriggerError(err error) (decision, detail string) {
