@@ -103,33 +103,21 @@ func commit(t *testing.T, work, bare, branch string, files map[string]string, ms
 // push to another branch records "branch mismatch".
 func TestCodehostE2E(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		gh, fake := newCodehostFakes(t)
-		gs := newGitServer(t, fake)
-		fake.WebURL = gs.URL // repositories' html_url and clone_url point at the git server
-
 		// A private repository octocat/site with a static site on main.
-		bare := filepath.Join(gs.root, "octocat", "site.git")
-		work := t.TempDir()
-		gitRun(t, work, "init", "-q", "-b", "main")
-		if err := os.MkdirAll(filepath.Dir(bare), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		gitRun(t, gs.root, "init", "-q", "--bare", "-b", "main", bare)
-		commit(t, work, bare, "main", map[string]string{"index.html": "<h1>site v1</h1>\n"}, "first")
+		h := newCodehostHarness(t, "octocat", "site", "<h1>site v1</h1>\n")
+		gh, fake, gs := h.gh, h.fake, h.gs
 		repo := &githubfake.Repository{ID: 4242, Owner: "octocat", Name: "site", Private: true, DefaultBranch: "main"}
 		fake.AddInstallation(githubfake.Installation{ID: 77, Account: "octocat", Repositories: []*githubfake.Repository{repo}})
-		gh.AddUser(oauthtest.GitHubUser{ID: 583231, Login: "octocat", Emails: []oauthtest.GitHubEmail{{Email: "octocat@users.example", Primary: true, Verified: true}}})
+		h.addUser(583231, "octocat")
 
-		ts := startServer(t, dbURL, func(c *Config) { codehostConfig(c, gh, fake) })
+		ts := h.start(t, dbURL)
 		token := ts.signup(t, "octocat@example.com")
 
 		// Install: octocat has no code-host identity yet, so connect's URL goes
 		// through the code host's OAuth first, then on to the install page with
 		// a state; the provider sends that state back to the callback with the
 		// installation.
-		gh.SignIn("octocat")
-		state := installState(t, ts, newOAuthBrowser(t, ts), token, gh, true)
-		loc := callbackRedirect(t, ts, "77", state)
+		state, loc := h.connect(t, ts, token, "octocat", "77")
 		if loc != ts.App.Cfg.FrontendURL+"/settings/connected-accounts?codehost=connected" {
 			t.Fatalf("callback redirected to %q", loc)
 		}
@@ -176,7 +164,7 @@ func TestCodehostE2E(t *testing.T) {
 		}
 
 		// Unsigned and mis-signed pushes: 401, nothing recorded or deployed.
-		v2 := commit(t, work, bare, "main", map[string]string{"index.html": "<h1>site v2</h1>\n"}, "second")
+		v2 := h.commit(t, map[string]string{"index.html": "<h1>site v2</h1>\n"}, "second")
 		pushMain := fake.PushPayload(githubfake.Push{Installation: 77, Repo: repo, Branch: "main", After: v2, Message: "second"})
 		for _, d := range []githubfake.Delivery{
 			{Event: "push", Body: pushMain},
@@ -193,8 +181,8 @@ func TestCodehostE2E(t *testing.T) {
 		}
 
 		// A push to another branch: recorded as "branch mismatch".
-		feature := commit(t, work, bare, "feature", map[string]string{"index.html": "<h1>feature</h1>\n"}, "feature work")
-		gitRun(t, work, "checkout", "-q", "main")
+		feature := commit(t, h.work, h.bare, "feature", map[string]string{"index.html": "<h1>feature</h1>\n"}, "feature work")
+		gitRun(t, h.work, "checkout", "-q", "main")
 		if status, body := deliver(githubfake.Delivery{Event: "push", DeliveryID: "e2e-feature", Secret: e2eWebhookSecret,
 			Body: fake.PushPayload(githubfake.Push{Installation: 77, Repo: repo, Branch: "feature", After: feature, Message: "feature work"})}); status != http.StatusOK || strings.TrimSpace(string(body)) != `{"ok":true}` {
 			t.Fatalf("feature push: %d %s", status, body)
@@ -385,4 +373,60 @@ func getApp(t *testing.T, ts *testServer, deployedURL, slug string) string {
 		t.Fatalf("app at %s: %d %s", host, resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// codehostHarness is the set-up the code-host e2e tests share: the two GitHub
+// fakes (OAuth and app) behind one origin, a git server serving the app's
+// repositories only to its installation tokens (the fake's repository URLs
+// point at it), and one repository owner/name with a first commit on main.
+type codehostHarness struct {
+	gh   *oauthtest.GitHub
+	fake *githubfake.Server
+	gs   *gitServer
+	work string // the repository's work tree
+	bare string // the bare repository the git server serves
+}
+
+func newCodehostHarness(t *testing.T, owner, name, indexHTML string) *codehostHarness {
+	t.Helper()
+	gh, fake := newCodehostFakes(t)
+	gs := newGitServer(t, fake)
+	fake.WebURL = gs.URL // repositories' html_url and clone_url point at the git server
+	h := &codehostHarness{gh: gh, fake: fake, gs: gs, work: t.TempDir(), bare: filepath.Join(gs.root, owner, name+".git")}
+	gitRun(t, h.work, "init", "-q", "-b", "main")
+	if err := os.MkdirAll(filepath.Dir(h.bare), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, gs.root, "init", "-q", "--bare", "-b", "main", h.bare)
+	h.commit(t, map[string]string{"index.html": indexHTML}, "first")
+	return h
+}
+
+// commit commits files on main and pushes them to the served repository; it
+// returns the commit.
+func (h *codehostHarness) commit(t *testing.T, files map[string]string, msg string) string {
+	t.Helper()
+	return commit(t, h.work, h.bare, "main", files, msg)
+}
+
+// start starts the server with the code host set to the fakes.
+func (h *codehostHarness) start(t *testing.T, dbURL string) *testServer {
+	t.Helper()
+	return startServer(t, dbURL, func(c *Config) { codehostConfig(c, h.gh, h.fake) })
+}
+
+// addUser adds a code-host user with one verified address, login@users.example.
+func (h *codehostHarness) addUser(id int64, login string) {
+	h.gh.AddUser(oauthtest.GitHubUser{ID: id, Login: login,
+		Emails: []oauthtest.GitHubEmail{{Email: login + "@users.example", Primary: true, Verified: true}}})
+}
+
+// connect signs login in at the code host and takes the account of token
+// (with no code-host identity yet) through connect and the install callback
+// with installationID; it returns the state and where the callback redirected.
+func (h *codehostHarness) connect(t *testing.T, ts *testServer, token, login, installationID string) (state, loc string) {
+	t.Helper()
+	h.gh.SignIn(login)
+	state = installState(t, ts, newOAuthBrowser(t, ts), token, h.gh, true)
+	return state, callbackRedirect(t, ts, installationID, state)
 }

@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
 	"github.com/keelson-dev/keelson/codehost/githubfake"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -30,31 +27,20 @@ import (
 //     Victor's later code-host login does not land in Mallory's account.
 func TestCodehostTrustE2E(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		gh, fake := newCodehostFakes(t)
-		gs := newGitServer(t, fake)
-		fake.WebURL = gs.URL
-
-		bare := filepath.Join(gs.root, "acme", "secret.git")
-		work := t.TempDir()
-		gitRun(t, work, "init", "-q", "-b", "main")
-		if err := os.MkdirAll(filepath.Dir(bare), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		gitRun(t, gs.root, "init", "-q", "--bare", "-b", "main", bare)
-		commit(t, work, bare, "main", map[string]string{"index.html": "<h1>acme's secret</h1>\n"}, "first")
+		// A private repository acme/secret with a static site on main.
+		h := newCodehostHarness(t, "acme", "secret", "<h1>acme's secret</h1>\n")
+		gh, fake, gs := h.gh, h.fake, h.gs
 		secret := &githubfake.Repository{ID: 9100, Owner: "acme", Name: "secret", Private: true, DefaultBranch: "main"}
 		fake.AddInstallation(githubfake.Installation{ID: 900, Account: "acme", AccountType: "Organization",
 			Members: []string{"alice-gh"}, Repositories: []*githubfake.Repository{secret}})
 		for i, login := range []string{"alice-gh", "eve-gh", "victor-gh"} {
-			gh.AddUser(oauthtest.GitHubUser{ID: int64(7000 + i), Login: login,
-				Emails: []oauthtest.GitHubEmail{{Email: login + "@users.example", Primary: true, Verified: true}}})
+			h.addUser(int64(7000+i), login)
 		}
-		ts := startServer(t, dbURL, func(c *Config) { codehostConfig(c, gh, fake) })
+		ts := h.start(t, dbURL)
 		alice, eve := ts.signup(t, "alice@acme.example"), ts.signup(t, "eve@evil.example")
 
 		// Alice, an acme member, links acme's installation.
-		gh.SignIn("alice-gh")
-		if loc := callbackRedirect(t, ts, "900", installState(t, ts, newOAuthBrowser(t, ts), alice, gh, true)); !strings.HasSuffix(loc, "codehost=connected") {
+		if _, loc := h.connect(t, ts, alice, "alice-gh", "900"); !strings.HasSuffix(loc, "codehost=connected") {
 			t.Fatalf("alice's install: %s", loc)
 		}
 		var aliceProject, eveProject struct {
@@ -109,7 +95,7 @@ func TestCodehostTrustE2E(t *testing.T) {
 		}
 
 		// 2. acme's push does not show in Eve's delivery log.
-		v2 := commit(t, work, bare, "main", map[string]string{"index.html": "<h1>v2</h1>\n"}, "second")
+		v2 := h.commit(t, map[string]string{"index.html": "<h1>v2</h1>\n"}, "second")
 		status, body, err := fake.Deliver(context.Background(), ts.Client, ts.URL+"/codehost/webhook", githubfake.Delivery{
 			Event: "push", DeliveryID: "acme-push", Secret: e2eWebhookSecret,
 			Body: fake.PushPayload(githubfake.Push{Installation: 900, Repo: secret, Branch: "main", After: v2, Message: "acme internal"}),

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/auth/oauth/oauthtest"
 	"github.com/keelson-dev/keelson/codehost/githubfake"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -23,27 +20,16 @@ import (
 // deployment still goes live and the failure is logged.
 func TestCommitStatusesE2E(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		gh, fake := newCodehostFakes(t)
-		gs := newGitServer(t, fake)
-		fake.WebURL = gs.URL
-
-		bare := filepath.Join(gs.root, "octocat", "shop.git")
-		work := t.TempDir()
-		gitRun(t, work, "init", "-q", "-b", "main")
-		if err := os.MkdirAll(filepath.Dir(bare), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		gitRun(t, gs.root, "init", "-q", "--bare", "-b", "main", bare)
-		commit(t, work, bare, "main", map[string]string{"index.html": "<h1>shop v1</h1>\n"}, "first")
+		// A private repository octocat/shop with a static site on main.
+		h := newCodehostHarness(t, "octocat", "shop", "<h1>shop v1</h1>\n")
+		fake, gs := h.fake, h.gs
 		repo := &githubfake.Repository{ID: 5151, Owner: "octocat", Name: "shop", Private: true, DefaultBranch: "main"}
 		fake.AddInstallation(githubfake.Installation{ID: 91, Account: "octocat", Repositories: []*githubfake.Repository{repo}})
-		gh.AddUser(oauthtest.GitHubUser{ID: 583231, Login: "octocat", Emails: []oauthtest.GitHubEmail{{Email: "octocat@users.example", Primary: true, Verified: true}}})
+		h.addUser(583231, "octocat")
 
-		ts := startServer(t, dbURL, func(c *Config) { codehostConfig(c, gh, fake) })
+		ts := h.start(t, dbURL)
 		token := ts.signup(t, "octocat@example.com")
-		gh.SignIn("octocat")
-		state := installState(t, ts, newOAuthBrowser(t, ts), token, gh, true)
-		if loc := callbackRedirect(t, ts, "91", state); !strings.Contains(loc, "codehost=connected") {
+		if _, loc := h.connect(t, ts, token, "octocat", "91"); !strings.Contains(loc, "codehost=connected") {
 			t.Fatalf("callback redirected to %q", loc)
 		}
 		var project webhookProject
@@ -93,7 +79,7 @@ func TestCommitStatusesE2E(t *testing.T) {
 		}
 
 		// A push that deploys: pending, then success linking the app.
-		v2 := commit(t, work, bare, "main", map[string]string{"index.html": "<h1>shop v2</h1>\n"}, "second")
+		v2 := h.commit(t, map[string]string{"index.html": "<h1>shop v2</h1>\n"}, "second")
 		dep := push(v2, "second")
 		st, _ := waitDeployment(t, ts, token, dep)
 		if st.Status != "LIVE" {
@@ -108,7 +94,7 @@ func TestCommitStatusesE2E(t *testing.T) {
 		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+project.ID+"/settings", token, map[string]any{
 			"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "echo broken build; exit 3",
 		}, nil)
-		v3 := commit(t, work, bare, "main", map[string]string{"index.html": "<h1>shop v3</h1>\n"}, "third")
+		v3 := h.commit(t, map[string]string{"index.html": "<h1>shop v3</h1>\n"}, "third")
 		st, _ = waitDeployment(t, ts, token, push(v3, "third"))
 		if st.Status != "FAILED" || st.ErrorMessage == "" {
 			t.Fatalf("broken build: %s %q", st.Status, st.ErrorMessage)
@@ -125,7 +111,7 @@ func TestCommitStatusesE2E(t *testing.T) {
 		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+project.ID+"/settings", token, map[string]any{
 			"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "",
 		}, nil)
-		v4 := commit(t, work, bare, "main", map[string]string{"index.html": "<h1>shop v4</h1>\n"}, "fourth")
+		v4 := h.commit(t, map[string]string{"index.html": "<h1>shop v4</h1>\n"}, "fourth")
 		st, _ = waitDeployment(t, ts, token, push(v4, "fourth"))
 		if st.Status != "LIVE" {
 			t.Fatalf("deployment with statuses refused: %s %s", st.Status, st.ErrorMessage)
