@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
 // app is one deployment's container and its supervisor.
@@ -29,7 +30,7 @@ type app struct {
 	cid   string
 	port  network.Port // the container port (PORT)
 	memMi int
-	out   *output
+	out   *runlog.Output
 	job   deployments.Job // to create the container again if it is gone
 	env   []string
 
@@ -114,7 +115,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	actx, acancel := context.WithCancel(context.WithoutCancel(r.base))
 	a := &app{
 		r: r, id: job.DeploymentID, memMi: memMi, slug: job.ProjectSlug,
-		out: newOutput(logs, deployments.StreamApp, masker(job)),
+		out: runlog.New(logs, deployments.StreamApp, runlog.Masker(job)),
 		ctx: actx, cancel: acancel,
 		ready: make(chan struct{}), stopCh: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -132,11 +133,11 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 		a.cancel()
 		close(a.done)
 		r.removeContainer(context.WithoutCancel(ctx), job.DeploymentID)
-		err = maskErr(a.out.mask, err)
-		a.out.system(err.Error())
+		err = runlog.MaskErr(a.out.Mask, err)
+		a.out.System(err.Error())
 		return "", err
 	}
-	a.out.system("app answers HTTP on " + a.getUpstream())
+	a.out.System("app answers HTTP on " + a.getUpstream())
 	close(a.ready)
 	go a.supervise(exited)
 	return a.getUpstream(), nil
@@ -151,7 +152,7 @@ func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-
 		c := res.Container
 		if c.Config != nil && c.Config.Labels[LabelInstance] == r.cfg.Instance && c.State != nil && c.State.Running {
 			a.cid = c.ID
-			a.out.system("found the app's container still running; adopting it")
+			a.out.System("found the app's container still running; adopting it")
 			if err := a.attach(); err != nil {
 				return nil, err
 			}
@@ -212,7 +213,7 @@ func (a *app) startContainer(ctx context.Context) (<-chan exit, error) {
 	if err := a.attach(); err != nil {
 		return nil, err
 	}
-	a.out.system(fmt.Sprintf("starting the app's container (PORT=%d, memory limit %d MiB)", a.port.Num(), a.memMi))
+	a.out.System(fmt.Sprintf("starting the app's container (PORT=%d, memory limit %d MiB)", a.port.Num(), a.memMi))
 	if _, err := a.r.docker.ContainerStart(ctx, a.cid, client.ContainerStartOptions{}); err != nil {
 		return nil, a.r.engineError("starting the app's container", err)
 	}
@@ -233,7 +234,7 @@ func (a *app) attach() error {
 		stop := context.AfterFunc(a.ctx, res.Close)
 		defer stop()
 		defer res.Close()
-		w := a.out.writer()
+		w := a.out.Writer()
 		_, _ = stdcopy.StdCopy(w, w, res.Reader)
 		w.Flush()
 	}()
@@ -357,22 +358,22 @@ func (a *app) supervise(exited <-chan exit) {
 			return
 		}
 		if e.err != nil {
-			a.out.system("lost track of the app's container: " + a.r.engineError("waiting for the app", e.err).Error())
+			a.out.System("lost track of the app's container: " + a.r.engineError("waiting for the app", e.err).Error())
 		} else if e.oomKilled {
-			a.out.system(exitText(e.code, true, a.memMi))
+			a.out.System(exitText(e.code, true, a.memMi))
 		} else {
-			a.out.system("the app exited (" + exitText(e.code, false, a.memMi) + ")")
+			a.out.System("the app exited (" + exitText(e.code, false, a.memMi) + ")")
 		}
 		now := time.Now()
 		crashes = slices.DeleteFunc(crashes, func(t time.Time) bool { return now.Sub(t) > cfg.RestartWindow })
 		crashes = append(crashes, now)
 		if len(crashes) > cfg.MaxRestarts {
-			a.out.system(fmt.Sprintf("the app stopped %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
+			a.out.System(fmt.Sprintf("the app stopped %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
 			cfg.Logger.Error("container: app keeps crashing, gave up restarting it", "deployment", a.id, "crashes", len(crashes))
 			return
 		}
 		delay := min(cfg.RestartBackoff<<(len(crashes)-1), 30*time.Second)
-		a.out.system(fmt.Sprintf("restarting the app in %s", delay))
+		a.out.System(fmt.Sprintf("restarting the app in %s", delay))
 		cfg.Logger.Warn("container: app exited, restarting", "deployment", a.id, "in", delay, "oom", e.oomKilled)
 		t := time.NewTimer(delay)
 		select {
@@ -389,12 +390,12 @@ func (a *app) supervise(exited <-chan exit) {
 		next, err := a.startContainer(ctx)
 		if err != nil && a.gone(ctx) {
 			// Removed behind our back (docker rm, an engine reset): make it again.
-			a.out.system("the app's container is gone; creating it again")
+			a.out.System("the app's container is gone; creating it again")
 			next, err = a.launch(ctx, a.job, a.env)
 		}
 		cancel()
 		if err != nil {
-			a.out.system(err.Error())
+			a.out.System(err.Error())
 			ch := make(chan exit, 1)
 			ch <- exit{code: -1}
 			exited = ch
@@ -409,7 +410,7 @@ func (a *app) supervise(exited <-chan exit) {
 				cfg.Logger.Error("container: rerouting a restarted app", "deployment", a.id, "err", err)
 			}
 		}
-		a.out.system("the app is running again on " + a.getUpstream())
+		a.out.System("the app is running again on " + a.getUpstream())
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/internal/idlock"
+	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
 // Labels on everything this runtime creates.
@@ -116,7 +118,7 @@ type Runtime struct {
 	closed bool
 	apps   map[string]*app
 	builds map[string]context.CancelFunc
-	locks  map[string]*idLock
+	locks  idlock.Locks
 }
 
 var _ deployments.Runtime = (*Runtime)(nil)
@@ -173,7 +175,7 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
 		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel,
-		apps: map[string]*app{}, builds: map[string]context.CancelFunc{}, locks: map[string]*idLock{},
+		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
 		health: &http.Client{
 			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
 			Timeout:       5 * time.Second,
@@ -237,7 +239,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 	defer cancel()
 	defer context.AfterFunc(r.base, cancel)()
 
-	unlock := r.lock(job.DeploymentID)
+	unlock := r.locks.Lock(job.DeploymentID)
 	defer unlock()
 	r.mu.Lock()
 	if r.closed {
@@ -256,7 +258,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		r.mu.Unlock()
 	}()
 
-	out := newOutput(logs, deployments.StreamBuild, masker(job))
+	out := runlog.New(logs, deployments.StreamBuild, runlog.Masker(job))
 	root := r.workdir(job.DeploymentID)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", fmt.Errorf("creating the workspace: %w", err)
@@ -266,7 +268,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 	commit, err := r.clone(cctx, job, root, out)
 	ccancel()
 	if err != nil {
-		return "", maskErr(out.mask, err)
+		return "", runlog.MaskErr(out.Mask, err)
 	}
 	src := filepath.Join(root, "src")
 	dockerfile, err := dockerfileFor(job, src, r.cfg.Images)
@@ -274,9 +276,9 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		return "", err
 	}
 	if dockerfile == "" {
-		out.system("building the image from the repository's Dockerfile")
+		out.System("building the image from the repository's Dockerfile")
 	} else {
-		out.system("building the image from the " + strings.ToLower(job.Framework) + " preset:\n" + dockerfile)
+		out.System("building the image from the " + strings.ToLower(job.Framework) + " preset:\n" + dockerfile)
 	}
 
 	timeout := cmp.Or(job.Limits.BuildTimeout, r.cfg.BuildTimeout)
@@ -287,9 +289,9 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		if bctx.Err() != nil {
 			return "", context.Cause(bctx)
 		}
-		return "", maskErr(out.mask, err)
+		return "", runlog.MaskErr(out.Mask, err)
 	}
-	out.system(fmt.Sprintf("image built in %.1fs", time.Since(start).Seconds()))
+	out.System(fmt.Sprintf("image built in %.1fs", time.Since(start).Seconds()))
 
 	if gi := job.Limits.StorageGi; gi > 0 {
 		res, err := r.docker.ImageInspect(ctx, r.imageTag(job))
@@ -310,7 +312,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 }
 
 // buildImage sends the checkout as a build context and streams the output.
-func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dockerfile string, out *output) error {
+func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dockerfile string, out *runlog.Output) error {
 	r.buildMu.RLock()
 	defer r.buildMu.RUnlock()
 	if err := r.ensureBuildNetwork(ctx); err != nil {
@@ -348,7 +350,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		return r.engineError("starting the image build", err)
 	}
 	defer res.Body.Close()
-	w := out.writer()
+	w := out.Writer()
 	dec := json.NewDecoder(res.Body)
 	for {
 		var msg struct {
@@ -489,7 +491,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 		cancel()
 	}
 	r.mu.Unlock()
-	unlock := r.lock(deploymentID)
+	unlock := r.locks.Lock(deploymentID)
 	defer unlock()
 	var errs []error
 	if err := os.RemoveAll(r.workdir(deploymentID)); err != nil {
@@ -565,29 +567,4 @@ func (r *Runtime) Close(ctx context.Context) error {
 		errs = append(errs, r.docker.Close())
 	}
 	return errors.Join(errs...)
-}
-
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (r *Runtime) lock(id string) (unlock func()) {
-	r.mu.Lock()
-	l := r.locks[id]
-	if l == nil {
-		l = &idLock{}
-		r.locks[id] = l
-	}
-	l.refs++
-	r.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		r.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(r.locks, id)
-		}
-		r.mu.Unlock()
-	}
 }

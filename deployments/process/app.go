@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
 // app is one deployment's running app and its supervisor.
@@ -27,7 +28,7 @@ type app struct {
 	dir     string   // working directory (the checkout)
 	env     []string // everything but PORT
 	cmdline string   // "" for the in-process static server
-	out     *output
+	out     *runlog.Output
 
 	ready  chan struct{} // closed once it answered HTTP
 	stopCh chan struct{} // closed by Stop
@@ -106,7 +107,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	}
 	a := &app{
 		r: r, id: job.DeploymentID, dir: ws.src, env: append(r.baseEnv(ws), env...), cmdline: cmdline,
-		out:   newOutput(sinkOrDiscard(logs), deployments.StreamApp, masker(job)),
+		out:   runlog.New(logs, deployments.StreamApp, runlog.Masker(job)),
 		ready: make(chan struct{}), stopCh: make(chan struct{}), done: make(chan struct{}),
 		slug: job.ProjectSlug, port: port,
 	}
@@ -116,7 +117,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	if static {
 		return a.startStatic()
 	}
-	a.out.system(fmt.Sprintf("starting app: %s (PORT=%d)", cmdline, port))
+	a.out.System(fmt.Sprintf("starting app: %s (PORT=%d)", cmdline, port))
 	var p *proc
 	a.mu.Lock()
 	if a.stopping {
@@ -134,11 +135,11 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 		}
 		r.forget(a)
 		close(a.done)
-		err = maskErr(a.out.mask, err)
-		a.out.system(err.Error())
+		err = runlog.MaskErr(a.out.Mask, err)
+		a.out.System(err.Error())
 		return "", err
 	}
-	a.out.system("app answers HTTP on " + a.upstream())
+	a.out.System("app answers HTTP on " + a.upstream())
 	close(a.ready)
 	go a.supervise(p)
 	return a.upstream(), nil
@@ -215,18 +216,18 @@ func (a *app) supervise(p *proc) {
 			if stopping {
 				return
 			}
-			a.out.system(fmt.Sprintf("the app exited (%s)", exitText(p.err)))
+			a.out.System(fmt.Sprintf("the app exited (%s)", exitText(p.err)))
 		}
 		now := time.Now()
 		crashes = slices.DeleteFunc(crashes, func(t time.Time) bool { return now.Sub(t) > cfg.RestartWindow })
 		crashes = append(crashes, now)
 		if len(crashes) > cfg.MaxRestarts {
-			a.out.system(fmt.Sprintf("the app crashed %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
+			a.out.System(fmt.Sprintf("the app crashed %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
 			cfg.Logger.Error("process: app keeps crashing, gave up restarting it", "deployment", a.id, "crashes", len(crashes))
 			return
 		}
 		delay := min(cfg.RestartBackoff<<(len(crashes)-1), 30*time.Second)
-		a.out.system(fmt.Sprintf("restarting the app in %s", delay))
+		a.out.System(fmt.Sprintf("restarting the app in %s", delay))
 		cfg.Logger.Warn("process: app exited, restarting", "deployment", a.id, "in", delay)
 		t := time.NewTimer(delay)
 		select {
@@ -255,13 +256,13 @@ func (a *app) supervise(p *proc) {
 		slug := a.slug
 		a.mu.Unlock()
 		if err != nil {
-			a.out.system(err.Error())
+			a.out.System(err.Error())
 			p = nil
 			continue
 		}
 		p = np
 		if moved {
-			a.out.system("the app now listens on " + a.upstream())
+			a.out.System("the app now listens on " + a.upstream())
 			if _, err := cfg.Ingress.Update(slug, a.id, a.upstream()); err != nil {
 				cfg.Logger.Error("process: rerouting a restarted app", "deployment", a.id, "err", err)
 			}
@@ -277,7 +278,7 @@ func (a *app) startStatic() (string, error) {
 	fail := func(err error) (string, error) {
 		a.r.forget(a)
 		close(a.done)
-		a.out.system(err.Error())
+		a.out.System(err.Error())
 		return "", err
 	}
 	root, dir, err := openStaticRoot(a.dir)
@@ -306,7 +307,7 @@ func (a *app) startStatic() (string, error) {
 		defer root.Close()
 		_ = srv.Serve(l)
 	}()
-	a.out.system(fmt.Sprintf("serving %s in-process on %s", dir, a.upstream()))
+	a.out.System(fmt.Sprintf("serving %s in-process on %s", dir, a.upstream()))
 	close(a.ready)
 	return a.upstream(), nil
 }

@@ -4,86 +4,21 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
-
-// maxLine caps one log line; longer output is split into several lines
-// (never through a secret: see deployments.LineSplitter).
-const maxLine = 8 << 10
 
 // pipeDrainWait bounds how long output is read after a process group is gone,
 // in case something that left the group still holds the pipe.
 const pipeDrainWait = 2 * time.Second
 
-// output turns a child's output into masked log lines and keeps the last few
-// for error messages.
-type output struct {
-	sink   deployments.LogSink
-	stream string
-	mask   *deployments.Masker
-
-	mu   sync.Mutex
-	tail []string // ring of the last tailLines lines
-	next int
-}
-
-const tailLines = 30
-
-func newOutput(sink deployments.LogSink, stream string, mask *deployments.Masker) *output {
-	return &output{sink: sink, stream: stream, mask: mask}
-}
-
-func (o *output) line(s string) {
-	s = o.mask.Mask(strings.ToValidUTF8(s, "\uFFFD"))
-	o.mu.Lock()
-	if len(o.tail) < tailLines {
-		o.tail = append(o.tail, s)
-	} else {
-		o.tail[o.next] = s
-		o.next = (o.next + 1) % tailLines
-	}
-	o.mu.Unlock()
-	o.sink.Log(o.stream, s)
-}
-
-// system logs a runtime message (masked) on the system stream.
-func (o *output) system(msg string) { o.sink.Log(deployments.StreamSystem, o.mask.Mask(msg)) }
-
-// Tail returns the last lines seen, oldest first, joined by newlines.
-func (o *output) Tail() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	lines := append(append([]string(nil), o.tail[o.next:]...), o.tail[:o.next]...)
-	return strings.Join(lines, "\n")
-}
-
-// pump reads r until EOF or error, emitting one masked line per newline;
-// lines longer than maxLine are split (after masking).
-func (o *output) pump(r *os.File) {
-	ls := &deployments.LineSplitter{MaxLine: maxLine, Mask: o.mask, Emit: o.line}
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			_, _ = ls.Write(buf[:n])
-		}
-		if err != nil {
-			ls.Flush()
-			return
-		}
-	}
-}
-
 // proc is one started child: a process group whose output is pumped into out.
 type proc struct {
 	cmd    *exec.Cmd
 	g      *group
-	out    *output
+	out    *runlog.Output
 	exited chan struct{} // closed once the leader was reaped, the group killed and output drained
 	err    error         // the leader's exit error, set before exited is closed
 }
@@ -92,7 +27,7 @@ type proc struct {
 // process group, marked so that all it starts can be found (see contain.go),
 // with stdout and stderr merged into out. When the leader exits, everything
 // else it started is killed, wherever it went.
-func (r *Runtime) startProc(cmd *exec.Cmd, out *output, id, kind string) (*proc, error) {
+func (r *Runtime) startProc(cmd *exec.Cmd, out *runlog.Output, id, kind string) (*proc, error) {
 	g, err := r.contain.newGroup(cmd, id, kind)
 	if err != nil {
 		return nil, err
@@ -121,7 +56,7 @@ func (r *Runtime) startProc(cmd *exec.Cmd, out *output, id, kind string) (*proc,
 	p := &proc{cmd: cmd, g: g, out: out, exited: make(chan struct{})}
 	pumped := make(chan struct{})
 	go func() {
-		out.pump(pr)
+		out.Pump(pr)
 		close(pumped)
 	}()
 	go func() {
@@ -170,7 +105,7 @@ func (p *proc) terminate(grace time.Duration) {
 
 // runProc runs cmd to completion, killing its group when ctx is done. It
 // returns the exit error, or ctx's error when ctx ended it.
-func (r *Runtime) runProc(ctx context.Context, cmd *exec.Cmd, out *output, id, kind string) error {
+func (r *Runtime) runProc(ctx context.Context, cmd *exec.Cmd, out *runlog.Output, id, kind string) error {
 	p, err := r.startProc(cmd, out, id, kind)
 	if err != nil {
 		return err

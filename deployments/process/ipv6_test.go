@@ -183,9 +183,9 @@ func TestResolvePinToAnIPv6AddressIsWhatCurlAccepts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(ws.home, 0o700))
 	require.NoError(t, os.MkdirAll(ws.tmp, 0o700))
-	pin := [][2]string{{"http.curloptResolve", resolveEntry(repo.host, repo.port, netip.MustParseAddr("::1"))},
+	pin := [][2]string{{"http.curloptResolve", resolveEntry(repo.Host, repo.Port, netip.MustParseAddr("::1"))},
 		{"http.followRedirects", "false"}}
-	cmd := exec.Command(e.rt.cfg.GitPath, "ls-remote", repo.url, "HEAD")
+	cmd := exec.Command(e.rt.cfg.GitPath, "ls-remote", repo.URL, "HEAD")
 	cmd.Dir, cmd.Env = ws.root, e.rt.gitEnv(ws, repo, nil, pin...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)

@@ -19,6 +19,9 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
+	"github.com/keelson-dev/keelson/deployments/internal/idlock"
+	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
 // Config configures a Runtime.
@@ -89,7 +92,7 @@ type Runtime struct {
 	closed   bool
 	apps     map[string]*app                                              // deploymentID -> running app
 	builds   map[string]context.CancelFunc                                // deploymentID -> running build
-	locks    map[string]*idLock                                           // deploymentID -> workspace lock
+	locks    idlock.Locks                                                 // deploymentID -> workspace lock
 	ports    map[int]string                                               // ports handed to apps -> deploymentID
 	health   *http.Client                                                 // probes started apps
 	portFree func(port int) bool                                          // whether a restarted app may keep its port (a seam for tests)
@@ -141,7 +144,7 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{
 		cfg: cfg, base: base, cancel: cancel, contain: contain,
 		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
-		locks: map[string]*idLock{}, ports: map[int]string{}, portFree: portFree, lookupIP: lookupIP,
+		ports: map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
 		health: &http.Client{
 			// No keep-alive: no connection (or goroutine) outlives a probe.
 			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -197,31 +200,6 @@ func jobEnv(job deployments.Job) ([]string, error) {
 	return env, nil
 }
 
-// masker masks the job's secret values (and its git credential) as ***.
-func masker(job deployments.Job) *deployments.Masker {
-	var secrets []string
-	for _, v := range job.Env {
-		if v.Secret && v.Value != "" {
-			secrets = append(secrets, v.Value)
-		}
-	}
-	if a := job.GitAuth; a != nil && a.Password != "" {
-		secrets = append(secrets, a.Password, basicToken(a))
-	}
-	return deployments.NewMasker(secrets...)
-}
-
-func sinkOrDiscard(s deployments.LogSink) deployments.LogSink {
-	if s == nil {
-		return discardSink{}
-	}
-	return s
-}
-
-type discardSink struct{}
-
-func (discardSink) Log(string, string) {}
-
 // Build clones the job's repository into its workspace and runs the build
 // command there. It returns the commit it built.
 func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
@@ -251,7 +229,7 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 	stopOnClose := context.AfterFunc(r.base, cancel)
 	defer stopOnClose()
 
-	unlock := r.lock(job.DeploymentID)
+	unlock := r.locks.Lock(job.DeploymentID)
 	defer unlock()
 	r.mu.Lock()
 	if r.closed {
@@ -275,7 +253,7 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 			return "", times, fmt.Errorf("creating the workspace: %w", err)
 		}
 	}
-	out := newOutput(sinkOrDiscard(logs), deployments.StreamBuild, masker(job))
+	out := runlog.New(logs, deployments.StreamBuild, runlog.Masker(job))
 
 	start := time.Now()
 	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
@@ -284,7 +262,7 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 	ccancel()
 	times.clone = time.Since(start)
 	if err != nil {
-		return "", times, maskErr(out.mask, err)
+		return "", times, runlog.MaskErr(out.Mask, err)
 	}
 
 	if err := checkOutputDir(ws.src); err != nil {
@@ -293,11 +271,11 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 
 	start = time.Now()
 	if cmdline == "" {
-		out.system("no build command (" + job.Framework + " preset)")
+		out.System("no build command (" + job.Framework + " preset)")
 	} else {
 		timeout := cmp.Or(job.Limits.BuildTimeout, r.cfg.BuildTimeout)
 		bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
-		out.system("running build command: " + cmdline)
+		out.System("running build command: " + cmdline)
 		cmd := exec.Command("/bin/sh", "-c", cmdline)
 		cmd.Dir, cmd.Env = ws.src, append(r.baseEnv(ws), env...)
 		err := r.runProc(bctx, cmd, out, job.DeploymentID, "build")
@@ -309,9 +287,9 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 			} else {
 				err = fmt.Errorf("build command: %w", err)
 			}
-			return "", times, maskErr(out.mask, err)
+			return "", times, runlog.MaskErr(out.Mask, err)
 		}
-		out.system(fmt.Sprintf("build finished in %.1fs", time.Since(start).Seconds()))
+		out.System(fmt.Sprintf("build finished in %.1fs", time.Since(start).Seconds()))
 	}
 	times.build = time.Since(start)
 
@@ -363,7 +341,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 		cancel()
 	}
 	r.mu.Unlock()
-	unlock := r.lock(deploymentID)
+	unlock := r.locks.Lock(deploymentID)
 	defer unlock()
 	if err := removeAll(ws.root); err != nil {
 		return fmt.Errorf("removing the workspace of %s: %w", deploymentID, err)
@@ -402,20 +380,6 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// maskedError is err with the job's secrets masked in its text; errors.Is
-// and errors.As still see the cause.
-type maskedError struct {
-	msg   string
-	cause error
-}
-
-func (e *maskedError) Error() string { return e.msg }
-func (e *maskedError) Unwrap() error { return e.cause }
-
-func maskErr(mask *deployments.Masker, err error) error {
-	return &maskedError{msg: mask.Mask(err.Error()), cause: err}
-}
-
 // runCount counts running process groups; unlike a WaitGroup it may be
 // waited on while groups still start.
 type runCount struct {
@@ -451,32 +415,6 @@ func (c *runCount) zero() <-chan struct{} {
 		return done
 	}
 	return c.none
-}
-
-// idLock serializes work on one deployment's workspace.
-type idLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (r *Runtime) lock(id string) (unlock func()) {
-	r.mu.Lock()
-	l := r.locks[id]
-	if l == nil {
-		l = &idLock{}
-		r.locks[id] = l
-	}
-	l.refs++
-	r.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		r.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(r.locks, id)
-		}
-		r.mu.Unlock()
-	}
 }
 
 // dirSize is the apparent size of the regular files under root.

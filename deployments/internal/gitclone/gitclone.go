@@ -1,0 +1,305 @@
+// Package gitclone is the one clone of a job's repository that both runtimes
+// (deployments/process and deployments/container) use: the URL rules
+// (KEELSON_ALLOW_LOCAL_REPOS), the git environment, the pinning of a clone to
+// a public address (KEELSON_ALLOW_PRIVATE_REPO_HOSTS) and the fetch and
+// checkout steps. How a git command runs (its process group, its log) stays
+// with each runtime.
+package gitclone
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+)
+
+var (
+	shaPattern    = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
+	branchPattern = regexp.MustCompile(`^[A-Za-z0-9._/+@-]{1,255}$`)
+)
+
+// Source is a validated repository location.
+type Source struct {
+	URL    string // what git fetches from
+	Origin string // scheme://host[:port]/ for http(s), "" for local repos
+	Host   string // the URL's host name (no port) for network repos
+	Port   string // the URL's port, defaulted from the scheme
+	Local  bool
+}
+
+// ParseRepo validates a job's repository URL: https always; http://, file://
+// and absolute paths only when local repos are allowed.
+func ParseRepo(raw string, allowLocal bool) (Source, error) {
+	if raw == "" {
+		return Source{}, errors.New("repository URL is empty")
+	}
+	if strings.ContainsAny(raw, "\x00\r\n") {
+		return Source{}, errors.New("repository URL contains control characters")
+	}
+	if filepath.IsAbs(raw) {
+		if !allowLocal {
+			return Source{}, errors.New("local repository paths are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
+		}
+		return Source{URL: filepath.Clean(raw), Local: true}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Source{}, errors.New("repository URL is not supported; use https://")
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "https":
+		if u.Host == "" {
+			return Source{}, errors.New("repository URL has no host")
+		}
+		if u.User != nil {
+			return Source{}, errors.New("repository URL must not contain credentials; connect the code host instead")
+		}
+		return Source{URL: u.String(), Origin: "https://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), "443")}, nil
+	case "http":
+		// Plain http only in dev and test set-ups (a local git server), like file://.
+		if !allowLocal {
+			return Source{}, errors.New("http:// repositories are not allowed on this server; use https:// (KEELSON_ALLOW_LOCAL_REPOS=true allows http for development)")
+		}
+		if u.Host == "" {
+			return Source{}, errors.New("repository URL has no host")
+		}
+		if u.User != nil {
+			return Source{}, errors.New("repository URL must not contain credentials; connect the code host instead")
+		}
+		return Source{URL: u.String(), Origin: "http://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), "80")}, nil
+	case "file":
+		if !allowLocal {
+			return Source{}, errors.New("file:// repositories are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
+		}
+		if u.Host != "" && u.Host != "localhost" || !filepath.IsAbs(u.Path) {
+			return Source{}, errors.New("file:// repository URL must name an absolute local path")
+		}
+		return Source{URL: "file://" + filepath.Clean(u.Path), Local: true}, nil
+	default:
+		return Source{}, fmt.Errorf("repository URL scheme %q is not supported; use https://", u.Scheme)
+	}
+}
+
+func portOr(p, def string) string {
+	if p == "" {
+		return def
+	}
+	return p
+}
+
+// Policy is what a server allows a clone.
+type Policy struct {
+	AllowLocalRepos   bool   // http://, file:// and absolute paths (KEELSON_ALLOW_LOCAL_REPOS)
+	AllowPrivateHosts bool   // hosts on non-public addresses (KEELSON_ALLOW_PRIVATE_REPO_HOSTS)
+	CAFile            string // GIT_SSL_CAINFO when set
+	// LookupIP resolves repository hosts (a seam for tests); nil: the system resolver.
+	LookupIP func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Check validates the job's repository URL, branch and commit under p.
+func (p Policy) Check(job deployments.Job) (Source, error) {
+	src, err := ParseRepo(job.RepoURL, p.AllowLocalRepos)
+	if err != nil {
+		return Source{}, err
+	}
+	if job.Branch != "" && (!branchPattern.MatchString(job.Branch) || strings.HasPrefix(job.Branch, "-") ||
+		strings.Contains(job.Branch, "..")) {
+		return Source{}, fmt.Errorf("branch %q is not a valid branch name", job.Branch)
+	}
+	if job.CommitSHA != "" && !shaPattern.MatchString(job.CommitSHA) {
+		return Source{}, fmt.Errorf("commit %q is not a hexadecimal commit id", job.CommitSHA)
+	}
+	return src, nil
+}
+
+// Pin is the git config that keeps a clone of src on a public address (see
+// PinPublic), or none when the policy allows local repos or private hosts, or
+// src is local.
+func (p Policy) Pin(ctx context.Context, src Source) ([][2]string, error) {
+	if src.Local || p.AllowLocalRepos || p.AllowPrivateHosts {
+		return nil, nil
+	}
+	return PinPublic(ctx, src, p.LookupIP)
+}
+
+// Env is the whole environment of a git command: no inherited variables but
+// PATH=path, HOME=home and TMPDIR=tmp, no system or global config, no
+// credential helper, no prompt, and only the allowed transports. The
+// credential, if any, is an extra header scoped to the repository's origin,
+// passed as environment config (never argv). extra is more git config.
+func (p Policy) Env(path, home, tmp string, src Source, auth *deployments.GitAuth, extra ...[2]string) []string {
+	protocols := "https"
+	if p.AllowLocalRepos {
+		protocols = "https:http:file"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + home,
+		"TMPDIR=" + tmp,
+		"LC_ALL=C",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_ALLOW_PROTOCOL=" + protocols,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_ASKPASS=",
+		"SSH_ASKPASS=",
+	}
+	if p.CAFile != "" {
+		env = append(env, "GIT_SSL_CAINFO="+p.CAFile)
+	}
+	cfg := [][2]string{
+		{"credential.helper", ""},
+		{"core.hooksPath", "/dev/null"},
+		{"advice.detachedHead", "false"},
+		{"init.defaultBranch", "main"},
+		{"http.followRedirects", "initial"},
+	}
+	cfg = append(cfg, extra...)
+	if auth != nil && src.Origin != "" {
+		cfg = append(cfg, [2]string{"http." + src.Origin + ".extraHeader", "Authorization: Basic " + BasicToken(auth)})
+	}
+	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(cfg)))
+	for i, kv := range cfg {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	return env
+}
+
+// BasicToken is the base64 of an HTTP basic credential.
+func BasicToken(a *deployments.GitAuth) string {
+	return base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))
+}
+
+// Log is where a clone reports: System logs a runtime message, Tail returns
+// the last lines of git's output.
+type Log interface {
+	System(msg string)
+	Tail() string
+}
+
+// Fetch fetches the job's commit into <dir>/src (an empty directory: the
+// caller clears it) and returns the commit it checked out. git runs git with
+// args in dir with the clone's environment, its output logged; revParse runs
+// git -C src rev-parse HEAD the same way and returns its output.
+func Fetch(ctx context.Context, job deployments.Job, src Source, log Log,
+	git func(args ...string) error, revParse func() ([]byte, error)) (string, error) {
+	ref := "HEAD"
+	switch {
+	case job.CommitSHA != "":
+		ref = strings.ToLower(job.CommitSHA)
+	case job.Branch != "":
+		ref = "refs/heads/" + job.Branch
+	}
+	what := job.Branch
+	if what == "" {
+		what = "default branch"
+	}
+	if job.CommitSHA != "" {
+		what += " at " + job.CommitSHA
+	}
+	log.System(fmt.Sprintf("fetching %s (%s)", src.URL, what))
+	if err := git("init", "-q", "src"); err != nil {
+		return "", fmt.Errorf("git init: %w", err)
+	}
+	in := func(args ...string) []string { return append([]string{"-C", "src"}, args...) }
+	if err := git(in("remote", "add", "origin", src.URL)...); err != nil {
+		return "", fmt.Errorf("git remote add: %w", err)
+	}
+	fetchErr := git(in("fetch", "-q", "--depth", "1", "--no-tags", "origin", ref)...)
+	checkout := "FETCH_HEAD"
+	if fetchErr != nil && job.CommitSHA != "" && ctx.Err() == nil {
+		// Not every server lets a client want a bare commit (or an abbreviated
+		// one): fetch the branches and look for it.
+		log.System("the server did not serve the commit directly; fetching all branches")
+		fetchErr = git(in("fetch", "-q", "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*")...)
+		checkout = ref
+	}
+	if fetchErr != nil {
+		if ctx.Err() != nil {
+			return "", fetchErr
+		}
+		return "", fmt.Errorf("git fetch of %s (%s) failed: %w\n%s", src.URL, what, fetchErr, log.Tail())
+	}
+	if err := git(in("checkout", "-q", "--detach", checkout)...); err != nil {
+		return "", fmt.Errorf("git checkout %s: %w\n%s", checkout, err, log.Tail())
+	}
+	head, err := revParse()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse HEAD: %w", err)
+	}
+	commit := strings.TrimSpace(string(head))
+	if job.CommitSHA != "" && !strings.HasPrefix(commit, strings.ToLower(job.CommitSHA)) {
+		return "", fmt.Errorf("checked out %s, not the requested commit %s", commit, job.CommitSHA)
+	}
+	log.System("checked out commit " + commit)
+	return commit, nil
+}
+
+// PinPublic is the git config that keeps a clone on a public address: the
+// host is resolved once (with lookup; nil: the system resolver), every
+// address it resolves to must be public (not loopback, private, link-local,
+// CGNAT, unspecified or multicast: a repository URL must not reach into the
+// server's own network unless local repos or private hosts are allowed), and
+// git is pinned to the address checked (no DNS rebinding in between) with
+// redirects off (no hop to another host). A host that is an IP literal
+// (https://203.0.113.7/, https://[2001:db8::1]/) is checked but needs no pin:
+// curl connects to the literal without DNS, and its resolve list could not
+// even name an IPv6 literal host.
+func PinPublic(ctx context.Context, src Source, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) ([][2]string, error) {
+	if lookup == nil {
+		lookup = LookupIP
+	}
+	noRedirects := [2]string{"http.followRedirects", "false"}
+	if ip, err := netip.ParseAddr(src.Host); err == nil {
+		if !PublicAddr(ip.Unmap()) {
+			return nil, fmt.Errorf("repository host %s is a non-public address; only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", src.Host)
+		}
+		return [][2]string{noRedirects}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := lookup(rctx, src.Host)
+	if err != nil || len(addrs) == 0 {
+		return nil, fmt.Errorf("repository host %q does not resolve", src.Host)
+	}
+	for _, a := range addrs {
+		if !PublicAddr(a.Unmap()) {
+			return nil, fmt.Errorf("repository host %q resolves to a non-public address (%s); only public hosts can be cloned (KEELSON_ALLOW_PRIVATE_REPO_HOSTS=true allows others)", src.Host, a.Unmap())
+		}
+	}
+	return [][2]string{{"http.curloptResolve", ResolveEntry(src.Host, src.Port, addrs[0])}, noRedirects}, nil
+}
+
+// ResolveEntry is a curl resolve entry HOST:PORT:ADDRESS pinning a host name
+// to ip; curl wants an IPv6 address in brackets.
+func ResolveEntry(host, port string, ip netip.Addr) string {
+	ip = ip.Unmap()
+	text := ip.String()
+	if ip.Is6() {
+		text = "[" + text + "]"
+	}
+	return host + ":" + port + ":" + text
+}
+
+// LookupIP resolves host with the system resolver.
+func LookupIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// PublicAddr reports whether a is a public unicast address.
+func PublicAddr(a netip.Addr) bool {
+	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() &&
+		!a.IsLinkLocalUnicast() && !cgnat.Contains(a)
+}
