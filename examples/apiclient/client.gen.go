@@ -1173,8 +1173,12 @@ type Usage struct {
 
 	// PeriodStart Start of the current calendar month (UTC), when deployment counts reset
 	PeriodStart time.Time `json:"periodStart"`
-	Plan        UsagePlan `json:"plan"`
-	Projects    Quota     `json:"projects"`
+
+	// Plan The caller's account plan
+	Plan UsagePlan `json:"plan"`
+
+	// Projects Projects owned (not deleted) against maxProjects
+	Projects Quota `json:"projects"`
 }
 
 // UsagePlan defines model for UsagePlan.

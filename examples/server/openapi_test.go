@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,6 +71,9 @@ func TestOpenAPICheckersReject(t *testing.T) {
 	}
 	if errs := contractErrors([]byte(`{"openapi":"3.1.0","info":{"title":"x","version":"1"},"paths":{}}`)); len(errs) == 0 {
 		t.Error("contract checks accepted a document without servers, tags or description")
+	}
+	if errs := contractErrors([]byte(`{"openapi":"3.0.3","components":{"schemas":{"A":{"properties":{"b":{"$ref":"#/components/schemas/B","description":"x"}}}}}}`)); !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, "$ref with sibling") }) {
+		t.Errorf("contract checks accepted a 3.0 $ref with a sibling: %q", errs)
 	}
 	for _, name := range []string{"View", "CreateRequest", "CreateInBody", "CreateOutBody", "FireOutBody", "CreateInputBody", "PatchOutputBody"} {
 		if !genericSchemaName.MatchString(name) {
@@ -155,6 +159,26 @@ func contractErrors(doc []byte) []string {
 	var all any
 	_ = json.Unmarshal(doc, &all)
 	nullableArrays("#", all)
+	// In 3.0 a $ref's siblings are ignored (vacuum: no-$ref-siblings).
+	if top, _ := all.(map[string]any); strings.HasPrefix(fmt.Sprint(top["openapi"]), "3.0") {
+		var refSiblings func(where string, v any)
+		refSiblings = func(where string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				if _, ok := v["$ref"].(string); ok && len(v) > 1 {
+					out = append(out, where+": $ref with sibling keywords in a 3.0 document")
+				}
+				for k, c := range v {
+					refSiblings(where+"/"+k, c)
+				}
+			case []any:
+				for i, c := range v {
+					refSiblings(fmt.Sprintf("%s/%d", where, i), c)
+				}
+			}
+		}
+		refSiblings("#", all)
+	}
 	schema := func(name string) map[string]any {
 		var m map[string]any
 		_ = json.Unmarshal(d.Components.Schemas[name], &m)

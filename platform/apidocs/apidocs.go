@@ -16,7 +16,8 @@
 // The documents are Huma's, made acceptable to tools that read them strictly:
 // Huma's patternDescription keyword becomes the x-pattern-description
 // extension, a 3.0 schema keeps no 3.1-only keyword (contentMediaType,
-// contentEncoding, examples), and every tag an operation uses is declared.
+// contentEncoding, examples) and no sibling of a $ref (the $ref moves into an
+// allOf), and every tag an operation uses is declared.
 package apidocs
 
 import (
@@ -279,6 +280,13 @@ func walk(v any, v30, names bool) {
 					if v["type"] == "string" {
 						v["format"] = "binary"
 					}
+				}
+				// A 3.0 $ref has no siblings (they are ignored, and linters
+				// reject them): a field's description next to the $ref of its
+				// type moves into an allOf of that one $ref.
+				if ref, ok := v["$ref"].(string); ok && len(v) > 1 && strings.HasPrefix(ref, "#/components/schemas/") {
+					delete(v, "$ref")
+					v["allOf"] = []any{map[string]any{"$ref": ref}}
 				}
 				if ex, ok := v["examples"].([]any); ok && isSchema(v) {
 					delete(v, "examples")
