@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
@@ -95,21 +96,14 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	}
 	if a := r.apps[job.DeploymentID]; a != nil {
 		r.mu.Unlock()
-		select {
-		case <-a.ready:
-		case <-a.done:
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		}
-		switch {
-		case !closed(a.ready):
-			return "", fmt.Errorf("the app of deployment %s stopped while starting", job.DeploymentID)
-		case closed(a.done):
+		switch restart, err := lifecycle.Await(ctx, job.DeploymentID, a.ready, a.done); {
+		case err != nil:
+			return "", err
+		case restart:
 			r.forget(a)
 			return r.Start(ctx, job, logs)
-		default:
-			return a.getUpstream(), nil
 		}
+		return a.getUpstream(), nil
 	}
 	_, _, memMi := r.limits(job.Limits)
 	actx, acancel := context.WithCancel(context.WithoutCancel(r.base))
@@ -499,14 +493,5 @@ func (r *Runtime) forget(a *app) {
 	defer r.mu.Unlock()
 	if r.apps[a.id] == a {
 		delete(r.apps, a.id)
-	}
-}
-
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
+	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
@@ -553,16 +554,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		r.cfg.Logger.Warn("container: removing the build network", "err", err)
 	}
 	r.buildMu.Unlock()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ids))
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.Stop(ctx, id)
-		}()
-	}
-	wg.Wait()
+	errs := lifecycle.StopAll(ctx, ids, r.Stop)
 	if r.ownClient {
 		errs = append(errs, r.docker.Close())
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
@@ -84,21 +85,14 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	}
 	if a := r.apps[job.DeploymentID]; a != nil {
 		r.mu.Unlock()
-		select {
-		case <-a.ready:
-		case <-a.done:
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		}
-		switch {
-		case !closed(a.ready):
-			return "", fmt.Errorf("the app of deployment %s stopped while starting", job.DeploymentID)
-		case closed(a.done): // gave up after crashes: start it afresh
+		switch restart, err := lifecycle.Await(ctx, job.DeploymentID, a.ready, a.done); {
+		case err != nil:
+			return "", err
+		case restart:
 			r.forget(a)
 			return r.Start(ctx, job, logs)
-		default:
-			return a.upstream(), nil
 		}
+		return a.upstream(), nil
 	}
 	port, err := r.pickPortLocked(job.DeploymentID)
 	if err != nil {
@@ -453,13 +447,4 @@ func exitText(err error) string {
 		return exit.String()
 	}
 	return err.Error()
-}
-
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
+	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
 
@@ -360,16 +361,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ids))
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.Stop(ctx, id)
-		}()
-	}
-	wg.Wait()
+	errs := lifecycle.StopAll(ctx, ids, r.Stop)
 	// Cancelled builds end on their own; wait for their groups to be killed.
 	select {
 	case <-r.running.zero():

@@ -57,18 +57,14 @@ func ParseRepo(raw string, allowLocal bool) (Source, error) {
 		return Source{}, errors.New("repository URL is not supported; use https://")
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "https":
-		if u.Host == "" {
-			return Source{}, errors.New("repository URL has no host")
-		}
-		if u.User != nil {
-			return Source{}, errors.New("repository URL must not contain credentials; connect the code host instead")
-		}
-		return Source{URL: u.String(), Origin: "https://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), "443")}, nil
-	case "http":
-		// Plain http only in dev and test set-ups (a local git server), like file://.
-		if !allowLocal {
-			return Source{}, errors.New("http:// repositories are not allowed on this server; use https:// (KEELSON_ALLOW_LOCAL_REPOS=true allows http for development)")
+	case "https", "http":
+		scheme, port := strings.ToLower(u.Scheme), "443"
+		if scheme == "http" {
+			// Plain http only in dev and test set-ups (a local git server), like file://.
+			if !allowLocal {
+				return Source{}, errors.New("http:// repositories are not allowed on this server; use https:// (KEELSON_ALLOW_LOCAL_REPOS=true allows http for development)")
+			}
+			port = "80"
 		}
 		if u.Host == "" {
 			return Source{}, errors.New("repository URL has no host")
@@ -76,7 +72,7 @@ func ParseRepo(raw string, allowLocal bool) (Source, error) {
 		if u.User != nil {
 			return Source{}, errors.New("repository URL must not contain credentials; connect the code host instead")
 		}
-		return Source{URL: u.String(), Origin: "http://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), "80")}, nil
+		return Source{URL: u.String(), Origin: scheme + "://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), port)}, nil
 	case "file":
 		if !allowLocal {
 			return Source{}, errors.New("file:// repositories are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
