@@ -362,8 +362,19 @@ func killUntilGone(mode cgroupMode, tags, tagPrefixes []string, leaders []procSt
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	wait := 200 * time.Microsecond
+	settle := 0
 	for {
-		live := findMembers(allProcs(), tags, tagPrefixes, leaders, cgroups)
+		procs := allProcs()
+		live := findMembers(procs, tags, tagPrefixes, leaders, cgroups)
+		if len(live) == 0 && settle < 6 && execInFlight(procs, tags, tagPrefixes, leaders) {
+			// A process in the middle of execve shows an empty environment
+			// for a moment, so its tag cannot be read (a daemon that left the
+			// group and whose parent is already dead is found by nothing
+			// else): look again shortly before believing the group is gone.
+			settle++
+			time.Sleep(time.Millisecond << settle)
+			continue
+		}
 		if len(live) == 0 {
 			gone := true
 			for _, cg := range cgroups {
@@ -386,6 +397,35 @@ func killUntilGone(mode cgroupMode, tags, tagPrefixes []string, leaders []procSt
 		time.Sleep(wait)
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+}
+
+// execInFlight reports whether a live user process among procs, started no
+// earlier than the earliest leader (any, when tags are matched by prefix),
+// has an empty environment: one in the middle of execve, or one that
+// replaced its environment with nothing. Kernel threads are left out.
+func execInFlight(procs []procStat, tags, tagPrefixes []string, leaders []procStat) bool {
+	if len(tags) == 0 && len(tagPrefixes) == 0 {
+		return false
+	}
+	var minStart uint64
+	if len(tagPrefixes) == 0 {
+		for i, l := range leaders {
+			if i == 0 || l.start < minStart {
+				minStart = l.start
+			}
+		}
+	}
+	self := os.Getpid()
+	for _, p := range procs {
+		if p.pid == self || p.pid == 2 || p.ppid == 2 || p.state == 'Z' || p.state == 'X' || p.start < minStart {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+		if err == nil && len(b) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // findMembers returns the live processes among procs that carry one of tags
