@@ -966,6 +966,16 @@ func get(c *http.Client, url, tok string, want int, out any) error {
 }
 
 func call(c *http.Client, method, url, tok string, body any, want int, out any) error {
+	auth := ""
+	if tok != "" {
+		auth = "Bearer " + tok
+	}
+	return request(c, method, url, auth, body, func(status int) bool { return status == want }, out)
+}
+
+// request sends body as JSON with the Authorization header auth (none when
+// empty), checks the status with ok and decodes the answer into out.
+func request(c *http.Client, method, url, auth string, body any, ok func(status int) bool, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -978,8 +988,8 @@ func call(c *http.Client, method, url, tok string, body any, want int, out any) 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -990,8 +1000,8 @@ func call(c *http.Client, method, url, tok string, body any, want int, out any) 
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: status %d: %.200s", method, url, resp.StatusCode, raw)
+	if !ok(resp.StatusCode) {
+		return fmt.Errorf("%s %s: status %d: %.300s", method, url, resp.StatusCode, raw)
 	}
 	if out != nil {
 		return json.Unmarshal(raw, out)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -199,38 +198,10 @@ func pbGet(c *http.Client, url, tok string) ([]byte, error) {
 	return raw, nil
 }
 
+// pbCall calls PocketBase's REST API (its tokens go in Authorization as
+// they are); any 2xx status is success.
 func pbCall(c *http.Client, method, url, tok string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if tok != "" {
-		req.Header.Set("Authorization", tok)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: status %d: %.300s", method, url, resp.StatusCode, raw)
-	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
+	return request(c, method, url, tok, body, func(status int) bool { return status/100 == 2 }, out)
 }
 
 // peerRow measures the peer's list like GET /projects (same workers, same
