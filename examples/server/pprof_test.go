@@ -56,8 +56,18 @@ func TestPprofSetting(t *testing.T) {
 		t.Fatalf("pprof: %d %.200s", res.StatusCode, body)
 	}
 	stop()
-	if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
-		c.Close()
-		t.Fatal("pprof still listening after stop")
+	// The listener is closed: closing it again says so. (Dialing the port
+	// proves nothing: other parallel tests listen on 127.0.0.1:0 and the
+	// kernel may hand them the port just freed.)
+	if err := l.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("pprof listener still open after stop: Close() = %v", err)
+	}
+	// And whatever answers on that address now is not pprof.
+	if res, err := http.Get("http://" + l.Addr().String() + "/debug/pprof/goroutine?debug=1"); err == nil {
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(body), "goroutine profile:") {
+			t.Fatal("pprof still serving after stop")
+		}
 	}
 }

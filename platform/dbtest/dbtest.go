@@ -68,18 +68,7 @@ type shared struct {
 var pg shared
 
 // Main runs the package's tests and then stops the shared Postgres container.
-func Main(m *testing.M) {
-	code := m.Run()
-	if pg.admin != nil {
-		pg.admin.Close()
-	}
-	if pg.container != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = testcontainers.TerminateContainer(pg.container, testcontainers.StopContext(ctx))
-		cancel()
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { MainCheck(m, nil) }
 
 // SQLite returns a fresh SQLite database in t's temp dir with sets migrated.
 func SQLite(t testing.TB, sets ...db.MigrationSet) *bun.DB {
