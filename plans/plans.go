@@ -111,8 +111,8 @@ func (d Deps) withDefaults() Deps {
 
 // Service is the plans module: the store, the account-plan lookup and the routes.
 type Service struct {
-	d     Deps
-	stmts accountPlanStmts
+	d    Deps
+	stmt accountPlanStmt
 }
 
 // New returns the plans service. It returns an error for a bad Deps.

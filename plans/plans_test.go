@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/keelson-dev/keelson/plans"
@@ -383,6 +384,18 @@ func TestAccountPlans(t *testing.T) {
 		}
 		if p, _ := e.svc.AccountPlan(ctx, adminID); p.Name != "free-2" {
 			t.Fatalf("default after delete: %+v", p)
+		}
+		// An assignment whose plan row is gone (written behind the service's
+		// back) falls back to the default plan, as it did with two queries.
+		if _, err := bdb.ExecContext(ctx, "INSERT INTO plan_assignments (user_id, plan_id, assigned_at) VALUES (?, ?, ?)",
+			adminID, platform.NewID(), time.Now().UTC()); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := e.svc.AccountPlan(ctx, adminID); err != nil || p.Name != "free-2" {
+			t.Fatalf("dangling assignment: %+v %v", p, err)
+		}
+		if p, err := e.svc.AccountPlan(ctx, userID); err != nil || p.Name != "starter-2024" {
+			t.Fatalf("assigned after default moved: %+v %v", p, err)
 		}
 	})
 }

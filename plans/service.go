@@ -48,20 +48,13 @@ func (s *Service) PlanByName(ctx context.Context, name string) (*Plan, error) {
 // AccountPlan returns userID's account plan: the assigned one, else the
 // default FREE-tier plan. With no FREE-tier plan at all it answers 503.
 func (s *Service) AccountPlan(ctx context.Context, userID string) (*Plan, error) {
-	s.stmts.init(s.d.DB)
-	r, err := scanPlan(s.stmts.assigned.QueryRow(ctx, s.d.DB, userID))
-	if err == nil {
-		return r.toPlan(), nil
-	}
-	if err = translate(err); !isNotFound(err) {
-		return nil, wrap("account plan", err)
-	}
-	r, err = scanPlan(s.stmts.defaultPlan.QueryRow(ctx, s.d.DB))
+	s.stmt.init(s.d.DB)
+	r, err := scanPlan(s.stmt.stmt.QueryRow(ctx, s.d.DB, userID))
 	if err = translate(err); isNotFound(err) {
 		return nil, platform.Unavailable("no FREE-tier plan exists to be the default account plan; an admin must create one")
 	}
 	if err != nil {
-		return nil, wrap("default plan", err)
+		return nil, wrap("account plan", err)
 	}
 	return r.toPlan(), nil
 }

@@ -84,27 +84,28 @@ func planGetByName(ctx context.Context, idb bun.IDB, name string) (*planRow, err
 	return r, nil
 }
 
-// accountPlanStmts are AccountPlan's statements, prepared once: every
-// GET /projects of a project that follows its owner's plan reads it.
-type accountPlanStmts struct {
-	once        sync.Once
-	assigned    *db.Prepared // the plan assigned to a user
-	defaultPlan *db.Prepared // defaultPlan's query
+// accountPlanStmt is AccountPlan's statement, prepared once: every
+// GET /projects of a project that follows its owner's plan reads it. One
+// statement, one round trip: the plan of the user's assignment (when that plan
+// still exists), else the default plan (the oldest FREE-tier plan), both
+// chosen by primary-key lookup of a scalar subquery.
+type accountPlanStmt struct {
+	once sync.Once
+	stmt *db.Prepared
 }
 
-func (a *accountPlanStmts) init(idb bun.IDB) {
+func (a *accountPlanStmt) init(idb bun.IDB) {
 	a.once.Do(func() {
 		cols := "p.id, p.name, p.tier, p.max_projects, p.max_deployments, p.max_memory_mi, p.max_cpu_m, " +
 			"p.max_storage_gi, p.max_bandwidth_gb, p.build_timeout_mins, p.custom_domains, p.team_members, " +
 			"p.priority_builds, " + db.TimeColumn(idb, "p.created_at") + ", " + db.TimeColumn(idb, "p.updated_at")
-		a.assigned = db.NewPrepared("SELECT " + cols +
-			" FROM plans AS p JOIN plan_assignments AS pa ON pa.plan_id = p.id WHERE pa.user_id = ? LIMIT 1")
-		a.defaultPlan = db.NewPrepared("SELECT " + cols + " FROM plans AS p WHERE p.tier = '" + string(TierFree) +
-			"' ORDER BY p.created_at ASC, p.id ASC LIMIT 1")
+		a.stmt = db.NewPrepared("SELECT " + cols + " FROM plans AS p WHERE p.id = COALESCE(" +
+			"(SELECT pa.plan_id FROM plan_assignments AS pa JOIN plans AS ap ON ap.id = pa.plan_id WHERE pa.user_id = ?), " +
+			"(SELECT d.id FROM plans AS d WHERE d.tier = '" + string(TierFree) + "' ORDER BY d.created_at ASC, d.id ASC LIMIT 1))")
 	})
 }
 
-// scanPlan reads one row of accountPlanStmts' columns.
+// scanPlan reads one row of accountPlanStmt's columns.
 func scanPlan(row interface{ Scan(...any) error }) (*planRow, error) {
 	r := new(planRow)
 	var n [7]int64
