@@ -84,6 +84,18 @@ func (f UsageCheckerFunc) PlanInUse(ctx context.Context, planName string) (bool,
 	return f(ctx, planName)
 }
 
+// ChangeObserver hears of changes to what AccountPlan answers, after they
+// commit and before the request that made them answers (the host forwards
+// them to caches of other modules, such as the projects list). Across
+// replicas on Postgres the same changes are notified on ChangeChannel.
+type ChangeObserver interface {
+	// AccountPlanChanged: userID's account plan assignment changed.
+	AccountPlanChanged(userID string)
+	// PlansChanged: a plan was created, changed or deleted, which may change
+	// anyone's account plan (the default plan, a renamed plan).
+	PlansChanged()
+}
+
 // Deps are what the plans module needs.
 type Deps struct {
 	// DB holds the plans tables (see Migrations). Required.
@@ -93,6 +105,8 @@ type Deps struct {
 	// Usage answers whether projects use a plan. Optional: without it a plan
 	// in use by projects could be deleted, so hosts with projects must set it.
 	Usage UsageChecker
+	// Changes hears of every plan and assignment write. Optional.
+	Changes ChangeObserver
 	// Clock defaults to platform.SystemClock.
 	Clock platform.Clock
 	// Logger defaults to a logger that discards.

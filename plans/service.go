@@ -64,6 +64,7 @@ func (s *Service) AssignAccountPlan(ctx context.Context, userID, planID string) 
 	if !platform.ValidID(userID) {
 		return platform.Invalid("userId: must be a UUID")
 	}
+	defer s.accountPlanChanged(userID)
 	return db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := planGet(ctx, tx, planID); err != nil {
 			if isNotFound(err) {
@@ -143,6 +144,7 @@ func (s *Service) Create(ctx context.Context, in PlanInput) (*Plan, error) {
 	row := &planRow{ID: platform.NewID(), CreatedAt: now, UpdatedAt: now}
 	apply(row, in)
 	_, err := s.d.DB.NewInsert().Model(row).Exec(ctx)
+	s.plansChanged()
 	if err = translate(err); err != nil {
 		if isConflict(err) {
 			return nil, platform.Conflict(fmt.Sprintf("a plan named %q already exists", in.Name))
@@ -217,6 +219,7 @@ func (s *Service) Update(ctx context.Context, id string, p PlanPatch) (*Plan, er
 		}
 	}
 	var out *planRow
+	defer s.plansChanged()
 	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		if err := lockPlans(ctx, tx); err != nil {
 			return err
@@ -273,6 +276,7 @@ func (s *Service) Delete(ctx context.Context, id string) (*Plan, error) {
 		return nil, err
 	}
 	var deleted *planRow
+	defer s.plansChanged()
 	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		if err := lockPlans(ctx, tx); err != nil {
 			return err
@@ -342,6 +346,7 @@ func SeedPlans() []PlanInput {
 // created the plans. Replicas starting together seed once.
 func (s *Service) Seed(ctx context.Context) (bool, error) {
 	seeded := false
+	defer s.plansChanged()
 	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		if err := lockPlans(ctx, tx); err != nil {
 			return err
@@ -375,3 +380,18 @@ func (s *Service) Seed(ctx context.Context) (bool, error) {
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (PlanInput) SchemaName() string { return "CreatePlanRequest" }
 func (PlanPatch) SchemaName() string { return "UpdatePlanRequest" }
+
+// accountPlanChanged tells Deps.Changes that userID's assignment was written
+// (or may have been: it runs whether the write committed or not).
+func (s *Service) accountPlanChanged(userID string) {
+	if s.d.Changes != nil {
+		s.d.Changes.AccountPlanChanged(userID)
+	}
+}
+
+// plansChanged tells Deps.Changes that plans were written (or may have been).
+func (s *Service) plansChanged() {
+	if s.d.Changes != nil {
+		s.d.Changes.PlansChanged()
+	}
+}

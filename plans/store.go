@@ -52,7 +52,49 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex((*planRow)(nil), "plans_tier_created_idx", false, "tier", "created_at", "id"),
 			db.CreateIndex((*assignmentRow)(nil), "plan_assignments_plan_idx", false, "plan_id"),
 		),
+	}, {
+		// Postgres: tell every replica's caches of account plans (ChangeChannel).
+		ID: "0002_change_notify",
+		Up: changeTriggers,
 	}}}
+}
+
+// ChangeChannel is the Postgres channel on which the plans tables' triggers
+// name a user whose account plan assignment changed, or "*" after any write
+// to the plans themselves, from any process.
+const ChangeChannel = "keelson_plans_changed"
+
+// changeTriggers (Postgres only) notify ChangeChannel of every write to
+// plan_assignments (the user) and plans ("*").
+func changeTriggers(ctx context.Context, idb bun.IDB) error {
+	if !db.IsPostgres(idb) {
+		return nil
+	}
+	_, err := idb.ExecContext(ctx, `
+CREATE OR REPLACE FUNCTION keelson_plan_assignment_notify() RETURNS trigger AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		PERFORM pg_notify('`+ChangeChannel+`', OLD.user_id);
+	ELSE
+		PERFORM pg_notify('`+ChangeChannel+`', NEW.user_id);
+		IF TG_OP = 'UPDATE' AND OLD.user_id IS DISTINCT FROM NEW.user_id THEN
+			PERFORM pg_notify('`+ChangeChannel+`', OLD.user_id);
+		END IF;
+	END IF;
+	RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE FUNCTION keelson_plans_notify() RETURNS trigger AS $$
+BEGIN
+	PERFORM pg_notify('`+ChangeChannel+`', '*');
+	RETURN NULL;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS keelson_plan_assignment_change ON plan_assignments;
+CREATE TRIGGER keelson_plan_assignment_change AFTER INSERT OR UPDATE OR DELETE ON plan_assignments FOR EACH ROW
+	EXECUTE FUNCTION keelson_plan_assignment_notify();
+DROP TRIGGER IF EXISTS keelson_plans_change ON plans;
+CREATE TRIGGER keelson_plans_change AFTER INSERT OR UPDATE OR DELETE ON plans FOR EACH STATEMENT
+	EXECUTE FUNCTION keelson_plans_notify();`)
+	return err
 }
 
 func (r *planRow) toPlan() *Plan {

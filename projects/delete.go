@@ -30,12 +30,13 @@ func (s *Service) Delete(ctx context.Context, owner, id string) (*DeleteStatus, 
 			Set("status = ?", StatusDeleting).Set("error_message = ''").
 			Set("teardown_at = ?", now).Set("updated_at = ?", now).
 			Where("id = ? AND status IN (?, ?)", id, StatusActive, StatusFailed).Exec(ctx)
+		s.changed(owner)
 		if err != nil {
 			return nil, wrap("delete", err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			s.d.Logger.InfoContext(ctx, "project deletion started", "project_id", id, "owner_id", owner, "retry", row.Status == StatusFailed)
-			s.startTeardown(id)
+			s.startTeardown(id, owner)
 			return &DeleteStatus{ID: id, Status: StatusDeleting}, nil
 		}
 		// Someone else moved it on; answer what it is now.
@@ -80,13 +81,13 @@ func (s *Service) resumeIfAbandoned(row *projectRow) {
 		return
 	}
 	if row.TeardownAt.IsZero() || s.now().Sub(row.TeardownAt) > s.d.TeardownTimeout+time.Minute {
-		s.startTeardown(row.ID)
+		s.startTeardown(row.ID, row.OwnerID)
 	}
 }
 
-// startTeardown runs the teardown of id in the background unless one runs
-// already or the service is closing.
-func (s *Service) startTeardown(id string) {
+// startTeardown runs the teardown of owner's project id in the background
+// unless one runs already or the service is closing.
+func (s *Service) startTeardown(id, owner string) {
 	s.mu.Lock()
 	if s.closed || s.inflight[id] {
 		s.mu.Unlock()
@@ -102,12 +103,16 @@ func (s *Service) startTeardown(id string) {
 			delete(s.inflight, id)
 			s.mu.Unlock()
 		}()
-		s.runTeardown(id)
+		s.runTeardown(id, owner)
 	}()
 }
 
-func (s *Service) runTeardown(id string) {
+// runTeardown tears owner's project id down and records the outcome, then
+// invalidates owner's cached lists (its first write, the claim, changes
+// nothing a list shows; the outcome does).
+func (s *Service) runTeardown(id, owner string) {
 	log := s.d.Logger.With("project_id", id)
+	defer s.changed(owner)
 	// Claim the attempt: a new lease time tells other replicas it is alive.
 	if _, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).Set("teardown_at = ?", s.now()).
 		Where("id = ? AND status = ?", id, StatusDeleting).Exec(s.base); err != nil {

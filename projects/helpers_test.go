@@ -25,7 +25,9 @@ import (
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // Users of the test authenticator: the token is the user's name.
-var users = map[string]string{"alice": platform.NewID(), "bob": platform.NewID()}
+var users = map[string]string{"alice": platform.NewID(), "bob": platform.NewID(),
+	// The list cache's Postgres tests: notifications reach every schema.
+	"carol": platform.NewID(), "dave": platform.NewID()}
 
 // tokenAuth stands in for the auth module (built elsewhere; the reference
 // server's e2e tests use the real one).
@@ -156,6 +158,8 @@ type opts struct {
 	allowLocal  bool
 	regions     []string
 	deployments projects.DeploymentCounter
+	listCache   int64  // Deps.ListCacheBytes (0: the default, on)
+	planChannel string // Deps.PlanChannel
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} }
@@ -177,6 +181,7 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	e.svc, err = projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
 		Deployments: o.deployments, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
+		ListCacheBytes: o.listCache, PlanChannel: o.planChannel,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,11 @@ type projectOutput struct {
 	Body *Project
 }
 
+// listOutput's Body writes an encoded []*Project (listcache.go); the
+// operation's response schema says so (listResponses).
 type listOutput struct {
 	NextCursor string `header:"X-Next-Cursor" doc:"Cursor of the next page; empty when this is the last"`
-	Body       []*Project
+	Body       func(huma.Context)
 }
 
 type idInput struct {
@@ -73,19 +75,16 @@ func (s *Service) Register(api huma.API) error {
 		return &projectOutput{Body: p}, nil
 	})
 
-	huma.Register(api, op("list-projects", http.MethodGet, "/projects", "List the caller's projects",
-		"Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor."),
-		func(ctx context.Context, in *listInput) (*listOutput, error) {
-			after, err := platform.DecodeCursor(in.Cursor)
-			if err != nil {
-				return nil, platform.HTTPError(ctx, err)
-			}
-			ps, next, err := s.List(ctx, caller(ctx), ListParams{Status: in.Status, Limit: in.Size(), After: after})
-			if err != nil {
-				return nil, platform.HTTPError(ctx, err)
-			}
-			return &listOutput{NextCursor: next, Body: ps}, nil
-		})
+	list := op("list-projects", http.MethodGet, "/projects", "List the caller's projects",
+		"Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.")
+	list.Responses = listResponses(api)
+	huma.Register(api, list, func(ctx context.Context, in *listInput) (*listOutput, error) {
+		p, err := s.cachedList(ctx, caller(ctx), in)
+		if err != nil {
+			return nil, platform.HTTPError(ctx, err)
+		}
+		return &listOutput{NextCursor: p.next, Body: writePage(api, p.body)}, nil
+	})
 
 	huma.Register(api, op("get-project", http.MethodGet, "/projects/{id}", "Get a project",
 		"Another user's or a deleted project is 404."),

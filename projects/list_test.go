@@ -16,7 +16,8 @@ import (
 
 // listBench is an owner with 20 projects (SQLite), as in examples/bench's
 // GET /projects row.
-func listBench(b *testing.B) (*projects.Service, humatest.TestAPI) {
+// cacheBytes is Deps.ListCacheBytes (-1: the cache off).
+func listBench(b *testing.B, cacheBytes int64) (*projects.Service, humatest.TestAPI) {
 	bdb := dbtest.SQLite(b, sets()...)
 	sealer, _ := secret.New("bench-seal-key-0123456789abcdef")
 	_, api := humatest.New(quietTB{}, platform.APIConfig("bench", "1"))
@@ -25,7 +26,7 @@ func listBench(b *testing.B) (*projects.Service, humatest.TestAPI) {
 	plans.setAccount(users["alice"], "unlimited")
 	svc, err := projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans, Teardown: newTeardown(),
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), ListCacheBytes: cacheBytes,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -45,7 +46,7 @@ func listBench(b *testing.B) (*projects.Service, humatest.TestAPI) {
 // BenchmarkList measures the store read of GET /projects: one page of 20
 // projects through (*Service).List.
 func BenchmarkList(b *testing.B) {
-	svc, _ := listBench(b)
+	svc, _ := listBench(b, -1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -57,9 +58,10 @@ func BenchmarkList(b *testing.B) {
 }
 
 // BenchmarkListHTTP measures GET /projects through Huma (routing, the
-// handler, the store read and JSON encoding; the bearer check is a stub).
+// handler, the store read and JSON encoding; the bearer check is a stub),
+// with the list cache off.
 func BenchmarkListHTTP(b *testing.B) {
-	_, api := listBench(b)
+	_, api := listBench(b, -1)
 	b.ReportAllocs()
 	for b.Loop() {
 		if resp := api.Get("/projects", as("alice")); resp.Code != 200 {
@@ -68,14 +70,28 @@ func BenchmarkListHTTP(b *testing.B) {
 	}
 }
 
+// BenchmarkListHTTPCached is BenchmarkListHTTP answered from the list cache
+// (nothing changes between requests): routing, the handler, the cache
+// lookup and the write of the encoded page.
+func BenchmarkListHTTPCached(b *testing.B) {
+	_, api := listBench(b, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := api.Get("/projects", as("alice")); resp.Code != 200 || resp.Body.Len() < 1000 {
+			b.Fatalf("list: %d %s", resp.Code, resp.Body)
+		}
+	}
+}
+
 // Lists read through prepared statements see every write at once, from this
 // service or another one on the same database (another replica): a new
 // project, a settings change and a deletion show in the very next list, with
-// each filter combination (status, cursor, both).
+// each filter combination (status, cursor, both). The list cache is off here
+// (this is the read path under it; listcache_test.go covers the cache).
 func TestListSeesWritesAtOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
-		a, b := setup(t, bdb, opts{}), setup(t, bdb, opts{})
+		a, b := setup(t, bdb, opts{listCache: -1}), setup(t, bdb, opts{listCache: -1})
 		for _, e := range []*env{a, b} {
 			e.plans.setAccount(users["alice"], "starter")
 		}

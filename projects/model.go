@@ -91,6 +91,10 @@ func Migrations() db.MigrationSet {
 		// The maxProjects counter per owner (counts.go), filled from the rows.
 		ID: "0002_project_counts",
 		Up: db.Steps(db.CreateTables((*projectCountRow)(nil)), backfillCounts),
+	}, {
+		// Postgres: tell every replica's list cache (listcache.go).
+		ID: "0003_list_notify",
+		Up: listTriggers,
 	}}}
 }
 

@@ -30,6 +30,9 @@
 //     DELETED, failure FAILED with errorMessage, and DELETE again retries.
 //     Start resumes DELETING projects after a restart; delete-status resumes a
 //     teardown whose runner vanished (older than TeardownTimeout).
+//   - GET /projects answers from a cache of encoded pages per owner, exact:
+//     every write invalidates before it answers, across replicas on Postgres
+//     through LISTEN/NOTIFY (listcache.go says what the window is).
 package projects
 
 import (
@@ -40,6 +43,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
 
@@ -126,6 +130,14 @@ type Deps struct {
 	AllowLocalRepos bool
 	// TeardownTimeout bounds one teardown attempt. Default 10 minutes.
 	TeardownTimeout time.Duration
+	// ListCacheBytes bounds the encoded GET /projects pages kept (listcache.go).
+	// Default 16 MiB; negative turns the cache off.
+	ListCacheBytes int64
+	// PlanChannel is the Postgres channel on which the plans module names a
+	// user whose account plan changed, or "*" when any plan changed; the list
+	// cache listens on it. The host sets it when plans has such triggers; in
+	// process it calls AccountPlanChanged and PlansChanged.
+	PlanChannel string
 	// Clock defaults to platform.SystemClock.
 	Clock platform.Clock
 	// Logger defaults to a logger that discards. Values of env vars and
@@ -159,6 +171,9 @@ func (d Deps) withDefaults() Deps {
 	if d.TeardownTimeout <= 0 {
 		d.TeardownTimeout = 10 * time.Minute
 	}
+	if d.ListCacheBytes == 0 {
+		d.ListCacheBytes = 16 << 20
+	}
 	if d.Clock == nil {
 		d.Clock = platform.SystemClock{}
 	}
@@ -180,7 +195,12 @@ type Service struct {
 	closed   bool
 	wg       sync.WaitGroup
 
-	list listStmts // List's prepared statements
+	list  listStmts  // List's prepared statements
+	lists *listCache // GET /projects' encoded pages
+
+	// The list cache's Postgres listener, stopped by Close.
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
 }
 
 // New returns the projects service. It returns an error for a bad Deps.
@@ -189,22 +209,25 @@ func New(d Deps) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}}
+	s.lists = newListCache(s.d.ListCacheBytes, !db.IsPostgres(s.d.DB))
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // Start resumes the teardown of every DELETING project (the process may have
-// stopped in the middle of one). Call it once migrations have run.
+// stopped in the middle of one) and, on Postgres, starts the list cache's
+// listener. Call it once migrations have run.
 func (s *Service) Start(ctx context.Context) error {
-	var ids []string
-	err := s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("id").
-		Where("status = ?", StatusDeleting).Scan(ctx, &ids)
+	s.listen()
+	var rows []projectRow
+	err := s.d.DB.NewSelect().Model(&rows).Column("id", "owner_id").
+		Where("status = ?", StatusDeleting).Scan(ctx)
 	if err != nil {
 		return wrap("resume teardowns", err)
 	}
-	for _, id := range ids {
-		s.d.Logger.InfoContext(ctx, "resuming project teardown", "project_id", id)
-		s.startTeardown(id)
+	for _, r := range rows {
+		s.d.Logger.InfoContext(ctx, "resuming project teardown", "project_id", r.ID)
+		s.startTeardown(r.ID, r.OwnerID)
 	}
 	return nil
 }
@@ -225,6 +248,10 @@ func (s *Service) Close(ctx context.Context) error {
 		<-done
 	}
 	s.cancel()
+	if s.stopListen != nil {
+		s.stopListen()
+		s.listening.Wait()
+	}
 	s.list.close()
 	return nil
 }

@@ -107,6 +107,7 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 			_, err = tx.NewInsert().Model(row).Exec(ctx)
 			return err
 		})
+		s.changed(owner)
 		if err = db.Translate(err); isConflict(err) && attempt < 5 {
 			continue
 		}
@@ -328,6 +329,7 @@ func (s *Service) UpdateSettings(ctx context.Context, owner, id string, in Setti
 		Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
 			"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "updated_at").
 		Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
+	s.changed(owner)
 	if err != nil {
 		return nil, wrap("update settings", err)
 	}

@@ -84,7 +84,8 @@ type App struct {
 }
 
 // edges are the few cross-module dependencies that point at a module built
-// later: plans asks projects whether a plan is in use, projects asks
+// later: plans asks projects whether a plan is in use (and tells its list
+// cache of plan changes), projects asks
 // deployments to tear down and count, deployments asks codehost for clone
 // credentials. Every other edge follows the build order (each module gets
 // the services built before it). NewApp binds edges once, after every

@@ -9,13 +9,15 @@ import (
 // buildPlans builds the plans module (GET public, writes ADMIN) and seeds one
 // plan per tier on first start. Whether a plan is in use is answered by the
 // projects module, built after this one: the edge is bound in NewApp's
-// second phase.
+// second phase; so is the edge that tells the projects module's list cache
+// of plan and account plan changes (planChanges).
 func (a *App) buildPlans(ctx context.Context) error {
 	svc, err := plans.New(plans.Deps{
-		DB:     a.DB,
-		Auth:   a.Authn,
-		Logger: a.Log.With("module", "plans"),
-		Usage:  planUsage{a.edges},
+		DB:      a.DB,
+		Auth:    a.Authn,
+		Logger:  a.Log.With("module", "plans"),
+		Usage:   planUsage{a.edges},
+		Changes: planChanges{a.edges},
 	})
 	if err != nil {
 		return err
@@ -34,4 +36,21 @@ type planUsage struct{ e *edges }
 
 func (u planUsage) PlanInUse(ctx context.Context, name string) (bool, error) {
 	return u.e.projects.PlanInUse(ctx, name)
+}
+
+// planChanges forwards plans.ChangeObserver to the projects module, whose
+// cached lists show account plan names. (Other replicas hear of the same
+// changes through plans.ChangeChannel: projects.Deps.PlanChannel.)
+type planChanges struct{ e *edges }
+
+func (c planChanges) AccountPlanChanged(userID string) {
+	if c.e.projects != nil {
+		c.e.projects.AccountPlanChanged(userID)
+	}
+}
+
+func (c planChanges) PlansChanged() {
+	if c.e.projects != nil {
+		c.e.projects.PlansChanged()
+	}
 }
