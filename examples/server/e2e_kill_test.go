@@ -111,7 +111,7 @@ func (p *proc) kill() {
 func TestDeploymentSurvivesServerKill(t *testing.T) {
 	t.Parallel()
 	bin := buildServer(t)
-	data := t.TempDir()
+	data := testDataDir(t)
 	api, ingress := freeAddr(t), freeAddr(t)
 	env := []string{
 		"KEELSON_ADDR=" + api, "KEELSON_INGRESS_ADDR=" + ingress, "KEELSON_DATA_DIR=" + data,

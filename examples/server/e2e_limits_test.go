@@ -50,7 +50,7 @@ func serveApp(t *testing.T, mutate func(*Config)) (app *App, apiAddr, ingressAdd
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = testDataDir(t)
 	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
 	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
 	cfg.AllowLocalRepos = true

@@ -297,7 +297,7 @@ func TestScaleOutTemporalE2E(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.DataDir = t.TempDir()
+			cfg.DataDir = testDataDir(t)
 			cfg.Runtime = "process"
 			cfg.Engine, cfg.TemporalAddress = "temporal", srv.FrontendHostPort()
 			mutate(&cfg)

@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -48,7 +51,7 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = testDataDir(t)
 	cfg.DatabaseURL = dbURL
 	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
 	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
@@ -67,6 +70,36 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 	}
 	return startServerWith(t, cfg, ingressL)
 }
+
+// testDataDir returns a fresh data dir for a server under test whose Go build
+// cache (<data>/cache/go-build, what the process runtime gives every build as
+// GOCACHE) is the test runner's own GOCACHE. Without it each server's first Go
+// app build compiles the standard library again: about a minute of both cores
+// on this 2-core CI machine per server, the main cause of the e2e suites'
+// time and of their timeouts under load. Builds still run in full; only
+// compiled packages are shared (Go's cache is safe for concurrent builds).
+func testDataDir(t testing.TB) string {
+	t.Helper()
+	data := t.TempDir()
+	if gocache := runnerGOCACHE(); gocache != "" {
+		if err := os.MkdirAll(filepath.Join(data, "cache"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(gocache, filepath.Join(data, "cache", "go-build")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return data
+}
+
+// runnerGOCACHE is `go env GOCACHE` of the test runner ("" when off or unknown).
+var runnerGOCACHE = sync.OnceValue(func() string {
+	out, err := exec.Command("go", "env", "GOCACHE").Output()
+	if gc := strings.TrimSpace(string(out)); err == nil && gc != "off" && filepath.IsAbs(gc) {
+		return gc
+	}
+	return ""
+})
 
 // startServerWith starts a server on an explicit config (e.g. to restart one
 // over the same data dir and database).
