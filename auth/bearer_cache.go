@@ -2,17 +2,11 @@ package auth
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 )
 
 // bearerCache keeps, per user and session (refresh-token family), the bearer
@@ -161,117 +155,8 @@ CREATE TRIGGER keelson_auth_session_delete AFTER DELETE ON auth_refresh_tokens F
 	return err
 }
 
-// listenBearer runs until ctx ends: one listening session after another, the
-// cache bypassed between them. Retries back off from 1 s to 10 s while
-// Postgres does not answer.
-func (s *Service) listenBearer(ctx context.Context, bdb *bun.DB) {
-	wait := time.Second
-	for {
-		err := s.bearerSession(ctx, bdb)
-		wasLive := s.cache.live.Load()
-		s.cache.reset(false)
-		if ctx.Err() != nil {
-			return
-		}
-		if wasLive {
-			wait = time.Second
-		} else {
-			wait = min(2*wait, 10*time.Second)
-		}
-		s.log.Warn("bearer cache listener lost its connection; the cache is bypassed until it is back", "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
+// Invalidate drops the user a notification names (db.Invalidator).
+func (c *bearerCache) Invalidate(_, user string) { c.invalidate(user) }
 
-var errPingLost = errors.New("no ping came back")
-
-// bearerSession listens on one connection. The cache serves once the
-// session's first ping came back (so LISTEN is in force: nothing committed
-// after it can be missed). A ping is sent every bearerPingEvery; hearing none
-// back for bearerPingTimeout ends the session (a connection lost without an
-// error), which empties and bypasses the cache.
-func (s *Service) bearerSession(ctx context.Context, bdb *bun.DB) error {
-	ln := pgdriver.NewListener(bdb)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		_ = ln.Close() // unblocks Receive
-		wg.Wait()
-	}()
-	s.log.Debug("bearer cache listener connecting")
-	if err := ln.Listen(ctx, bearerChannel); err != nil {
-		return err
-	}
-	s.log.Debug("bearer cache listener: LISTEN sent")
-	payloads := make(chan string, 1024)
-	recvErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			_, p, err := ln.Receive(ctx)
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case payloads <- p:
-			default:
-				recvErr <- errors.New("notification buffer overflowed")
-				return
-			}
-		}
-	}()
-	// LISTEN is only sent, not awaited: a ping may commit before it is in
-	// force and never come back. So a ping goes out on every tick, and any of
-	// this session's pings coming back proves the LISTEN (and the connection).
-	nonce := "ping:" + platform.NewID() + ":"
-	seq := 0
-	ping := func() error {
-		seq++
-		_, err := bdb.ExecContext(ctx, "SELECT pg_notify(?, ?)", bearerChannel, fmt.Sprint(nonce, seq))
-		return err
-	}
-	heard := time.Now() // the last pong (the session's start before the first)
-	if err := ping(); err != nil {
-		return err
-	}
-	s.log.Debug("bearer cache listener: first ping sent")
-	tick := time.NewTicker(s.bearerPingEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-recvErr:
-			return err
-		case <-tick.C:
-			if time.Since(heard) > s.bearerPingTimeout {
-				return errPingLost
-			}
-			if err := ping(); err != nil {
-				return err
-			}
-		case p := <-payloads:
-			if strings.HasPrefix(p, nonce) {
-				heard = time.Now()
-				if !s.cache.live.Load() {
-					s.cache.reset(true)
-					s.log.Debug("bearer cache listener: live")
-				}
-				continue
-			}
-			if strings.HasPrefix(p, "ping:") {
-				continue // another replica's
-			}
-			s.cache.invalidate(p)
-		}
-	}
-}
+// Reset empties the cache and sets whether it may serve (db.Invalidator).
+func (c *bearerCache) Reset(live bool) { c.reset(live) }

@@ -202,11 +202,9 @@ type Service struct {
 	mq      *mailQueue
 	bearer  bearerStmt
 
-	cache             *bearerCache
-	bearerPingEvery   time.Duration // how often the Postgres listener proves its connection
-	bearerPingTimeout time.Duration // a ping not back by then ends the listening session
-	stopListen        context.CancelFunc
-	listening         sync.WaitGroup
+	cache      *bearerCache
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -228,9 +226,7 @@ func New(d Deps) (*Service, error) {
 		admins:  map[string]bool{},
 		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 		// On Postgres the cache serves only once Start's listener is proven.
-		cache:             newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
-		bearerPingEvery:   2 * time.Second,
-		bearerPingTimeout: 5 * time.Second,
+		cache: newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
 	}
 	for _, e := range d.AdminEmails {
 		n, _ := normalizeEmail(e)
@@ -250,7 +246,8 @@ func (s *Service) Start(context.Context) error {
 		s.listening.Add(1)
 		go func() {
 			defer s.listening.Done()
-			s.listenBearer(ctx, bdb)
+			// Triggers on auth_users and auth_refresh_tokens name the user.
+			db.Listen(ctx, bdb, s.cache, db.ListenConfig{Channels: []string{bearerChannel}, Logger: s.log})
 		}()
 	}
 	return nil

@@ -41,8 +41,8 @@ type ListenConfig struct {
 // be missed), and every notification other than a ping is passed to
 // Invalidate. A session ends, and the cache is bypassed, when the connection
 // fails or a ping goes unanswered for PingTimeout. Retries back off from 1 s
-// to 10 s while Postgres does not answer. It is the pattern of the auth
-// module's bearer cache.
+// to 10 s while Postgres does not answer. The auth module's bearer cache
+// and the projects list cache use it.
 func Listen(ctx context.Context, bdb *bun.DB, c Invalidator, cfg ListenConfig) {
 	if cfg.PingEvery <= 0 {
 		cfg.PingEvery = 2 * time.Second
