@@ -16,6 +16,13 @@ func Migrations() db.MigrationSet {
 				db.CreateIndex((*LogLine)(nil), "deployment_logs_ts_idx", false, "deployment_id", "ts"),
 				db.CreateIndex((*usage)(nil), "deployment_usage_owner_idx", false, "owner_id", "month"),
 			),
+		}, {
+			// The Temporal engine's per-owner build slots (BuildSlot).
+			ID: "0002_build_slots",
+			Up: db.Steps(
+				db.CreateTables((*BuildSlot)(nil)),
+				db.CreateIndex((*BuildSlot)(nil), "deployment_build_slots_owner_idx", false, "owner_id"),
+			),
 		}},
 	}
 }

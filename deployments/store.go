@@ -196,10 +196,13 @@ func (s *Store) DeploymentRequestCancel(ctx context.Context, id string) error {
 	return db.Translate(err)
 }
 
-// DeploymentDelete removes the deployment and its log lines. Deleting an absent one is not an error.
+// DeploymentDelete removes the deployment, its log lines and its build slot. Deleting an absent one is not an error.
 func (s *Store) DeploymentDelete(ctx context.Context, id string) error {
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewDelete().Model((*LogLine)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*BuildSlot)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
 		_, err := tx.NewDelete().Model((*Deployment)(nil)).Where("id = ?", id).Exec(ctx)

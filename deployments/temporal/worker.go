@@ -1,11 +1,13 @@
 package temporal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/keelson-dev/keelson/deployments"
@@ -25,6 +27,22 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Options are passed to the SDK's worker (concurrency, identity, ...).
 	Options worker.Options
+	// PerUser caps one owner's deployments running at once, across every
+	// worker, when Shares is nil or fails. Default 2.
+	PerUser int
+	// Shares gives each owner's cap (from their plan); optional.
+	Shares Shares
+	// SlotLease is how long a build slot counts as held before the worker
+	// that finds its owner at the cap asks Temporal whether the holder's
+	// workflow still runs (a terminated one never released it). Default 1m.
+	SlotLease time.Duration
+}
+
+// Shares says how many deployments an owner may run at once (the reference
+// server answers from the owner's account plan). The priority the embedded
+// engine also reads is not used: Temporal's task queue has no order to change.
+type Shares interface {
+	BuildShare(ctx context.Context, ownerID string) (max int, priority bool, err error)
 }
 
 // WorkerStore is what a worker reads and writes of the deployments directly
@@ -33,6 +51,9 @@ type WorkerStore interface {
 	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
 	DeploymentListByProject(ctx context.Context, projectID string) ([]*deployments.Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
+	BuildSlotAcquire(ctx context.Context, id, owner string, limit int, lease time.Duration) (bool, []deployments.BuildSlot, error)
+	BuildSlotRenew(ctx context.Context, id string, until time.Time) error
+	BuildSlotRelease(ctx context.Context, id string) error
 }
 
 // Worker runs deployment workflows and their activities. It polls two task
@@ -65,7 +86,8 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	}
 	host, _ := os.Hostname()
 	hostQueue := fmt.Sprintf("%s/worker/%s-%d-%s", taskQueue, host, os.Getpid(), uuid.NewString()[:8])
-	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log}
+	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log,
+		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute)}
 
 	shared := worker.New(c, taskQueue, cfg.Options)
 	shared.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
@@ -76,6 +98,9 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	reg(shared, a.finish, activityFinish)
 	reg(shared, a.release, activityRelease)
 	reg(shared, a.signalRelease, activitySignalRelease)
+	// Run as local activities by the workflow worker (see waitForSlot).
+	reg(shared, a.acquireSlot, activityAcquireSlot)
+	reg(shared, a.releaseSlot, activityReleaseSlot)
 
 	hostOpts := cfg.Options
 	hostOpts.DisableWorkflowWorker = true

@@ -27,6 +27,8 @@ const (
 	activityFinish        = "keelson.deployment.finish"
 	activityRelease       = "keelson.deployment.release"
 	activitySignalRelease = "keelson.deployment.signalRelease"
+	activityAcquireSlot   = "keelson.deployment.acquireSlot"
+	activityReleaseSlot   = "keelson.deployment.releaseSlot"
 )
 
 // Error types of non-retryable application errors raised by the activities.
@@ -44,6 +46,9 @@ type Input struct {
 	BuildTimeout time.Duration
 	// Timeouts tune the activities; zero fields take the defaults.
 	Timeouts Timeouts
+	// SlotNoted is set when the deployment's log already says it waits for
+	// its owner's share (a run continued as new while waiting).
+	SlotNoted bool `json:",omitempty"`
 }
 
 // Timeouts of the deployment activities. The zero value takes the defaults.
@@ -106,6 +111,8 @@ type State struct {
 	ErrorMessage string `json:"errorMessage,omitempty"`
 	// Released is set once a LIVE deployment's app was stopped (replaced or deleted).
 	Released bool `json:"released,omitempty"`
+
+	slot bool // the deployment may hold a build slot: ending releases it
 }
 
 // BuildResult is what the BUILD activity returns.
@@ -119,9 +126,11 @@ type DNSResult struct {
 	Superseded []string
 }
 
-// Workflow runs one deployment: BUILD on any worker, then PROVISION and DNS on
-// the worker that built it (its workspace and app are local to it), then waits,
-// LIVE, until SignalRelease or cancellation tells it to stop the app. Every
+// Workflow runs one deployment: once it holds one of its owner's build slots
+// (it waits QUEUED while the owner's share is in use, see slots.go), BUILD on
+// any worker, then PROVISION and DNS on the worker that built it (its
+// workspace and app are local to it); LIVE, it gives the slot back and waits
+// until SignalRelease or cancellation tells it to stop the app. Every
 // database change is made by the activities (deployments.Activities), so the
 // stored row is the same as with the embedded engine.
 //
@@ -137,6 +146,17 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		return *st, err
 	}
 	log := workflow.GetLogger(ctx)
+
+	// Wait for one of the owner's build slots (see slots.go).
+	if workflow.GetVersion(ctx, versionBuildSlots, workflow.DefaultVersion, 1) >= 1 {
+		if err := st.waitForSlot(ctx, &in); err != nil {
+			var can *workflow.ContinueAsNewError
+			if errors.As(err, &can) {
+				return st.clone(), err
+			}
+			return st.finish(ctx, t, err)
+		}
+	}
 
 	for round := 1; ; round++ {
 		st.Round = round
@@ -189,6 +209,7 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 			if err == nil {
 				st.end(ctx, deployments.StepSucceeded)
 				st.Status = deployments.StatusLive
+				st.releaseSlot(ctx)
 				return st.live(ctx, t, dr)
 			}
 		}
@@ -251,7 +272,9 @@ func (st *State) finish(ctx workflow.Context, t Timeouts, cause error) (State, e
 	// A cancelled workflow's context is done: record the end on a disconnected one.
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if err := st.runCleanup(dctx, t, activityFinish, FinishInput{DeploymentID: st.DeploymentID, Cancelled: cancelled, Message: msg}); err != nil {
+	err := st.runCleanup(dctx, t, activityFinish, FinishInput{DeploymentID: st.DeploymentID, Cancelled: cancelled, Message: msg})
+	st.releaseSlot(dctx) // after Finish stopped what the deployment ran
+	if err != nil {
 		return st.clone(), err
 	}
 	if cancelled {

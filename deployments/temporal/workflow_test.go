@@ -34,6 +34,7 @@ type fixture struct {
 	projects *deploytest.Projects
 	project  string
 	slug     string
+	shares   Shares // the workers' build shares; nil: 2 each
 }
 
 func newFixture(t *testing.T, store *deployments.Store) *fixture {
@@ -94,14 +95,23 @@ func (f *fixture) testEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
 	env.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
-	a := &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog()}
+	a := f.activities()
 	for name, fn := range map[string]any{
 		activityBuild: a.build, activityProvision: a.provision, activityConfigureDNS: a.configureDNS,
 		activityFinish: a.finish, activityRelease: a.release, activitySignalRelease: a.signalRelease,
+		activityAcquireSlot: a.acquireSlot, activityReleaseSlot: a.releaseSlot,
 	} {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 	return env
+}
+
+// activities are the worker's activities over the fixture, with the
+// fixture's build shares (the default of 2 when f.shares is nil). Slot leases
+// outlast the test: no holder's workflow is looked up (there is no client).
+func (f *fixture) activities() *activities {
+	return &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog(),
+		perUser: 2, shares: f.shares, lease: time.Hour}
 }
 
 var testTimeouts = Timeouts{Heartbeat: time.Second, HostPickup: 5 * time.Second}
@@ -211,8 +221,7 @@ func TestWorkflowWorkerLostDuringProvisionRebuilds(t *testing.T) {
 		if calls == 1 {
 			return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
 		}
-		a := &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog()}
-		return a.provision(ctx, id)
+		return f.activities().provision(ctx, id)
 	})
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalRelease, nil) }, time.Hour)
 	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
