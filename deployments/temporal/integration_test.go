@@ -56,6 +56,10 @@ type cluster struct {
 	engine   *Engine
 	svc      *deployments.Service
 	queue    string
+	// shares and slotLease are the build shares and slot lease of the
+	// workers startWorker starts (nil, 0: the defaults).
+	shares    Shares
+	slotLease time.Duration
 }
 
 func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
@@ -85,7 +89,7 @@ func (c *cluster) startWorker(t *testing.T, rt deployments.Runtime) (stop func()
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: logs, Runtime: rt, Projects: c.projects})
 	require.NoError(t, err)
 	w, err := NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store,
-		Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
+		Shares: c.shares, SlotLease: c.slotLease, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	var once sync.Once
