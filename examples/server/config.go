@@ -96,7 +96,7 @@ type Config struct {
 	BuildLogMaxMB    int // KEELSON_BUILD_LOG_MAX_MB (default 50)
 	AppLogMaxLines   int // KEELSON_APP_LOG_MAX_LINES: newest app lines kept (default 10000)
 	// BuildsPerUser is KEELSON_BUILDS_PER_USER: deployments one owner runs at
-	// once on the local engine (twice that on a priorityBuilds plan). Default 2.
+	// once, on either engine (twice that on a priorityBuilds plan). Default 2.
 	BuildsPerUser int
 	// LogRetention is KEELSON_LOG_RETENTION: logs of deployments that ended
 	// FAILED or CANCELLED longer ago are deleted (hourly; SQLite gives the

@@ -154,7 +154,7 @@ var settings = []setting{
 		doc:   "logs of deployments that ended FAILED or CANCELLED longer ago are deleted (at start, then hourly; a duration such as `720h`, or days such as `30d`); LIVE deployments keep theirs. SQLite databases run in `auto_vacuum=INCREMENTAL` mode and give the freed pages back (`PRAGMA incremental_vacuum`); a database created before this mode is rewritten once (`VACUUM`) at the first start, which takes a while on a large file",
 		parse: duration(func(c *Config) *time.Duration { return &c.LogRetention })},
 	{name: "KEELSON_BUILDS_PER_USER", def: strconv.Itoa(DefaultBuildsPerUser),
-		doc:   "deployments one owner runs at once on the local engine (of the server's 4); an owner whose account plan has `priorityBuilds` gets twice as many and is picked first. A deployment past its owner's share stays `QUEUED` with a log line saying so; one waiting for a free slot logs its position",
+		doc:   "deployments one owner runs at once: on the local engine (of the server's 4), and on the Temporal engine across every worker; an owner whose account plan has `priorityBuilds` gets twice as many (and, on the local engine, is picked first). A deployment past its owner's share stays `QUEUED` with a log line saying so; one waiting for a free slot of the local engine logs its position",
 		parse: number(func(c *Config) *int { return &c.BuildsPerUser })},
 }
 

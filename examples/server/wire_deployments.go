@@ -260,9 +260,9 @@ func (d dockerRuntime) Close(ctx context.Context) error {
 	return errors.Join(d.Runtime.Close(ctx), d.docker.Close())
 }
 
-// buildShares gives the local engine each owner's share of the build slots
-// from their account plan: KEELSON_BUILDS_PER_USER at once, twice that and
-// picked first on a plan with priorityBuilds.
+// buildShares gives the engines each owner's share of the build slots from
+// their account plan: KEELSON_BUILDS_PER_USER at once, twice that on a plan
+// with priorityBuilds (the local engine also picks those owners first).
 type buildShares struct {
 	plans *plans.Service
 	per   int // KEELSON_BUILDS_PER_USER or its default
