@@ -64,7 +64,10 @@ type cluster struct {
 
 func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
 	t.Helper()
-	c := &cluster{srv: srv, projects: projects, queue: "keelson-test-" + platform.NewID()[:8]}
+	// The random end of an ID: its start is the time, the same for clusters
+	// made at once (parallel subtests), whose workers would share the queue.
+	id := platform.NewID()
+	c := &cluster{srv: srv, projects: projects, queue: "keelson-test-" + id[len(id)-12:]}
 	tc := dial(t, srv)
 	var err error
 	// The API side's activities stop apps through their workflows (ControlRuntime).
