@@ -44,9 +44,9 @@ func (s *Store) BuildSlotAcquire(ctx context.Context, id, owner string, limit in
 				return err
 			}
 		}
-		active := tx.NewSelect().Model((*Deployment)(nil)).Column("id").Where("status IN (?)", bun.In(inWorkflow))
 		if _, err := tx.NewDelete().Model((*BuildSlot)(nil)).Where("owner_id = ?", owner).
-			Where("deployment_id NOT IN (?)", active).Exec(ctx); err != nil {
+			Where("NOT EXISTS (SELECT 1 FROM deployments AS d WHERE d.id = ?TableAlias.deployment_id AND d.status IN (?))",
+				bun.In(inWorkflow)).Exec(ctx); err != nil {
 			return err
 		}
 		if err := tx.NewSelect().Model(&held).Where("owner_id = ?", owner).

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -164,4 +166,49 @@ func (f *fixture) owner(t *testing.T) string {
 	spec, err := f.projects.ProjectForDeploy(context.Background(), f.project)
 	require.NoError(t, err)
 	return spec.OwnerID
+}
+
+// TestBuildSlotAcquireIsAtomic: many deployments of one owner asking for a
+// slot at once (as workers on several machines do) get no more than the
+// owner's share; on Postgres they really run at once, on pooled connections.
+func TestBuildSlotAcquireIsAtomic(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		f := newFixture(t, deployments.NewStore(bdb))
+		const n, share = 16, 3
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = f.queue(t).ID
+		}
+		owner := f.owner(t)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var granted []string
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, _, err := f.store.BuildSlotAcquire(context.Background(), id, owner, share, time.Hour)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					mu.Lock()
+					granted = append(granted, id)
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Len(t, granted, share)
+		require.ElementsMatch(t, granted, slotsOf(t, bdb))
+	})
 }
