@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
 
@@ -26,12 +27,9 @@ type projectCountRow struct {
 // live, in which case it answers the QUOTA_EXCEEDED 403. One statement, so
 // concurrent creates of one owner serialise on the counter row (Postgres row
 // lock, SQLite's single writer) and cannot both take the last slot.
-func takeSlot(ctx context.Context, tx bun.Tx, owner string, plan *Plan) error {
+func (s *Service) takeSlot(ctx context.Context, tx bun.Tx, owner string, plan *Plan) error {
 	var live int
-	err := tx.QueryRowContext(ctx, `INSERT INTO project_counts (owner_id, live) VALUES (?, 1)
-ON CONFLICT (owner_id) DO UPDATE SET live = project_counts.live + 1
-WHERE ? <= 0 OR project_counts.live < ?
-RETURNING live`, owner, plan.MaxProjects, plan.MaxProjects).Scan(&live)
+	err := s.create.take.QueryRowTx(ctx, s.d.DB, tx, owner, plan.MaxProjects, plan.MaxProjects).Scan(&live)
 	if err == nil {
 		return nil
 	}
@@ -57,5 +55,53 @@ WHERE live > 0 AND owner_id = (SELECT owner_id FROM projects WHERE id = ?)`, id)
 func backfillCounts(ctx context.Context, idb bun.IDB) error {
 	_, err := idb.ExecContext(ctx, `INSERT INTO project_counts (owner_id, live)
 SELECT owner_id, COUNT(*) FROM projects WHERE status <> ? GROUP BY owner_id`, StatusDeleted)
+	return err
+}
+
+// createStmts are the statements of Create's transaction (the quota slot,
+// the slug check, the insert), prepared once: bun interpolates arguments into
+// a statement's text, which SQLite then parses again on every create, under
+// its write lock.
+type createStmts struct {
+	take, slug, insert *db.Prepared
+}
+
+func newCreateStmts() createStmts {
+	return createStmts{
+		take: db.NewPrepared(`INSERT INTO project_counts (owner_id, live) VALUES (?, 1)
+ON CONFLICT (owner_id) DO UPDATE SET live = project_counts.live + 1
+WHERE ? <= 0 OR project_counts.live < ?
+RETURNING live`),
+		// The status literal keeps the partial index projects_slug_live_key usable.
+		slug: db.NewPrepared(`SELECT COUNT(*) FROM projects WHERE slug = ? AND status <> '` + StatusDeleted + `'`),
+		insert: db.NewPrepared(`INSERT INTO projects (id, owner_id, name, slug, repo_url, repo_key, framework, port,
+is_private, auto_deploy, auto_deploy_branch, codehost_repository_id, webhook_secret, region, plan_name, env_vars,
+start_command, build_command, status, error_message, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	}
+}
+
+// prepare prepares the statements (before Create's transaction: see
+// db.Prepared.Prepare).
+func (c *createStmts) prepare(ctx context.Context, bdb *bun.DB) error {
+	for _, st := range []*db.Prepared{c.take, c.slug, c.insert} {
+		if err := st.Prepare(ctx, bdb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *createStmts) close() {
+	for _, st := range []*db.Prepared{c.take, c.slug, c.insert} {
+		_ = st.Close()
+	}
+}
+
+// insertProject inserts row (a new project: no teardown, not deleted).
+func (c *createStmts) insertProject(ctx context.Context, bdb *bun.DB, tx bun.Tx, r *projectRow) error {
+	_, err := c.insert.ExecTx(ctx, bdb, tx, r.ID, r.OwnerID, r.Name, r.Slug, r.RepoURL, r.RepoKey, r.Framework, r.Port,
+		r.IsPrivate, r.AutoDeploy, r.AutoDeployBranch, r.CodehostRepositoryID, r.WebhookSecret, r.Region, r.PlanName, r.EnvVars,
+		r.StartCommand, r.BuildCommand, r.Status, r.ErrorMessage, db.TimeArg(bdb, r.CreatedAt), db.TimeArg(bdb, r.UpdatedAt))
 	return err
 }

@@ -195,8 +195,9 @@ type Service struct {
 	closed   bool
 	wg       sync.WaitGroup
 
-	list  listStmts  // List's prepared statements
-	lists *listCache // GET /projects' encoded pages
+	list   listStmts   // List's prepared statements
+	create createStmts // Create's
+	lists  *listCache  // GET /projects' encoded pages
 
 	// The list cache's Postgres listener, stopped by Close.
 	stopListen context.CancelFunc
@@ -208,7 +209,7 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}}
+	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}, create: newCreateStmts()}
 	s.lists = newListCache(s.d.ListCacheBytes, !db.IsPostgres(s.d.DB))
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -253,6 +254,7 @@ func (s *Service) Close(ctx context.Context) error {
 		s.listening.Wait()
 	}
 	s.list.close()
+	s.create.close()
 	return nil
 }
 

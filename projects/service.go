@@ -79,6 +79,9 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	if err != nil {
 		return nil, wrap("account plan", err)
 	}
+	if err := s.create.prepare(ctx, s.d.DB); err != nil {
+		return nil, wrap("prepare", err)
+	}
 	sealedHook := ""
 	if in.WebhookSecret != "" {
 		if sealedHook, err = s.d.Sealer.Seal(in.WebhookSecret); err != nil {
@@ -98,14 +101,13 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	// lock we do not hold) is a unique violation: retry with a new suffix.
 	for attempt := 0; ; attempt++ {
 		err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-			if err := takeSlot(ctx, tx, owner, plan); err != nil {
+			if err := s.takeSlot(ctx, tx, owner, plan); err != nil {
 				return err
 			}
-			if row.Slug, err = freeSlug(ctx, tx, base, attempt > 0); err != nil {
+			if row.Slug, err = s.freeSlug(ctx, tx, base, attempt > 0); err != nil {
 				return err
 			}
-			_, err = tx.NewInsert().Model(row).Exec(ctx)
-			return err
+			return s.create.insertProject(ctx, s.d.DB, tx, row)
 		})
 		s.changed(owner)
 		if err = db.Translate(err); isConflict(err) && attempt < 5 {
@@ -127,15 +129,14 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 
 // freeSlug returns base if no live project has it, else base with a random
 // suffix that no live project has.
-func freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuffix bool) (string, error) {
+func (s *Service) freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuffix bool) (string, error) {
 	cand := base
 	if forceSuffix {
 		cand = slugWithSuffix(base)
 	}
 	for i := 0; i < 10; i++ {
-		n, err := tx.NewSelect().Model((*projectRow)(nil)).
-			Where("slug = ? AND status <> ?", cand, StatusDeleted).Count(ctx)
-		if err != nil {
+		var n int
+		if err := s.create.slug.QueryRowTx(ctx, s.d.DB, tx, cand).Scan(&n); err != nil {
 			return "", err
 		}
 		if n == 0 {

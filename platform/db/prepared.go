@@ -13,7 +13,7 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// Prepared is one SQL statement of a hot read path, prepared once on a
+// Prepared is one SQL statement of a hot path, prepared once on a
 // *bun.DB and run through database/sql with bound arguments. bun interpolates
 // arguments into the statement's text, so the database parses every bun query
 // again (on SQLite a large share of a small read's CPU); a Prepared is parsed
@@ -71,6 +71,59 @@ func (p *Prepared) QueryRow(ctx context.Context, bdb *bun.DB, dest ...any) *Row 
 		return &Row{err: err}
 	}
 	return &Row{row: st.QueryRowContext(ctx, dest...)}
+}
+
+// Prepare prepares the statement on bdb now, for ExecTx and QueryRowTx (a
+// no-op once prepared, and on Postgres, where those do not use it). Call it
+// before the transaction: on SQLite the transaction holds the one
+// connection, which preparing inside it would wait for forever.
+func (p *Prepared) Prepare(ctx context.Context, bdb *bun.DB) error {
+	if IsPostgres(bdb) {
+		return nil
+	}
+	_, err := p.get(ctx, bdb)
+	return err
+}
+
+// inTx is the statement, prepared by Prepare, for tx: on SQLite (one
+// connection) the statement already prepared on that connection.
+func (p *Prepared) inTx(ctx context.Context, tx bun.Tx) (*sql.Stmt, error) {
+	p.mu.Lock()
+	st := p.stmt
+	p.mu.Unlock()
+	if st == nil {
+		return nil, errors.New("db: a Prepared run in a transaction must be prepared before it (Prepare)")
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// ExecTx runs the statement in tx, a transaction of bdb. On SQLite the
+// statement Prepare prepared is reused on the transaction's connection. On
+// Postgres the transaction may hold a connection the statement was never
+// prepared on, where preparing would cost a round trip per transaction:
+// bun runs the query text with its arguments, as any bun query.
+func (p *Prepared) ExecTx(ctx context.Context, bdb *bun.DB, tx bun.Tx, args ...any) (sql.Result, error) {
+	if IsPostgres(bdb) {
+		return tx.ExecContext(ctx, p.query, args...)
+	}
+	st, err := p.inTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryRowTx runs the statement in tx, a transaction of bdb, for one row
+// (see ExecTx and QueryRow).
+func (p *Prepared) QueryRowTx(ctx context.Context, bdb *bun.DB, tx bun.Tx, args ...any) *Row {
+	if IsPostgres(bdb) {
+		return &Row{row: tx.QueryRowContext(ctx, p.query, args...)}
+	}
+	st, err := p.inTx(ctx, tx)
+	if err != nil {
+		return &Row{err: err}
+	}
+	return &Row{row: st.QueryRowContext(ctx, args...)}
 }
 
 // Row is the result of QueryRow.

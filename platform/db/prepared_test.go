@@ -91,3 +91,60 @@ func BenchmarkParseStoredTime(b *testing.B) {
 		}
 	}
 }
+
+// ExecTx and QueryRowTx run in a transaction, on SQLite (whose one
+// connection the transaction holds) the statement Prepare prepared before
+// it; a rollback undoes their writes. Unprepared, they fail on SQLite
+// instead of waiting for the connection.
+func TestPreparedInTx(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, []db.MigrationSet{widgets(t.Name())}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		ins := db.NewPrepared("INSERT INTO widgets (id, name, created_at) VALUES (?, ?, ?)")
+		count := db.NewPrepared("SELECT count(*) FROM widgets WHERE name LIKE ?")
+		defer ins.Close()
+		defer count.Close()
+		if !db.IsPostgres(bdb) {
+			err := db.InTx(ctx, bdb, func(ctx context.Context, tx bun.Tx) error {
+				_, err := ins.ExecTx(ctx, bdb, tx, "00000000-0000-4000-8000-000000000009", "x", db.TimeArg(bdb, time.Now()))
+				return err
+			})
+			if err == nil {
+				t.Fatal("ExecTx before Prepare: no error")
+			}
+		}
+		for _, st := range []*db.Prepared{ins, count} {
+			if err := st.Prepare(ctx, bdb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		insert := func(id string, rollback bool) {
+			err := db.InTx(ctx, bdb, func(ctx context.Context, tx bun.Tx) error {
+				if _, err := ins.ExecTx(ctx, bdb, tx, id, "tx-"+id, db.TimeArg(bdb, time.Now())); err != nil {
+					return err
+				}
+				var n int
+				if err := count.QueryRowTx(ctx, bdb, tx, "tx-%").Scan(&n); err != nil {
+					return err
+				}
+				if n == 0 {
+					t.Error("the transaction does not see its own insert")
+				}
+				if rollback {
+					return errors.New("roll back")
+				}
+				return nil
+			})
+			if (err != nil) != rollback {
+				t.Fatalf("insert %s (rollback %v): %v", id, rollback, err)
+			}
+		}
+		insert("00000000-0000-4000-8000-000000000010", false)
+		insert("00000000-0000-4000-8000-000000000011", true)
+		insert("00000000-0000-4000-8000-000000000012", false)
+		var n int
+		if err := count.QueryRow(ctx, bdb, "tx-%").Scan(&n); err != nil || n != 2 {
+			t.Fatalf("rows after two commits and a rollback: %d, %v; want 2", n, err)
+		}
+	})
+}
