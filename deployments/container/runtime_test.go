@@ -131,7 +131,7 @@ func newRepo(t testing.TB, files map[string]string) string {
 
 func goJob(repo string) deployments.Job {
 	return deployments.Job{
-		DeploymentID: platform.NewID(), ProjectID: platform.NewID(), ProjectSlug: "app" + platform.NewID()[:8],
+		DeploymentID: platform.NewID(), ProjectID: platform.NewID(), ProjectSlug: "app" + platformtest.Unique(8),
 		RepoURL: repo, Framework: "go",
 		Env: []deployments.EnvVar{
 			{Key: "API_TOKEN", Value: "tok-s3cret-value-42", Secret: true},
@@ -279,7 +279,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 func TestBuildTimeoutLeavesNothingRunning(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	marker := "keelson-timeout-" + strings.ToLower(platform.NewID()[:8])
+	marker := "keelson-timeout-" + platformtest.Unique(8)
 	job := goJob(newRepo(t, map[string]string{
 		"Dockerfile": "FROM " + e.cfg.Images.Static + "\nRUN echo " + marker + " && sleep 600\n",
 	}))
@@ -345,7 +345,7 @@ func TestStaticSymlinkServesNothingOfTheHost(t *testing.T) {
 func TestEngineErrorsInPlainWords(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	job := goJob(newRepo(t, map[string]string{"Dockerfile": "FROM keelson-test/no-such-image-" + strings.ToLower(platform.NewID()[:8]) + ":1\n"}))
+	job := goJob(newRepo(t, map[string]string{"Dockerfile": "FROM keelson-test/no-such-image-" + platformtest.Unique(8) + ":1\n"}))
 	job.Framework = "docker"
 	_, err := e.rt.Build(ctx, job, &sink{})
 	require.Error(t, err)

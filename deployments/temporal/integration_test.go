@@ -233,7 +233,7 @@ func TestTemporalDeploymentRunsToLive(t *testing.T) {
 	srv := temporaltest.StartDevServer(t)
 	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
 		projects := deploytest.NewProjects()
-		slug := "live-" + platform.NewID()[:8]
+		slug := "live-" + platformtest.Unique(8)
 		spec := goSpec(goAppRepo(t, "v1"), slug)
 		pid := projects.Add(spec)
 		c := newCluster(t, srv, bdb, projects)
@@ -293,7 +293,7 @@ func TestTemporalCancelMidBuild(t *testing.T) {
 	bdb := dbtest.SQLite(t, deployments.Migrations())
 	projects := deploytest.NewProjects()
 	pidFile := filepath.Join(t.TempDir(), "build.pid")
-	spec := goSpec(goAppRepo(t, "v1"), "cancel-"+platform.NewID()[:8])
+	spec := goSpec(goAppRepo(t, "v1"), "cancel-"+platformtest.Unique(8))
 	spec.BuildCommand = "echo build is running; echo $$ > " + pidFile + "; exec sleep 600"
 	pid := projects.Add(spec)
 	c := newCluster(t, srv, bdb, projects)
@@ -402,7 +402,7 @@ func TestTemporalWorkerKilledMidBuild(t *testing.T) {
 	require.NoError(t, db.Migrate(ctx, bdb, deployments.Migrations()))
 
 	projects := deploytest.NewProjects()
-	spec := deployments.DeploySpec{OwnerID: platform.NewID(), Slug: "kill-" + platform.NewID()[:8],
+	spec := deployments.DeploySpec{OwnerID: platform.NewID(), Slug: "kill-" + platformtest.Unique(8),
 		RepoURL: "https://example.test/app.git", Framework: "go", Region: "local"}
 	pid := projects.Add(spec)
 	c := newCluster(t, srv, bdb, projects)

@@ -39,7 +39,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, store *deployments.Store) *fixture {
 	t.Helper()
-	f := &fixture{store: store, rt: deploytest.NewRuntime(), projects: deploytest.NewProjects(), slug: "app-" + platform.NewID()[:8]}
+	f := &fixture{store: store, rt: deploytest.NewRuntime(), projects: deploytest.NewProjects(), slug: "app-" + platformtest.Unique(8)}
 	f.logs = deployments.NewLogs(store, deployments.LogsConfig{})
 	t.Cleanup(f.logs.Close)
 	f.project = f.projects.Add(deployments.DeploySpec{

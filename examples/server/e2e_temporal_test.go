@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
-	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // The scaled-out form (README "Scaling out"): Temporal runs the deployments,
@@ -29,7 +29,7 @@ import (
 func scaleOut(t *testing.T, temporalAddr string) (a, b, worker *testServer) {
 	t.Helper()
 	dbURL := dbtest.PostgresURL(t)
-	queue := "keelson-e2e-" + platform.NewID()[:8]
+	queue := "keelson-e2e-" + platformtest.Unique(8)
 	role := func(r string) func(*Config) {
 		return func(c *Config) {
 			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", temporalAddr, queue, r

@@ -5,6 +5,8 @@ package platformtest
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"sync"
 	"testing"
@@ -63,4 +65,14 @@ func CaptureLogs() (*slog.Logger, *SyncBuffer) {
 func CaptureTextLogs() (*slog.Logger, *SyncBuffer) {
 	buf := &SyncBuffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// Unique returns n random lowercase hex digits (n <= 32) for names that must
+// not collide between tests running at once: queues, slugs, container
+// markers. (platform.NewID()[:8] is not that: a UUIDv7 starts with the time,
+// the same for about a minute.)
+func Unique(n int) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])[:n]
 }
