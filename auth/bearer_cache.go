@@ -2,8 +2,6 @@ package auth
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -24,87 +22,11 @@ import (
 // wrote); until the listener has proven its connection with a ping of its own
 // the cache serves nothing, and it is emptied and bypassed whenever the
 // connection fails or a ping goes unanswered.
-type bearerCache struct {
-	max int // entries; <= 0 disables the cache
+type bearerCache = db.ExactCache[string, bearerRow] // user id -> family -> row
 
-	mu    sync.RWMutex
-	gen   uint64
-	n     int
-	users map[string]map[string]bearerRow // user id -> family -> row
-
-	live atomic.Bool // may serve and store (SQLite: always; Postgres: while the listener is proven)
-}
-
+// newBearerCache keeps at most max sessions.
 func newBearerCache(max int, live bool) *bearerCache {
-	c := &bearerCache{max: max, users: map[string]map[string]bearerRow{}}
-	c.live.Store(live && max > 0)
-	return c
-}
-
-func (c *bearerCache) get(user, fam string) (bearerRow, bool) {
-	if !c.live.Load() {
-		return bearerRow{}, false
-	}
-	c.mu.RLock()
-	r, ok := c.users[user][fam]
-	c.mu.RUnlock()
-	return r, ok
-}
-
-// begin returns the generation to pass to put after reading the database.
-func (c *bearerCache) begin() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.gen
-}
-
-// put stores r unless anything was invalidated since begin returned gen.
-func (c *bearerCache) put(gen uint64, user, fam string, r bearerRow) {
-	if !c.live.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gen != gen || !c.live.Load() {
-		return
-	}
-	if c.n >= c.max {
-		c.clearLocked()
-	}
-	m := c.users[user]
-	if m == nil {
-		m = map[string]bearerRow{}
-		c.users[user] = m
-	}
-	if _, ok := m[fam]; !ok {
-		c.n++
-	}
-	m[fam] = r
-}
-
-// invalidate drops every session of user.
-func (c *bearerCache) invalidate(user string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
-	if m, ok := c.users[user]; ok {
-		c.n -= len(m)
-		delete(c.users, user)
-	}
-}
-
-// reset empties the cache and sets whether it may serve.
-func (c *bearerCache) reset(live bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.clearLocked()
-	c.live.Store(live && c.max > 0)
-}
-
-func (c *bearerCache) clearLocked() {
-	c.gen++
-	c.n = 0
-	clear(c.users)
+	return db.NewExactCache[string, bearerRow](int64(max), nil, live)
 }
 
 // bearerChannel is the Postgres channel on which the triggers name a user
@@ -118,24 +40,8 @@ func bearerTriggers(ctx context.Context, idb bun.IDB) error {
 		return nil
 	}
 	_, err := idb.ExecContext(ctx, `
-CREATE OR REPLACE FUNCTION keelson_auth_user_notify() RETURNS trigger AS $$
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('`+bearerChannel+`', OLD.id);
-	ELSE
-		PERFORM pg_notify('`+bearerChannel+`', NEW.id);
-	END IF;
-	RETURN NULL;
-END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE FUNCTION keelson_auth_session_notify() RETURNS trigger AS $$
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('`+bearerChannel+`', OLD.user_id);
-	ELSE
-		PERFORM pg_notify('`+bearerChannel+`', NEW.user_id);
-	END IF;
-	RETURN NULL;
-END $$ LANGUAGE plpgsql;
+`+db.NotifyFunction("keelson_auth_user_notify", bearerChannel, "id")+`
+`+db.NotifyFunction("keelson_auth_session_notify", bearerChannel, "user_id")+`
 DROP TRIGGER IF EXISTS keelson_auth_user_update ON auth_users;
 CREATE TRIGGER keelson_auth_user_update AFTER UPDATE ON auth_users FOR EACH ROW
 	WHEN (OLD.email IS DISTINCT FROM NEW.email OR OLD.email_verified IS DISTINCT FROM NEW.email_verified
@@ -154,9 +60,3 @@ CREATE TRIGGER keelson_auth_session_delete AFTER DELETE ON auth_refresh_tokens F
 	EXECUTE FUNCTION keelson_auth_session_notify();`)
 	return err
 }
-
-// Invalidate drops the user a notification names (db.Invalidator).
-func (c *bearerCache) Invalidate(_, user string) { c.invalidate(user) }
-
-// Reset empties the cache and sets whether it may serve (db.Invalidator).
-func (c *bearerCache) Reset(live bool) { c.reset(live) }

@@ -150,7 +150,7 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 	// The email and its verification make the role: after the commit, before the answer.
 	defer func() {
 		if user != "" {
-			s.cache.invalidate(user)
+			s.cache.InvalidateOwner(user)
 		}
 	}()
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {

@@ -149,7 +149,7 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 	if err != nil {
 		return err
 	}
-	defer s.cache.invalidate(rr.UserID) // after the commit, before the answer
+	defer s.cache.InvalidateOwner(rr.UserID) // after the commit, before the answer
 	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
 		res, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
@@ -215,7 +215,7 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		}
 	}
 	if newEmail != "" {
-		defer s.cache.invalidate(userID) // other sessions end: after the commit, before the answer
+		defer s.cache.InvalidateOwner(userID) // other sessions end: after the commit, before the answer
 	}
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()

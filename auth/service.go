@@ -357,7 +357,7 @@ func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) 
 // Delete accounts through it: on SQLite a row deleted by hand is not seen by
 // the bearer cache (on Postgres the triggers tell every replica either way).
 func (s *Service) DeleteUser(ctx context.Context, id platform.ID) error {
-	defer s.cache.invalidate(id) // after the commit, before the answer
+	defer s.cache.InvalidateOwner(id) // after the commit, before the answer
 	res, err := s.db.NewDelete().Model((*userRow)(nil)).Where("id = ?", id).Exec(ctx)
 	if err != nil {
 		return db.Translate(err)

@@ -71,9 +71,9 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	if err != nil {
 		return platform.Principal{}, err
 	}
-	r, ok := s.cache.get(c.Subject, c.Fam)
+	r, ok := s.cache.Get(c.Subject, c.Fam)
 	if !ok || r.sessionVer != c.SV {
-		gen := s.cache.begin()
+		gen := s.cache.Begin()
 		r, err = s.lookupBearer(ctx, c.Subject, c.Fam)
 		if errors.Is(err, sql.ErrNoRows) {
 			return platform.Principal{}, errBadToken
@@ -84,7 +84,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 		if r.sessionVer != c.SV {
 			return platform.Principal{}, errBadToken
 		}
-		s.cache.put(gen, c.Subject, c.Fam, r)
+		s.cache.Put(gen, c.Subject, c.Fam, r)
 	}
 	// ADMIN is derived per request from the verified email, as in toUser.
 	role := platform.RoleUser
@@ -197,7 +197,7 @@ func (s *Service) Refresh(ctx context.Context, raw string) (TokenPair, error) {
 	case err != nil:
 		return TokenPair{}, err
 	case reusedUser != "":
-		s.cache.invalidate(reusedUser)
+		s.cache.InvalidateOwner(reusedUser)
 		s.log.WarnContext(ctx, "refresh token reused; its session is revoked", "user_id", reusedUser)
 		return TokenPair{}, errBadRefresh
 	}
@@ -221,7 +221,7 @@ func (s *Service) RevokeSession(ctx context.Context, userID platform.ID, raw str
 		}
 		return err
 	}
-	defer s.cache.invalidate(rt.UserID)
+	defer s.cache.InvalidateOwner(rt.UserID)
 	return revokeFamily(ctx, s.db, rt.FamilyID, s.now())
 }
 

@@ -71,18 +71,7 @@ func changeTriggers(ctx context.Context, idb bun.IDB) error {
 		return nil
 	}
 	_, err := idb.ExecContext(ctx, `
-CREATE OR REPLACE FUNCTION keelson_plan_assignment_notify() RETURNS trigger AS $$
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('`+ChangeChannel+`', OLD.user_id);
-	ELSE
-		PERFORM pg_notify('`+ChangeChannel+`', NEW.user_id);
-		IF TG_OP = 'UPDATE' AND OLD.user_id IS DISTINCT FROM NEW.user_id THEN
-			PERFORM pg_notify('`+ChangeChannel+`', OLD.user_id);
-		END IF;
-	END IF;
-	RETURN NULL;
-END $$ LANGUAGE plpgsql;
+`+db.NotifyFunction("keelson_plan_assignment_notify", ChangeChannel, "user_id")+`
 CREATE OR REPLACE FUNCTION keelson_plans_notify() RETURNS trigger AS $$
 BEGIN
 	PERFORM pg_notify('`+ChangeChannel+`', '*');

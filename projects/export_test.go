@@ -2,4 +2,4 @@ package projects
 
 // ListCacheLive reports whether s's list cache may serve (on Postgres: once
 // its listener has proven its connection).
-func ListCacheLive(s *Service) bool { return s.lists.live.Load() }
+func ListCacheLive(s *Service) bool { return s.lists.Live() }

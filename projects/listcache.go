@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
-	"sync"
-	"sync/atomic"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
@@ -40,16 +38,7 @@ import (
 // the listener has proven its connection with a ping of its own the cache
 // serves nothing, and it is emptied and bypassed whenever the connection
 // fails or a ping goes unanswered.
-type listCache struct {
-	max int64 // bytes of bodies; <= 0 disables the cache
-
-	mu     sync.RWMutex
-	gen    uint64
-	size   int64
-	owners map[string]map[listQuery]listPage
-
-	live atomic.Bool // may serve and store (SQLite: always; Postgres: while the listener is proven)
-}
+type listCache = db.ExactCache[listQuery, listPage]
 
 // listQuery is what a page depends on besides its owner.
 type listQuery struct {
@@ -64,102 +53,9 @@ type listPage struct {
 	next string
 }
 
+// newListCache bounds the cache by max bytes of bodies.
 func newListCache(max int64, live bool) *listCache {
-	c := &listCache{max: max, owners: map[string]map[listQuery]listPage{}}
-	c.live.Store(live && max > 0)
-	return c
-}
-
-func (c *listCache) get(owner string, q listQuery) (listPage, bool) {
-	if !c.live.Load() {
-		return listPage{}, false
-	}
-	c.mu.RLock()
-	p, ok := c.owners[owner][q]
-	c.mu.RUnlock()
-	return p, ok
-}
-
-// begin returns the generation to pass to put before reading the database.
-func (c *listCache) begin() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.gen
-}
-
-// put stores p unless anything was invalidated since begin returned gen.
-func (c *listCache) put(gen uint64, owner string, q listQuery, p listPage) {
-	n := int64(len(p.body))
-	if !c.live.Load() || n > c.max {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gen != gen || !c.live.Load() {
-		return
-	}
-	for o := range c.owners { // map order: a random owner goes first
-		if c.size+n <= c.max {
-			break
-		}
-		c.dropLocked(o)
-	}
-	m := c.owners[owner]
-	if m == nil {
-		m = map[listQuery]listPage{}
-		c.owners[owner] = m
-	}
-	if old, ok := m[q]; ok {
-		c.size -= int64(len(old.body))
-	}
-	m[q] = p
-	c.size += n
-}
-
-func (c *listCache) dropLocked(owner string) {
-	for _, p := range c.owners[owner] {
-		c.size -= int64(len(p.body))
-	}
-	delete(c.owners, owner)
-}
-
-// invalidate drops every page of owner.
-func (c *listCache) invalidate(owner string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
-	c.dropLocked(owner)
-}
-
-// invalidateAll drops every page.
-func (c *listCache) invalidateAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.clearLocked()
-}
-
-// Invalidate drops what a notification names: an owner, or "*" for all
-// (db.Invalidator).
-func (c *listCache) Invalidate(_, payload string) {
-	if payload == "*" {
-		c.invalidateAll()
-		return
-	}
-	c.invalidate(payload)
-}
-
-// Reset empties the cache and sets whether it may serve (db.Invalidator).
-func (c *listCache) Reset(live bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.clearLocked()
-	c.live.Store(live && c.max > 0)
-}
-
-func (c *listCache) clearLocked() {
-	c.gen++
-	c.size = 0
-	clear(c.owners)
+	return db.NewExactCache[listQuery, listPage](max, func(p listPage) int64 { return int64(len(p.body)) }, live)
 }
 
 // ListChannel is the Postgres channel on which the projects table's triggers
@@ -173,18 +69,7 @@ func listTriggers(ctx context.Context, idb bun.IDB) error {
 		return nil
 	}
 	_, err := idb.ExecContext(ctx, `
-CREATE OR REPLACE FUNCTION keelson_projects_list_notify() RETURNS trigger AS $$
-BEGIN
-	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('`+ListChannel+`', OLD.owner_id);
-	ELSE
-		PERFORM pg_notify('`+ListChannel+`', NEW.owner_id);
-		IF TG_OP = 'UPDATE' AND OLD.owner_id IS DISTINCT FROM NEW.owner_id THEN
-			PERFORM pg_notify('`+ListChannel+`', OLD.owner_id);
-		END IF;
-	END IF;
-	RETURN NULL;
-END $$ LANGUAGE plpgsql;
+`+db.NotifyFunction("keelson_projects_list_notify", ListChannel, "owner_id")+`
 DROP TRIGGER IF EXISTS keelson_projects_list_change ON projects;
 CREATE TRIGGER keelson_projects_list_change AFTER INSERT OR UPDATE OR DELETE ON projects FOR EACH ROW
 	EXECUTE FUNCTION keelson_projects_list_notify();`)
@@ -193,7 +78,7 @@ CREATE TRIGGER keelson_projects_list_change AFTER INSERT OR UPDATE OR DELETE ON 
 
 // listen keeps the cache exact across replicas (Postgres) until Close.
 func (s *Service) listen() {
-	if !db.IsPostgres(s.d.DB) || s.lists.max <= 0 || s.stopListen != nil {
+	if !db.IsPostgres(s.d.DB) || !s.lists.Enabled() || s.stopListen != nil {
 		return
 	}
 	channels := []string{ListChannel}
@@ -211,25 +96,25 @@ func (s *Service) listen() {
 
 // changed invalidates owner's cached pages; every write to owner's projects
 // calls it after the write (committed or not) and before answering.
-func (s *Service) changed(owner string) { s.lists.invalidate(owner) }
+func (s *Service) changed(owner string) { s.lists.InvalidateOwner(owner) }
 
 // AccountPlanChanged drops userID's cached lists: the planName of projects
 // following the account plan may have changed. The host calls it after an
 // account plan assignment commits, before that request answers.
-func (s *Service) AccountPlanChanged(userID string) { s.lists.invalidate(userID) }
+func (s *Service) AccountPlanChanged(userID string) { s.lists.InvalidateOwner(userID) }
 
 // PlansChanged drops every cached list: a plan was created, changed or
 // deleted, which may rename or move anyone's account plan.
-func (s *Service) PlansChanged() { s.lists.invalidateAll() }
+func (s *Service) PlansChanged() { s.lists.InvalidateAll() }
 
 // cachedList answers GET /projects for owner: from the cache, or read,
 // encoded and stored.
 func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (listPage, error) {
 	q := listQuery{status: in.Status, cursor: in.Cursor, size: in.Size()}
-	if p, ok := s.lists.get(owner, q); ok {
+	if p, ok := s.lists.Get(owner, q); ok {
 		return p, nil
 	}
-	gen := s.lists.begin()
+	gen := s.lists.Begin()
 	after, err := platform.DecodeCursor(in.Cursor)
 	if err != nil {
 		return listPage{}, err
@@ -245,7 +130,7 @@ func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (
 		return listPage{}, err
 	}
 	p := listPage{body: b.Bytes(), next: next}
-	s.lists.put(gen, owner, q, p)
+	s.lists.Put(gen, owner, q, p)
 	return p, nil
 }
 
