@@ -243,6 +243,9 @@ func (e *Engine) Cancel(ctx context.Context, d *deployments.Deployment) error {
 	r := e.running(d.ID)
 	if r == nil {
 		ok, err := e.acts.CancelQueued(ctx, d.ID)
+		if ok {
+			e.poke() // a pass recounts QueueDepth (and may start what waited behind it)
+		}
 		if err != nil || ok {
 			return err
 		}
@@ -390,8 +393,9 @@ func (e *Engine) schedule() {
 
 // QueueDepth is how many QUEUED deployments wait for a turn (their project's,
 // their owner's share or a free slot), as of the last scheduling pass: at
-// most Config.PollInterval old, and fresh after every trigger and finished
-// run.
+// most Config.PollInterval old, and fresh after every trigger, cancel of a
+// queued deployment and finished run (each wakes a pass, which runs
+// asynchronously: a reader right after one may see the count before it).
 func (e *Engine) QueueDepth() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
