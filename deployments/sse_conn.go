@@ -121,15 +121,13 @@ func (h *handlers) takeOver(hctx huma.Context, s *stream, release func()) bool {
 	ctx := h.conns.ctx
 	sub, ok := s.begin(ctx)
 	if !ok {
-		s.end(sub)
+		s.end(sub, release)
 		h.conns.wg.Done() // no live goroutine
-		release()
 		return true
 	}
 	go func() {
 		defer h.conns.wg.Done()
-		defer release()
-		s.end(s.loop(ctx, sub, s.gone))
+		s.end(s.loop(ctx, sub, s.gone), release)
 	}()
 	return true
 }
@@ -147,10 +145,13 @@ func (s *stream) read() {
 	}
 }
 
-// end closes the subscription and the connection, ending the chunked body
-// first unless a write failed or the client went.
-func (s *stream) end(sub *Subscription) {
+// end closes the subscription, runs release (the stream's slot and its
+// metric: before the client can see the body end, so a client that read it
+// never finds its stream still counted) and closes the connection, ending the
+// chunked body first unless a write failed or the client went.
+func (s *stream) end(sub *Subscription, release func()) {
 	sub.Close()
+	release()
 	select {
 	case <-s.gone:
 		s.failed = true
