@@ -100,14 +100,18 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	// A slug taken between our check and the insert (by another owner, whose
 	// lock we do not hold) is a unique violation: retry with a new suffix.
 	for attempt := 0; ; attempt++ {
+		// The quota slot is taken last: its upsert locks the owner's counter
+		// row until the commit (on Postgres), so the owner's other creates
+		// wait for one statement and the commit, not for the whole
+		// transaction. A create over the quota rolls back its insert.
 		err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-			if err := s.takeSlot(ctx, tx, owner, plan); err != nil {
-				return err
-			}
 			if row.Slug, err = s.freeSlug(ctx, tx, base, attempt > 0); err != nil {
 				return err
 			}
-			return s.create.insertProject(ctx, s.d.DB, tx, row)
+			if err := s.create.insertProject(ctx, s.d.DB, tx, row); err != nil {
+				return err
+			}
+			return s.takeSlot(ctx, tx, owner, plan)
 		})
 		s.changed(owner)
 		if err = db.Translate(err); isConflict(err) && attempt < 5 {
