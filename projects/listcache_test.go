@@ -49,11 +49,14 @@ func (e *env) summary(user, query string) string {
 // cachedWhile shows that user's list query is answered from the cache: with
 // the account plan moved to plan behind the service's back, it still answers
 // want. (On Postgres the notification of one's own earlier write may arrive
-// late and drop the page once; it is filled again.)
+// late and drop the page between the two reads; then the try starts again,
+// from an emptied cache, or the page the second read stored, under plan,
+// would answer every later try.)
 func (e *env) cachedWhile(user, query, want, plan string) {
 	e.t.Helper()
 	var got string
 	platformtest.Eventually(e.t, 20*time.Second, "the cache to serve "+query, func() bool {
+		e.svc.AccountPlanChanged(users[user]) // each try starts from no cached page
 		e.plans.setAccount(users[user], "")
 		e.summary(user, query)
 		e.plans.setAccount(users[user], plan)
