@@ -886,12 +886,21 @@ func call(c *http.Client, method, url, tok string, body any, want int, out any) 
 	if tok != "" {
 		auth = "Bearer " + tok
 	}
-	return request(c, method, url, auth, body, func(status int) bool { return status == want }, out)
+	raw, err := request(c, method, url, auth, body, func(status int) bool { return status == want })
+	return decode(raw, err, out)
+}
+
+// decode unmarshals raw into out (when out is not nil) unless err is set.
+func decode(raw []byte, err error, out any) error {
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
 }
 
 // request sends body as JSON with the Authorization header auth (none when
-// empty), checks the status with ok and decodes the answer into out.
-func request(c *http.Client, method, url, auth string, body any, ok func(status int) bool, out any) error {
+// empty), checks the status with ok and returns the answer's body.
+func request(c *http.Client, method, url, auth string, body any, ok func(status int) bool) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -899,7 +908,7 @@ func request(c *http.Client, method, url, auth string, body any, ok func(status 
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -909,21 +918,21 @@ func request(c *http.Client, method, url, auth string, body any, ok func(status 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok(resp.StatusCode) {
-		return fmt.Errorf("%s %s: status %d: %.300s", method, url, resp.StatusCode, raw)
+		return raw, fmt.Errorf("%s %s: status %d: %.300s", method, url, resp.StatusCode, raw)
 	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
+	return raw, nil
 }
+
+// status200 is the check of a GET that must answer 200.
+func status200(status int) bool { return status == http.StatusOK }
 
 func signup(c *http.Client, base, email string) (string, error) {
 	const pw = "bench password 1"
@@ -1127,21 +1136,7 @@ func printTable(w io.Writer, rep *Report) {
 
 // rawGet answers the body of an authenticated GET url (status 200 required).
 func rawGet(c *http.Client, url, tok string) ([]byte, error) {
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	res, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err == nil && res.StatusCode != 200 {
-		err = fmt.Errorf("GET %s: %d %s", url, res.StatusCode, b)
-	}
-	return b, err
+	return request(c, "GET", url, "Bearer "+tok, nil, status200)
 }
 
 var verifyLink = regexp.MustCompile(`verify-email\?token=([A-Za-z0-9_%.~-]+)`)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -176,32 +175,14 @@ func (p *peer) stop() {
 
 // pbGet sends an authenticated GET the way a PocketBase client does.
 func pbGet(c *http.Client, url, tok string) ([]byte, error) {
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if tok != "" {
-		req.Header.Set("Authorization", tok)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("GET %s: status %d: %.200s", url, resp.StatusCode, raw)
-	}
-	return raw, nil
+	return request(c, "GET", url, tok, nil, status200)
 }
 
 // pbCall calls PocketBase's REST API (its tokens go in Authorization as
 // they are); any 2xx status is success.
 func pbCall(c *http.Client, method, url, tok string, body, out any) error {
-	return request(c, method, url, tok, body, func(status int) bool { return status/100 == 2 }, out)
+	raw, err := request(c, method, url, tok, body, func(status int) bool { return status/100 == 2 })
+	return decode(raw, err, out)
 }
 
 // peerRow measures the peer's list like GET /projects (same workers, same
