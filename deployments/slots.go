@@ -39,10 +39,8 @@ var inWorkflow = []Status{StatusQueued, StatusBuilding, StatusProvisioning, Stat
 func (s *Store) BuildSlotAcquire(ctx context.Context, id, owner string, limit int, lease time.Duration) (granted bool, held []BuildSlot, err error) {
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		granted, held = false, nil
-		if db.IsPostgres(tx) {
-			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", "deployment_build_slots:"+owner); err != nil {
-				return err
-			}
+		if err := db.LockTx(ctx, tx, "deployment_build_slots:"+owner); err != nil {
+			return err
 		}
 		if _, err := tx.NewDelete().Model((*BuildSlot)(nil)).Where("owner_id = ?", owner).
 			Where("NOT EXISTS (SELECT 1 FROM deployments AS d WHERE d.id = ?TableAlias.deployment_id AND d.status IN (?))",

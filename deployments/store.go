@@ -39,10 +39,8 @@ func monthOf(t time.Time) string { return t.UTC().Format("2006-01") }
 func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth int) (used int, err error) {
 	month := monthOf(d.CreatedAt)
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if db.IsPostgres(tx) {
-			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", "deployments:"+d.ProjectID); err != nil {
-				return err
-			}
+		if err := db.LockTx(ctx, tx, "deployments:"+d.ProjectID); err != nil {
+			return err
 		}
 		u := usage{ProjectID: d.ProjectID, Month: month}
 		err := tx.NewSelect().Model(&u).WherePK().Scan(ctx)

@@ -150,17 +150,6 @@ func scanPlan(row interface{ Scan(...any) error }) (*planRow, error) {
 	return r, nil
 }
 
-// defaultPlan is the oldest FREE-tier plan.
-func defaultPlan(ctx context.Context, idb bun.IDB) (*planRow, error) {
-	r := new(planRow)
-	err := idb.NewSelect().Model(r).Where("tier = ?", string(TierFree)).
-		OrderExpr("created_at ASC, id ASC").Limit(1).Scan(ctx)
-	if err != nil {
-		return nil, translate(err)
-	}
-	return r, nil
-}
-
 func countTier(ctx context.Context, idb bun.IDB, tier Tier) (int, error) {
 	n, err := idb.NewSelect().Model((*planRow)(nil)).Where("tier = ?", string(tier)).Count(ctx)
 	return int(n), translate(err)
@@ -173,13 +162,7 @@ func countAssignments(ctx context.Context, idb bun.IDB, planID string) (int, err
 
 // lockPlans serialises plan writes that check an invariant across rows (the
 // last FREE plan, seeding). SQLite's single writer already serialises them.
-func lockPlans(ctx context.Context, tx bun.Tx) error {
-	if !db.IsPostgres(tx) {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext('keelson:plans'))")
-	return err
-}
+func lockPlans(ctx context.Context, tx bun.Tx) error { return db.LockTx(ctx, tx, "keelson:plans") }
 
 func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
 

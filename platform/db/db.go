@@ -201,3 +201,15 @@ func Translate(err error) error {
 func InTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx bun.Tx) error) error {
 	return idb.RunInTx(ctx, nil, fn)
 }
+
+// LockTx serialises the transactions that take key until each commits or
+// rolls back, for a check and a write that must not interleave: on Postgres a
+// transaction-scoped advisory lock (pg_advisory_xact_lock of the key's hash);
+// SQLite's single writer serialises them already.
+func LockTx(ctx context.Context, tx bun.Tx, key string) error {
+	if !IsPostgres(tx) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", key)
+	return err
+}
