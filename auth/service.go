@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -203,8 +202,7 @@ type Service struct {
 	bearer  bearerStmt
 
 	cache      *bearerCache
-	stopListen context.CancelFunc
-	listening  sync.WaitGroup
+	stopListen func() // the bearer cache's Postgres listener (db.StartListen)
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -241,14 +239,8 @@ func New(d Deps) (*Service, error) {
 func (s *Service) Start(context.Context) error {
 	s.mq.start()
 	if bdb, ok := s.db.(*bun.DB); ok && db.IsPostgres(bdb) && s.d.BearerCacheSize > 0 && s.stopListen == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopListen = cancel
-		s.listening.Add(1)
-		go func() {
-			defer s.listening.Done()
-			// Triggers on auth_users and auth_refresh_tokens name the user.
-			db.Listen(ctx, bdb, s.cache, db.ListenConfig{Channels: []string{bearerChannel}, Logger: s.log})
-		}()
+		// Triggers on auth_users and auth_refresh_tokens name the user.
+		s.stopListen = db.StartListen(bdb, s.cache, db.ListenConfig{Channels: []string{bearerChannel}, Logger: s.log})
 	}
 	return nil
 }
@@ -258,7 +250,6 @@ func (s *Service) Start(context.Context) error {
 func (s *Service) Close(ctx context.Context) error {
 	if s.stopListen != nil {
 		s.stopListen()
-		s.listening.Wait()
 	}
 	return errors.Join(s.mq.close(ctx), s.bearer.close())
 }

@@ -85,13 +85,7 @@ func (s *Service) listen() {
 	if s.d.PlanChannel != "" {
 		channels = append(channels, s.d.PlanChannel)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopListen = cancel
-	s.listening.Add(1)
-	go func() {
-		defer s.listening.Done()
-		db.Listen(ctx, s.d.DB, s.lists, db.ListenConfig{Channels: channels, Logger: s.d.Logger})
-	}()
+	s.stopListen = db.StartListen(s.d.DB, s.lists, db.ListenConfig{Channels: channels, Logger: s.d.Logger})
 }
 
 // changed invalidates owner's cached pages; every write to owner's projects

@@ -199,9 +199,7 @@ type Service struct {
 	create createStmts // Create's
 	lists  *listCache  // GET /projects' encoded pages
 
-	// The list cache's Postgres listener, stopped by Close.
-	stopListen context.CancelFunc
-	listening  sync.WaitGroup
+	stopListen func() // the list cache's Postgres listener (db.StartListen), stopped by Close
 }
 
 // New returns the projects service. It returns an error for a bad Deps.
@@ -251,7 +249,6 @@ func (s *Service) Close(ctx context.Context) error {
 	s.cancel()
 	if s.stopListen != nil {
 		s.stopListen()
-		s.listening.Wait()
 	}
 	s.list.close()
 	s.create.close()

@@ -77,6 +77,21 @@ func Listen(ctx context.Context, bdb *bun.DB, c Invalidator, cfg ListenConfig) {
 	}
 }
 
+// StartListen runs Listen on a goroutine of its own until stop, which returns
+// once Listen has.
+func StartListen(bdb *bun.DB, c Invalidator, cfg ListenConfig) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Listen(ctx, bdb, c, cfg)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 var errPingLost = errors.New("db: no ping came back")
 
 type notification struct{ channel, payload string }
