@@ -420,8 +420,7 @@ func execInFlight(procs []procStat, tags, tagPrefixes []string, leaders []procSt
 		if p.pid == self || p.pid == 2 || p.ppid == 2 || p.state == 'Z' || p.state == 'X' || p.start < minStart {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
-		if err == nil && len(b) == 0 {
+		if b, err := environ(p.pid); err == nil && len(b) == 0 {
 			return true
 		}
 	}
@@ -712,9 +711,14 @@ func allProcs() []procStat {
 	return out
 }
 
+// environ is the process's initial environment (NUL-separated KEY=value).
+func environ(pid int) ([]byte, error) {
+	return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+}
+
 // readTag is the value of tagVar in the process's initial environment.
 func readTag(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	b, err := environ(pid)
 	if err != nil {
 		return ""
 	}
