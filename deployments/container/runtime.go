@@ -348,6 +348,10 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if reason := buildRefusal(err); reason != "" {
+			r.cfg.Logger.Info("container: the engine refused a build", "deployment", job.DeploymentID, "err", err)
+			return errors.New("the container engine refused the build: " + reason)
+		}
 		return r.engineError("starting the image build", err)
 	}
 	defer res.Body.Close()
@@ -403,6 +407,25 @@ func buildErrorText(msg, tail string, memMi int) string {
 	case strings.Contains(msg, "/v2/") && (strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout") ||
 		strings.Contains(msg, "connection refused") || strings.Contains(msg, "TLS handshake")):
 		return "a base image is not on this server and its registry cannot be reached (the operator can load it locally, see README: Security model)"
+	}
+	return msg
+}
+
+// buildRefusal is the engine's reason for refusing a build request outright
+// (the Dockerfile is empty, cannot be parsed, names an unknown instruction),
+// or "" when the error is not such a refusal. Those reasons are about the
+// tenant's own repository, so they are passed on (shortened) for the user to act on.
+func buildRefusal(err error) string {
+	if !cerrdefs.IsInvalidArgument(err) && !cerrdefs.IsNotFound(err) {
+		return ""
+	}
+	msg := strings.TrimSpace(err.Error())
+	msg = strings.TrimPrefix(msg, "Error response from daemon: ")
+	if msg == "" {
+		return ""
+	}
+	if len(msg) > 500 {
+		msg = msg[:500] + "..."
 	}
 	return msg
 }

@@ -352,6 +352,21 @@ func TestEngineErrorsInPlainWords(t *testing.T) {
 	assert.Contains(t, err.Error(), "the image build failed: a base image")
 	assert.NotContains(t, err.Error(), "Error response from daemon")
 
+	// A build the engine refuses outright carries the engine's reason, which
+	// is about the tenant's own Dockerfile.
+	for dockerfile, reason := range map[string]string{
+		"":                      "the Dockerfile (Dockerfile) cannot be empty",
+		"FROM scratch\nFOO x\n": "dockerfile parse error line 2: unknown instruction: FOO",
+	} {
+		bad := goJob(newRepo(t, map[string]string{"Dockerfile": dockerfile}))
+		bad.Framework = "docker"
+		_, err = e.rt.Build(ctx, bad, &sink{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "the container engine refused the build: "+reason)
+		assert.NotContains(t, err.Error(), "Error response from daemon")
+		require.NoError(t, e.rt.Cleanup(ctx, bad.DeploymentID))
+	}
+
 	_, err = e.rt.Start(ctx, goJob("/nowhere"), &sink{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "has not been built (no image)")
