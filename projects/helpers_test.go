@@ -158,8 +158,9 @@ type opts struct {
 	allowLocal  bool
 	regions     []string
 	deployments projects.DeploymentCounter
-	listCache   int64  // Deps.ListCacheBytes (0: the default, on)
-	planChannel string // Deps.PlanChannel
+	listCache   int64    // Deps.ListCacheBytes (0: the default, on)
+	planChannel string   // Deps.PlanChannel
+	reserved    []string // Deps.ReservedSlugs
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} }
@@ -181,7 +182,7 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	e.svc, err = projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
 		Deployments: o.deployments, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
-		ListCacheBytes: o.listCache, PlanChannel: o.planChannel,
+		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
 	})
 	if err != nil {
 		t.Fatal(err)

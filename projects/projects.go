@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -128,6 +129,9 @@ type Deps struct {
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or
 	// private hosts (development and tests). Default false.
 	AllowLocalRepos bool
+	// ReservedSlugs are refused (400) in addition to DefaultReservedSlugs:
+	// the host adds HostSlugs of its API and frontend URLs. Optional.
+	ReservedSlugs []string
 	// TeardownTimeout bounds one teardown attempt. Default 10 minutes.
 	TeardownTimeout time.Duration
 	// ListCacheBytes bounds the encoded GET /projects pages kept (listcache.go).
@@ -168,6 +172,7 @@ func (d Deps) withDefaults() Deps {
 	if len(d.Regions) == 0 {
 		d.Regions = []string{"local"}
 	}
+	d.ReservedSlugs = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(DefaultReservedSlugs), d.ReservedSlugs...))))
 	if d.TeardownTimeout <= 0 {
 		d.TeardownTimeout = 10 * time.Minute
 	}

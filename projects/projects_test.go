@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,8 +89,8 @@ func TestValidationChangesNothing(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
 		e := setup(t, bdb, opts{regions: []string{"local", "eu"}})
-		with := func(k string, v any) map[string]any { b := validCreate("app"); b[k] = v; return b }
-		without := func(k string) map[string]any { b := validCreate("app"); delete(b, k); return b }
+		with := func(k string, v any) map[string]any { b := validCreate("shop"); b[k] = v; return b }
+		without := func(k string) map[string]any { b := validCreate("shop"); delete(b, k); return b }
 		for _, c := range []struct {
 			name  string
 			body  map[string]any
@@ -133,7 +134,7 @@ func TestValidationChangesNothing(t *testing.T) {
 			t.Fatalf("rejected creates stored %d projects", n)
 		}
 
-		p := e.create("alice", validCreate("app"))
+		p := e.create("alice", validCreate("shop"))
 		ok := validSettings()
 		ok["envVars"] = []any{map[string]any{"key": "A", "value": "1"}, map[string]any{"key": "S", "value": "s3cret-value", "isSecret": true}}
 		if resp := e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), ok); resp.Code != 200 {
@@ -242,7 +243,7 @@ func TestSecretsNeverAppear(t *testing.T) {
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
 		e := setup(t, bdb, opts{})
 		const hook, dbPass, apiKey = "whsec-7f3a-hook", "db-pass-9c1e-secret", "api-key-55aa-secret"
-		body := validCreate("app")
+		body := validCreate("shop")
 		body["webhookSecret"] = hook
 		var bodies []string
 		resp := e.api.Post("/projects", as("alice"), body)
@@ -439,7 +440,7 @@ func TestDeletionResumesAfterRestart(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
 		e := setup(t, bdb, opts{})
-		p := e.create("alice", validCreate("app"))
+		p := e.create("alice", validCreate("shop"))
 		e.teardown.setHold(make(chan struct{})) // never released: the process "stops" mid-teardown
 		if resp := e.api.Delete("/projects/"+p.ID, as("alice")); resp.Code != 202 {
 			t.Fatal(resp.Code)
@@ -597,7 +598,7 @@ func TestPlanChoice(t *testing.T) {
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
 		e := setup(t, bdb, opts{})
 		ctx := context.Background()
-		p := e.create("alice", validCreate("app"))
+		p := e.create("alice", validCreate("shop"))
 		info, err := e.svc.ProjectForDeploy(ctx, p.ID)
 		if err != nil || info.PlanName != "free" || info.MaxDeployments != 100 || info.MaxMemoryMi != 512 ||
 			info.MaxCpuM != 500 || info.MaxStorageGi != 1 || info.BuildTimeoutMins != 10 || info.PriorityBuilds {
@@ -650,14 +651,14 @@ func TestLocalRepos(t *testing.T) {
 		e := setup(t, bdb, opts{allowLocal: true})
 		e.plans.setAccount(users["alice"], "starter")
 		for _, u := range []string{"file:///srv/git/app", "/srv/git/app.git", "http://127.0.0.1:3000/acme/app", "https://localhost/a/b"} {
-			b := validCreate("app")
+			b := validCreate("shop")
 			b["repoUrl"] = u
 			if resp := e.api.Post("/projects", as("alice"), b); resp.Code != 201 {
 				t.Errorf("%s: %d %s", u, resp.Code, resp.Body)
 			}
 		}
 		for _, u := range []string{"srv/git/app", "file://relative", "https://u:p@github.com/a/b"} {
-			b := validCreate("app")
+			b := validCreate("shop")
 			b["repoUrl"] = u
 			if resp := e.api.Post("/projects", as("alice"), b); resp.Code != 400 {
 				t.Errorf("%s: %d %s", u, resp.Code, resp.Body)
@@ -768,4 +769,40 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Reserved slugs (issue 22): a name whose slug would serve an app at one of
+// the platform's own hosts (api.<apps-domain>, www., the API's or frontend's
+// host) is refused with a 400 naming the rule, and nothing is stored.
+func TestReservedSlugs(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb, opts{reserved: projects.HostSlugs("apps.example.com",
+			"https://console.example.com", "https://keelson.apps.example.com/")})
+		for _, name := range []string{"api", "Admin", " WWW! ", "app", "docs", "mail", "console", "keelson"} {
+			resp := e.api.Post("/projects", as("alice"), validCreate(name))
+			if resp.Code != 400 || !strings.Contains(resp.Body.String(), "reserved slug") ||
+				!strings.Contains(resp.Body.String(), strings.ToLower(strings.Trim(name, " !"))) {
+				t.Fatalf("%q: %d %s", name, resp.Code, resp.Body)
+			}
+		}
+		if ps := e.list("alice"); len(ps) != 0 {
+			t.Fatalf("a refused create stored %+v", ps)
+		}
+		// Names that merely contain a reserved word are fine.
+		for _, name := range []string{"api-gateway", "my app", "webmail"} {
+			if p := e.create("alice", validCreate(name)); p.Slug == "api" || p.Slug == "app" || p.Slug == "mail" {
+				t.Fatalf("%q got slug %q", name, p.Slug)
+			}
+		}
+	})
+}
+
+func TestHostSlugs(t *testing.T) {
+	got := projects.HostSlugs("Apps.Example.com.", "https://api.example.com", "http://dash.apps.example.com:8443/x",
+		"http://127.0.0.1:8080", "http://localhost:3000", "::bad")
+	want := []string{"api", "dash", "dash", "localhost"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("HostSlugs = %q, want %q", got, want)
+	}
 }

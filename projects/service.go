@@ -73,6 +73,10 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	if err != nil {
 		return nil, err
 	}
+	base := slugBase(strings.TrimSpace(in.Name))
+	if err := checkReservedSlug(strings.TrimSpace(in.Name), base, s.d.ReservedSlugs); err != nil {
+		return nil, err
+	}
 	// Read the plan before the transaction: the plan source uses the pool,
 	// and SQLite has one connection.
 	plan, err := s.d.Plans.AccountPlan(ctx, owner)
@@ -96,7 +100,6 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 		WebhookSecret: sealedHook, Region: s.d.Regions[0], EnvVars: "[]", Status: StatusActive,
 		CreatedAt: now, UpdatedAt: now,
 	}
-	base := slugBase(row.Name)
 	// A slug taken between our check and the insert (by another owner, whose
 	// lock we do not hold) is a unique violation: retry with a new suffix.
 	for attempt := 0; ; attempt++ {

@@ -34,6 +34,44 @@ var (
 	branchRE   = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
 )
 
+// DefaultReservedSlugs are slugs no project takes whatever the host adds:
+// an app at api.<apps-domain> or www.<apps-domain> would pose as the
+// platform itself, and on a parent domain shared with the API it could set
+// cookies for the API's origin.
+var DefaultReservedSlugs = []string{"api", "www", "admin", "app", "docs", "mail"}
+
+// HostSlugs returns the slugs whose apps would answer at, or pose as, the
+// hosts of urls (the API's and the frontend's): the first label of each host,
+// and the label right before appsDomain when the host is under it. The host
+// adds them to Deps.ReservedSlugs.
+func HostSlugs(appsDomain string, urls ...string) []string {
+	var out []string
+	suffix := "." + strings.TrimSuffix(strings.ToLower(appsDomain), ".")
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil {
+			continue
+		}
+		host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+		first, _, _ := strings.Cut(host, ".")
+		out = append(out, first)
+		if rest, ok := strings.CutSuffix(host, suffix); ok && rest != "" {
+			labels := strings.Split(rest, ".")
+			out = append(out, labels[len(labels)-1])
+		}
+	}
+	return out
+}
+
+// checkReservedSlug refuses a name whose slug is reserved.
+func checkReservedSlug(name, slug string, reserved []string) error {
+	if !slices.Contains(reserved, slug) {
+		return nil
+	}
+	return platform.Invalidf("name: %q would give the app the reserved slug %q (reserved: %s, the names of the platform's own hosts); choose another name",
+		name, slug, strings.Join(reserved, ", "))
+}
+
 // reservedEnv are keys the runtime sets itself.
 var reservedEnv = map[string]string{
 	"PORT": "PORT is reserved: the runtime sets it to the port it assigns the app",

@@ -91,6 +91,6 @@ func TestProjectListCacheReplicasE2E(t *testing.T) {
 	b.doJSON(t, http.StatusOK, "PATCH", "/plans/"+byName["starter"].ID, admin, map[string]any{"name": "starter-2"}, nil)
 	await(a, "b's plan rename on a", "starter-2")
 	b.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{
-		"name": "Api", "repoUrl": "https://github.com/acme/api", "framework": "go", "port": 8080}, nil)
+		"name": "Backend", "repoUrl": "https://github.com/acme/backend", "framework": "go", "port": 8080}, nil)
 	await(a, "b's project on a", "starter-2", "starter-2")
 }

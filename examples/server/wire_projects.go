@@ -24,6 +24,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		Deployments:     deploymentCounter{a.edges},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
+		ReservedSlugs:   projects.HostSlugs(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
 		PlanChannel:     plans.ChangeChannel,
 		Logger:          a.Log.With("module", "projects"),
 	})
