@@ -13,16 +13,18 @@ import (
 )
 
 // setting is one environment variable of the reference server, documented
-// once: README's Configuration table is rendered from settings and checked
-// against it by TestConfigTableMatchesREADME (KEELSON_UPDATE_README=1
-// rewrites the table).
+// once: docs/CONFIG.md's table (every setting) and README's (the basic ones)
+// are rendered from settings and checked against them by
+// TestConfigTableMatchesREADME (KEELSON_UPDATE_README=1 rewrites both).
 type setting struct {
 	name string
+	// basic settings are the few a newcomer needs; README lists only them.
+	basic bool
 	// def is the value parse gets when the variable is unset or blank.
 	def string
-	// shown is README's default column when it is not def itself (markdown).
+	// shown is the table's default column when it is not def itself (markdown).
 	shown string
-	// doc is README's meaning column (markdown, one line).
+	// doc is the table's meaning column (markdown, one line).
 	doc string
 	// raw keeps the value as given (secrets: never trimmed).
 	raw bool
@@ -31,9 +33,9 @@ type setting struct {
 	parse func(c *Config, v string) error
 }
 
-// settings are every variable LoadConfig reads, in README's order.
+// settings are every variable LoadConfig reads, in docs/CONFIG.md's order.
 var settings = []setting{
-	{name: "KEELSON_ADDR", def: ":8080", doc: "API listen address",
+	{name: "KEELSON_ADDR", basic: true, def: ":8080", doc: "API listen address",
 		parse: text(func(c *Config) *string { return &c.Addr })},
 	{name: "KEELSON_PPROF_ADDR", shown: "(empty: off)",
 		doc:   "Serve `net/http/pprof` (`/debug/pprof/`) on this address, on its own server apart from the API; only a loopback address is taken (e.g. `127.0.0.1:6060`), since profiles reveal memory. Profile with `go tool pprof http://127.0.0.1:6060/debug/pprof/profile?seconds=20`",
@@ -41,20 +43,20 @@ var settings = []setting{
 	{name: "KEELSON_METRICS_ADDR", shown: "(empty: off)",
 		doc:   "Serve Prometheus metrics at `/metrics` on this `host:port`, on a listener of its own (never the API's or the ingress' address; the API does not answer `/metrics`). Off by default because metrics reveal operational data (request volumes per route, deployment counts, build times): set it to a loopback address (`127.0.0.1:9090`) or to an address only your private network reaches (compose uses `:9090` on the compose network and does not publish it). See Metrics",
 		parse: text(func(c *Config) *string { return &c.MetricsAddr })},
-	{name: "KEELSON_DATA_DIR", def: "./data", doc: "SQLite file, generated secrets, build workspaces",
+	{name: "KEELSON_DATA_DIR", basic: true, def: "./data", doc: "SQLite file, generated secrets, build workspaces",
 		parse: text(func(c *Config) *string { return &c.DataDir })},
-	{name: "KEELSON_DATABASE_URL", shown: "SQLite file in the data dir", doc: "`postgres://...` or `sqlite:///path/file.db`",
+	{name: "KEELSON_DATABASE_URL", basic: true, shown: "SQLite file in the data dir", doc: "`postgres://...` or `sqlite:///path/file.db`",
 		parse: text(func(c *Config) *string { return &c.DatabaseURL })},
-	{name: "KEELSON_PUBLIC_URL", def: "http://localhost:8080", doc: "the API's own origin, used in OAuth callbacks",
+	{name: "KEELSON_PUBLIC_URL", basic: true, def: "http://localhost:8080", doc: "the API's own origin, used in OAuth callbacks",
 		parse: baseURL(func(c *Config) *string { return &c.PublicURL })},
-	{name: "KEELSON_FRONTEND_URL", def: "http://localhost:3000",
+	{name: "KEELSON_FRONTEND_URL", basic: true, def: "http://localhost:3000",
 		doc:   "where OAuth and install callbacks redirect; mailed links point here (`/reset-password?token=`, `/verify-email?token=`); the one origin CORS allows (with credentials)",
 		parse: baseURL(func(c *Config) *string { return &c.FrontendURL })},
-	{name: "KEELSON_JWT_SECRET", shown: "generated once into the data dir", doc: "signs access tokens (32+ chars)", raw: true,
+	{name: "KEELSON_JWT_SECRET", basic: true, shown: "generated once into the data dir", doc: "signs access tokens (32+ chars)", raw: true,
 		parse: text(func(c *Config) *string { return &c.JWTSecret })},
-	{name: "KEELSON_SECRET_KEY", shown: "generated once into the data dir", doc: "seals secret env values, TOTP secrets and provider tokens (32+ chars)", raw: true,
+	{name: "KEELSON_SECRET_KEY", basic: true, shown: "generated once into the data dir", doc: "seals secret env values, TOTP secrets and provider tokens (32+ chars)", raw: true,
 		parse: text(func(c *Config) *string { return &c.SecretKey })},
-	{name: "KEELSON_ADMIN_EMAILS", shown: "empty",
+	{name: "KEELSON_ADMIN_EMAILS", basic: true, shown: "empty",
 		doc:   "comma-separated emails whose accounts are ADMIN, but only once the address is verified (its mailed link redeemed); read at every request, so removing an address demotes at once",
 		parse: parseAdminEmails},
 	{name: "KEELSON_TRUSTED_PROXIES", shown: "empty: `X-Forwarded-For` ignored",
@@ -93,11 +95,11 @@ var settings = []setting{
 		parse: text(func(c *Config) *string { return &c.OAuthRedirectMode })},
 	{name: "KEELSON_GIT_CA_FILE", shown: "empty", doc: "extra CA bundle git trusts when cloning (self-hosted code hosts)",
 		parse: text(func(c *Config) *string { return &c.GitCAFile })},
-	{name: "KEELSON_INGRESS_ADDR", def: ":8081", doc: "the ingress proxy for deployed apps",
+	{name: "KEELSON_INGRESS_ADDR", basic: true, def: ":8081", doc: "the ingress proxy for deployed apps",
 		parse: text(func(c *Config) *string { return &c.IngressAddr })},
-	{name: "KEELSON_APPS_DOMAIN", def: "localhost", doc: "apps answer at `<slug>.<apps-domain>`",
+	{name: "KEELSON_APPS_DOMAIN", basic: true, def: "localhost", doc: "apps answer at `<slug>.<apps-domain>`",
 		parse: lower(func(c *Config) *string { return &c.AppsDomain })},
-	{name: "KEELSON_ALLOW_LOCAL_REPOS", def: "false", doc: "allow `file://` or local-path `repoUrl`s (dev and tests)",
+	{name: "KEELSON_ALLOW_LOCAL_REPOS", basic: true, def: "false", doc: "allow `file://` or local-path `repoUrl`s (dev and tests)",
 		parse: boolean(func(c *Config) *bool { return &c.AllowLocalRepos })},
 	{name: "KEELSON_ALLOW_PRIVATE_REPO_HOSTS", def: "false",
 		doc:   "allow https repositories on hosts that resolve to loopback, private or link-local addresses (a code host on your LAN); otherwise git is refused and pinned to the public address it was checked against (a host that is an IP literal, e.g. `https://[2001:db8::1]/x.git`, is checked the same way and needs no pin)",
@@ -108,7 +110,7 @@ var settings = []setting{
 		parse: parseRegions},
 	{name: "KEELSON_ENGINE", def: "local", doc: "`local` (embedded, one process) or `temporal` (see Scaling out)",
 		parse: text(func(c *Config) *string { return &c.Engine })},
-	{name: "KEELSON_RUNTIME", shown: "`docker` when a Docker engine answers at start-up (`DOCKER_HOST`, else `/var/run/docker.sock`), else `process` with one WARN line",
+	{name: "KEELSON_RUNTIME", basic: true, shown: "`docker` when a Docker engine answers at start-up (`DOCKER_HOST`, else `/var/run/docker.sock`), else `process` with one WARN line",
 		doc:   "where builds and apps run: `docker` (containers with the plan's limits, see Security model) or `process` (plain child processes of the server: development and single-tenant use only). `docker` with no engine stops start-up naming this variable. Workers of the Temporal engine use the same setting",
 		parse: lower(func(c *Config) *string { return &c.Runtime })},
 	{name: "KEELSON_IMAGE_GO", shown: "`" + container.DefaultImages().Go + "`", doc: "docker runtime: builder image of the `go` preset (needs `go` and `sh`)",
@@ -270,11 +272,15 @@ func parsePrivateKey(c *Config, v string) error {
 	return nil
 }
 
-// configTable renders README's Configuration table from settings.
-func configTable() string {
+// configTable renders a Configuration table from settings: every one for
+// docs/CONFIG.md, or only the basic ones for README.
+func configTable(basicOnly bool) string {
 	var b strings.Builder
 	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
 	for _, s := range settings {
+		if basicOnly && !s.basic {
+			continue
+		}
 		def := s.shown
 		if def == "" {
 			def = "`" + s.def + "`"

@@ -7,35 +7,41 @@ import (
 	"testing"
 )
 
-// TestConfigTableMatchesREADME: README's Configuration table is the one
-// settings renders, row for row, so a variable is documented once (in
-// settings) and README cannot drift from what the server reads.
-// KEELSON_UPDATE_README=1 rewrites README's table from settings.
+// TestConfigTableMatchesREADME: docs/CONFIG.md's Configuration table is the
+// one settings renders, row for row, and README's is the same for the basic
+// settings, so a variable is documented once (in settings) and neither file
+// can drift from what the server reads. KEELSON_UPDATE_README=1 rewrites both
+// tables from settings.
 func TestConfigTableMatchesREADME(t *testing.T) {
-	const path = "../../README.md"
+	checkConfigTable(t, "../../docs/CONFIG.md", configTable(false))
+	checkConfigTable(t, "../../README.md", configTable(true))
+}
+
+func checkConfigTable(t *testing.T, path, want string) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	start := strings.Index(readme, "| variable | default | meaning |")
+	doc := string(b)
+	start := strings.Index(doc, "| variable | default | meaning |")
 	if start < 0 {
-		t.Fatal("README has no Configuration table (| variable | default | meaning |)")
+		t.Fatalf("%s has no Configuration table (| variable | default | meaning |)", path)
 	}
-	end := strings.Index(readme[start:], "\n\n")
-	if end < 0 {
-		t.Fatal("README's Configuration table has no blank line after it")
+	// The table ends at a blank line or at the end of the file.
+	end := len(doc)
+	if i := strings.Index(doc[start:], "\n\n"); i >= 0 {
+		end = start + i + 1
 	}
-	end += start + 1
-	got, want := readme[start:end], configTable()
+	got := doc[start:end]
 	if got == want {
 		return
 	}
 	if os.Getenv("KEELSON_UPDATE_README") == "1" {
-		if err := os.WriteFile(path, []byte(readme[:start]+want+readme[end:]), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(doc[:start]+want+doc[end:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Log("README's Configuration table rewritten from settings")
+		t.Logf("%s's Configuration table rewritten from settings", path)
 		return
 	}
 	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
@@ -48,12 +54,12 @@ func TestConfigTableMatchesREADME(t *testing.T) {
 			w = wl[i]
 		}
 		if g != w {
-			t.Fatalf("README's Configuration table differs from settings (settings.go) at row %d:\nREADME:   %s\nsettings: %s\n(KEELSON_UPDATE_README=1 go test -run TestConfigTableMatchesREADME ./examples/server rewrites it)", i-1, g, w)
+			t.Fatalf("%s's Configuration table differs from settings (settings.go) at row %d:\n%s:   %s\nsettings: %s\n(KEELSON_UPDATE_README=1 go test -run TestConfigTableMatchesREADME ./examples/server rewrites it)", path, i-1, path, g, w)
 		}
 	}
 }
 
-// TestSettingsTable: every setting has a name, a default shown in README and
+// TestSettingsTable: every setting has a name, a default shown in the table and
 // words saying what it does, and no variable is listed twice.
 func TestSettingsTable(t *testing.T) {
 	seen := map[string]bool{}
@@ -64,7 +70,7 @@ func TestSettingsTable(t *testing.T) {
 		case seen[s.name]:
 			t.Errorf("%s is listed twice", s.name)
 		case s.def == "" && s.shown == "":
-			t.Errorf("%s: no default for README (def or shown)", s.name)
+			t.Errorf("%s: no default for the table (def or shown)", s.name)
 		case s.doc == "" || strings.Contains(s.doc, "\n") || strings.Contains(s.doc, "|"):
 			t.Errorf("%s: doc must be one table cell (non-empty, no newline, no |)", s.name)
 		case s.parse == nil:
