@@ -122,9 +122,9 @@ func Migrations() db.MigrationSet {
 		// de-duplication is per (delivery id, project); app rows keep "".
 		ID: "0002_repository_webhooks",
 		Up: db.Steps(
-			addColumn("codehost_deliveries", "source", "VARCHAR(16) NOT NULL DEFAULT 'app'"),
-			addColumn("codehost_deliveries", "project_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
-			addColumn("codehost_deliveries", "owner_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
+			db.AddColumn("codehost_deliveries", "source", "VARCHAR(16) NOT NULL DEFAULT 'app'"),
+			db.AddColumn("codehost_deliveries", "project_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
+			db.AddColumn("codehost_deliveries", "owner_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
 			execStep("DROP INDEX IF EXISTS codehost_deliveries_delivery_id"),
 			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_delivery_project", true, "delivery_id", "project_id"),
 			db.CreateTables((*statusRow)(nil)),
@@ -140,26 +140,6 @@ func Migrations() db.MigrationSet {
 			return err
 		},
 	}}}
-}
-
-// addColumn adds a column unless the table has it: 0001 creates the table
-// from today's model, so a fresh database has it already.
-func addColumn(table, column, def string) func(ctx context.Context, idb bun.IDB) error {
-	return func(ctx context.Context, idb bun.IDB) error {
-		var n int
-		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
-		if db.IsPostgres(idb) {
-			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
-		}
-		if err := idb.NewRaw(q, table, column).Scan(ctx, &n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return nil
-		}
-		_, err := idb.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
-		return err
-	}
 }
 
 func execStep(stmt string) func(ctx context.Context, idb bun.IDB) error {

@@ -65,6 +65,7 @@ type Plan struct {
 	CustomDomains    bool      `json:"customDomains" doc:"Custom domains allowed"`
 	TeamMembers      bool      `json:"teamMembers" doc:"Team members allowed"`
 	PriorityBuilds   bool      `json:"priorityBuilds" doc:"Builds are scheduled with priority"`
+	Public           bool      `json:"public" doc:"Any account may choose it for a project (up to its account plan's tier); a plan that is not public serves only the accounts an admin assigns it to"`
 	CreatedAt        time.Time `json:"createdAt" doc:"Creation time (RFC 3339, UTC)"`
 	UpdatedAt        time.Time `json:"updatedAt" doc:"Last change (RFC 3339, UTC)"`
 }

@@ -446,3 +446,52 @@ func contains(xs []string, s string) bool {
 	}
 	return false
 }
+
+// Public plans (issue 23): a plan an admin creates serves only the accounts it
+// is assigned to unless marked public; the seeded plans are public, also on a
+// database that had them before the flag existed.
+func TestPublicPlans(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb)
+		ctx := context.Background()
+		if _, err := e.svc.Seed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range listPlans(t, e) {
+			if !p.Public {
+				t.Fatalf("seeded plan %s is not public", p.Name)
+			}
+		}
+		resp := e.api.Post("/plans", asAdmin, validPlan("partner"))
+		special := decode[plans.Plan](t, resp.Body.Bytes())
+		if resp.Code != 201 || special.Public {
+			t.Fatalf("a new plan is public unless said: %d %s", resp.Code, resp.Body)
+		}
+		resp = e.api.Patch("/plans/"+special.ID, asAdmin, map[string]any{"public": true})
+		if resp.Code != 200 || !decode[plans.Plan](t, resp.Body.Bytes()).Public {
+			t.Fatalf("PATCH public: %d %s", resp.Code, resp.Body)
+		}
+		if p, err := e.svc.PlanByName(ctx, "partner"); err != nil || !p.Public {
+			t.Fatalf("PlanByName: %+v %v", p, err)
+		}
+
+		// A database from before the flag: the column and the migration's
+		// record gone, as they were; migrating again marks the seed names
+		// public and leaves the operator's plan assigned-only.
+		if _, err := bdb.ExecContext(ctx, "ALTER TABLE plans DROP COLUMN public"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bdb.ExecContext(ctx, "DELETE FROM keelson_migrations WHERE module = 'plans' AND id = '0003_public'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Migrate(ctx, bdb, plans.Migrations()); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range listPlans(t, e) {
+			if p.Public != (p.Name != "partner") {
+				t.Fatalf("after the migration %s public=%v", p.Name, p.Public)
+			}
+		}
+	})
+}

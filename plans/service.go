@@ -95,6 +95,7 @@ type PlanInput struct {
 	CustomDomains    bool   `json:"customDomains,omitempty" doc:"Custom domains allowed (default false)"`
 	TeamMembers      bool   `json:"teamMembers,omitempty" doc:"Team members allowed (default false)"`
 	PriorityBuilds   bool   `json:"priorityBuilds,omitempty" doc:"Priority builds (default false)"`
+	Public           bool   `json:"public,omitempty" doc:"Any account may choose it for a project, up to its account plan's tier (default false: only accounts an admin assigns it to)"`
 }
 
 // PlanPatch is the body of PATCH /plans/:id: any subset of PlanInput.
@@ -111,6 +112,7 @@ type PlanPatch struct {
 	CustomDomains    *bool   `json:"customDomains,omitempty" doc:"Custom domains allowed"`
 	TeamMembers      *bool   `json:"teamMembers,omitempty" doc:"Team members allowed"`
 	PriorityBuilds   *bool   `json:"priorityBuilds,omitempty" doc:"Priority builds"`
+	Public           *bool   `json:"public,omitempty" doc:"Any account may choose it for a project, up to its account plan's tier"`
 }
 
 func (in *PlanInput) validate() error {
@@ -161,6 +163,7 @@ func apply(row *planRow, in PlanInput) {
 	row.MaxMemoryMi, row.MaxCpuM, row.MaxStorageGi = in.MaxMemoryMi, in.MaxCpuM, in.MaxStorageGi
 	row.MaxBandwidthGb, row.BuildTimeoutMins = in.MaxBandwidthGb, in.BuildTimeoutMins
 	row.CustomDomains, row.TeamMembers, row.PriorityBuilds = in.CustomDomains, in.TeamMembers, in.PriorityBuilds
+	row.Public = in.Public
 }
 
 func (r *planRow) input() PlanInput {
@@ -169,6 +172,7 @@ func (r *planRow) input() PlanInput {
 		MaxMemoryMi: r.MaxMemoryMi, MaxCpuM: r.MaxCpuM, MaxStorageGi: r.MaxStorageGi,
 		MaxBandwidthGb: r.MaxBandwidthGb, BuildTimeoutMins: r.BuildTimeoutMins,
 		CustomDomains: r.CustomDomains, TeamMembers: r.TeamMembers, PriorityBuilds: r.PriorityBuilds,
+		Public: r.Public,
 	}
 }
 
@@ -199,6 +203,7 @@ func (p PlanPatch) applyTo(in *PlanInput) {
 	setB(&in.CustomDomains, p.CustomDomains)
 	setB(&in.TeamMembers, p.TeamMembers)
 	setB(&in.PriorityBuilds, p.PriorityBuilds)
+	setB(&in.Public, p.Public)
 }
 
 // Update changes the fields p sets. Renaming a plan projects use, or moving
@@ -331,13 +336,13 @@ func (s *Service) checkUnused(ctx context.Context, name, verb string) error {
 func SeedPlans() []PlanInput {
 	return []PlanInput{
 		{Name: "free", Tier: TierFree, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 512, MaxCpuM: 500,
-			MaxStorageGi: 1, MaxBandwidthGb: 10, BuildTimeoutMins: 10},
+			MaxStorageGi: 1, MaxBandwidthGb: 10, BuildTimeoutMins: 10, Public: true},
 		{Name: "starter", Tier: TierStarter, MaxProjects: 10, MaxDeployments: 500, MaxMemoryMi: 1024, MaxCpuM: 1000,
-			MaxStorageGi: 5, MaxBandwidthGb: 100, BuildTimeoutMins: 20, CustomDomains: true},
+			MaxStorageGi: 5, MaxBandwidthGb: 100, BuildTimeoutMins: 20, Public: true, CustomDomains: true},
 		{Name: "pro", Tier: TierPro, MaxProjects: 50, MaxDeployments: 2000, MaxMemoryMi: 4096, MaxCpuM: 2000,
-			MaxStorageGi: 20, MaxBandwidthGb: 500, BuildTimeoutMins: 30, CustomDomains: true, TeamMembers: true, PriorityBuilds: true},
+			MaxStorageGi: 20, MaxBandwidthGb: 500, BuildTimeoutMins: 30, Public: true, CustomDomains: true, TeamMembers: true, PriorityBuilds: true},
 		{Name: "enterprise", Tier: TierEnterprise, MaxProjects: 500, MaxDeployments: 20000, MaxMemoryMi: 16384, MaxCpuM: 8000,
-			MaxStorageGi: 100, MaxBandwidthGb: 5000, BuildTimeoutMins: 60, CustomDomains: true, TeamMembers: true, PriorityBuilds: true},
+			MaxStorageGi: 100, MaxBandwidthGb: 5000, BuildTimeoutMins: 60, Public: true, CustomDomains: true, TeamMembers: true, PriorityBuilds: true},
 	}
 }
 

@@ -28,6 +28,7 @@ type planRow struct {
 	CustomDomains    bool      `bun:"custom_domains,notnull"`
 	TeamMembers      bool      `bun:"team_members,notnull"`
 	PriorityBuilds   bool      `bun:"priority_builds,notnull"`
+	Public           bool      `bun:"public,notnull,default:false"`
 	CreatedAt        time.Time `bun:"created_at,notnull"`
 	UpdatedAt        time.Time `bun:"updated_at,notnull"`
 }
@@ -56,6 +57,22 @@ func Migrations() db.MigrationSet {
 		// Postgres: tell every replica's caches of account plans (ChangeChannel).
 		ID: "0002_change_notify",
 		Up: changeTriggers,
+	}, {
+		// Plans any account may choose for a project; others only serve the
+		// accounts an admin assigns them to. Plans with the seed names stay
+		// choosable; an operator's own plans become assigned-only.
+		ID: "0003_public",
+		Up: func(ctx context.Context, idb bun.IDB) error {
+			if err := db.AddColumn("plans", "public", "BOOLEAN NOT NULL DEFAULT FALSE")(ctx, idb); err != nil {
+				return err
+			}
+			var names []string
+			for _, p := range SeedPlans() {
+				names = append(names, p.Name)
+			}
+			_, err := idb.NewUpdate().Model((*planRow)(nil)).Set("public = ?", true).Where("name IN (?)", bun.In(names)).Exec(ctx)
+			return err
+		},
 	}}}
 }
 
@@ -92,7 +109,7 @@ func (r *planRow) toPlan() *Plan {
 		MaxProjects: r.MaxProjects, MaxDeployments: r.MaxDeployments, MaxMemoryMi: r.MaxMemoryMi,
 		MaxCpuM: r.MaxCpuM, MaxStorageGi: r.MaxStorageGi, MaxBandwidthGb: r.MaxBandwidthGb,
 		BuildTimeoutMins: r.BuildTimeoutMins, CustomDomains: r.CustomDomains, TeamMembers: r.TeamMembers,
-		PriorityBuilds: r.PriorityBuilds, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		PriorityBuilds: r.PriorityBuilds, Public: r.Public, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 }
 
@@ -129,7 +146,7 @@ func (a *accountPlanStmt) init(idb bun.IDB) {
 	a.once.Do(func() {
 		cols := "p.id, p.name, p.tier, p.max_projects, p.max_deployments, p.max_memory_mi, p.max_cpu_m, " +
 			"p.max_storage_gi, p.max_bandwidth_gb, p.build_timeout_mins, p.custom_domains, p.team_members, " +
-			"p.priority_builds, " + db.TimeColumn(idb, "p.created_at") + ", " + db.TimeColumn(idb, "p.updated_at")
+			"p.priority_builds, p.public, " + db.TimeColumn(idb, "p.created_at") + ", " + db.TimeColumn(idb, "p.updated_at")
 		a.stmt = db.NewPrepared("SELECT " + cols + " FROM plans AS p WHERE p.id = COALESCE(" +
 			"(SELECT pa.plan_id FROM plan_assignments AS pa JOIN plans AS ap ON ap.id = pa.plan_id WHERE pa.user_id = ?), " +
 			"(SELECT d.id FROM plans AS d WHERE d.tier = '" + string(TierFree) + "' ORDER BY d.created_at ASC, d.id ASC LIMIT 1))")
@@ -141,7 +158,7 @@ func scanPlan(row interface{ Scan(...any) error }) (*planRow, error) {
 	r := new(planRow)
 	var n [7]int64
 	err := row.Scan(&r.ID, &r.Name, &r.Tier, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &n[6],
-		&r.CustomDomains, &r.TeamMembers, &r.PriorityBuilds, db.ScanTime(&r.CreatedAt), db.ScanTime(&r.UpdatedAt))
+		&r.CustomDomains, &r.TeamMembers, &r.PriorityBuilds, &r.Public, db.ScanTime(&r.CreatedAt), db.ScanTime(&r.UpdatedAt))
 	if err != nil {
 		return nil, err
 	}

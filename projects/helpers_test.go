@@ -51,9 +51,11 @@ type planBook struct {
 
 func newPlanBook() *planBook {
 	return &planBook{account: map[string]string{}, plans: map[string]*projects.Plan{
-		"free":    {Name: "free", Tier: "FREE", TierRank: 0, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 512, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10},
-		"starter": {Name: "starter", Tier: "STARTER", TierRank: 1, MaxProjects: 10, MaxDeployments: 500, MaxMemoryMi: 1024, MaxCpuM: 1000, MaxStorageGi: 5, BuildTimeoutMins: 20},
-		"pro":     {Name: "pro", Tier: "PRO", TierRank: 2, MaxProjects: 50, MaxDeployments: 2000, MaxMemoryMi: 4096, MaxCpuM: 2000, MaxStorageGi: 20, BuildTimeoutMins: 30, PriorityBuilds: true},
+		"free":    {Name: "free", Tier: "FREE", TierRank: 0, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 512, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10, Public: true},
+		"starter": {Name: "starter", Tier: "STARTER", TierRank: 1, MaxProjects: 10, MaxDeployments: 500, MaxMemoryMi: 1024, MaxCpuM: 1000, MaxStorageGi: 5, BuildTimeoutMins: 20, Public: true},
+		// An operator's plan for chosen accounts: not public.
+		"partner": {Name: "partner", Tier: "FREE", TierRank: 0, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 2048, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10},
+		"pro":     {Name: "pro", Tier: "PRO", TierRank: 2, MaxProjects: 50, MaxDeployments: 2000, MaxMemoryMi: 4096, MaxCpuM: 2000, MaxStorageGi: 20, BuildTimeoutMins: 30, PriorityBuilds: true, Public: true},
 	}}
 }
 

@@ -65,9 +65,12 @@ type Sealer interface {
 // Plan is what projects needs to know of a plan. The host adapts the plans
 // module's Plan to it. Limits of 0 mean "no limit".
 type Plan struct {
-	Name             string
-	Tier             string
-	TierRank         int // FREE 0 < STARTER 1 < PRO 2 < ENTERPRISE 3
+	Name     string
+	Tier     string
+	TierRank int // FREE 0 < STARTER 1 < PRO 2 < ENTERPRISE 3
+	// Public plans may be chosen by any account whose account plan's tier
+	// is not lower; others only by the accounts they are assigned to.
+	Public           bool
 	MaxProjects      int
 	MaxDeployments   int // per project per calendar month, UTC
 	MaxMemoryMi      int

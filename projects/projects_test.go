@@ -613,6 +613,18 @@ func TestPlanChoice(t *testing.T) {
 		if inUse, _ := e.svc.PlanInUse(ctx, "pro"); inUse {
 			t.Fatal("refused plan recorded")
 		}
+		// A plan that is not public, even within the account's tier, serves
+		// only the accounts it is assigned to.
+		s["planName"] = "partner"
+		resp = e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), s)
+		if resp.Code != 403 || !strings.Contains(resp.Body.String(), "plan partner is not public") {
+			t.Fatalf("private plan: %d %s", resp.Code, resp.Body)
+		}
+		e.plans.setAccount(users["alice"], "partner")
+		if resp := e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), s); resp.Code != 200 {
+			t.Fatalf("assigned private plan: %d %s", resp.Code, resp.Body)
+		}
+		s["planName"] = "pro"
 		e.plans.setAccount(users["alice"], "pro")
 		resp = e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), s)
 		if resp.Code != 200 || decode[projects.Project](t, resp.Body.Bytes()).PlanName != "pro" {

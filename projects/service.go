@@ -359,7 +359,8 @@ func setStr(dst *string, v *string) {
 	}
 }
 
-// checkPlanChoice: name must exist and not be above owner's account plan tier.
+// checkPlanChoice: name must exist, be public or the owner's account plan,
+// and not be above the account plan's tier.
 func (s *Service) checkPlanChoice(ctx context.Context, owner, name string) error {
 	plan, err := s.d.Plans.PlanByName(ctx, name)
 	if err != nil {
@@ -371,6 +372,9 @@ func (s *Service) checkPlanChoice(ctx context.Context, owner, name string) error
 	acct, err := s.d.Plans.AccountPlan(ctx, owner)
 	if err != nil {
 		return wrap("account plan", err)
+	}
+	if !plan.Public && plan.Name != acct.Name {
+		return platform.Forbidden(fmt.Sprintf("planName: plan %s is not public; only accounts an admin assigns it to may use it", plan.Name))
 	}
 	if plan.TierRank > acct.TierRank {
 		return platform.Forbidden(fmt.Sprintf("plan tier quota: plan %s is tier %s, above the limit of your account plan %s (tier %s)",

@@ -518,6 +518,9 @@ type CreatePlanRequest struct {
 	// PriorityBuilds Priority builds (default false)
 	PriorityBuilds *bool `json:"priorityBuilds,omitempty"`
 
+	// Public Any account may choose it for a project, up to its account plan's tier (default false: only accounts an admin assigns it to)
+	Public *bool `json:"public,omitempty"`
+
 	// TeamMembers Team members allowed (default false)
 	TeamMembers *bool `json:"teamMembers,omitempty"`
 
@@ -836,6 +839,9 @@ type Plan struct {
 	// PriorityBuilds Builds are scheduled with priority
 	PriorityBuilds bool `json:"priorityBuilds"`
 
+	// Public Any account may choose it for a project (up to its account plan's tier); a plan that is not public serves only the accounts an admin assigns it to
+	Public bool `json:"public"`
+
 	// TeamMembers Team members allowed
 	TeamMembers bool `json:"teamMembers"`
 
@@ -1130,6 +1136,9 @@ type UpdatePlanRequest struct {
 
 	// PriorityBuilds Priority builds
 	PriorityBuilds *bool `json:"priorityBuilds,omitempty"`
+
+	// Public Any account may choose it for a project, up to its account plan's tier
+	Public *bool `json:"public,omitempty"`
 
 	// TeamMembers Team members allowed
 	TeamMembers *bool `json:"teamMembers,omitempty"`

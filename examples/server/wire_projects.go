@@ -79,7 +79,7 @@ func toProjectsPlan(p *plans.Plan) *projects.Plan {
 		Name: p.Name, Tier: string(p.Tier), TierRank: p.Tier.Rank(),
 		MaxProjects: p.MaxProjects, MaxDeployments: p.MaxDeployments, MaxMemoryMi: p.MaxMemoryMi,
 		MaxCpuM: p.MaxCpuM, MaxStorageGi: p.MaxStorageGi, BuildTimeoutMins: p.BuildTimeoutMins,
-		PriorityBuilds: p.PriorityBuilds,
+		PriorityBuilds: p.PriorityBuilds, Public: p.Public,
 	}
 }
 

@@ -107,3 +107,25 @@ func Steps(steps ...func(ctx context.Context, db bun.IDB) error) func(ctx contex
 		return nil
 	}
 }
+
+// AddColumn is a migration step adding a column unless the table has it: a
+// module's first migration creates its tables from today's models, so a
+// fresh database has the column already. def is the column's SQL type and
+// constraints, the same on SQLite and Postgres.
+func AddColumn(table, column, def string) func(ctx context.Context, idb bun.IDB) error {
+	return func(ctx context.Context, idb bun.IDB) error {
+		var n int
+		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
+		if IsPostgres(idb) {
+			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
+		}
+		if err := idb.NewRaw(q, table, column).Scan(ctx, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		_, err := idb.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
+		return err
+	}
+}
