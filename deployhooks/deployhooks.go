@@ -162,20 +162,30 @@ func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (
 	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
 		return nil, "", err
 	}
-	n, err := s.d.DB.NewSelect().Model((*hookRow)(nil)).Where("project_id = ?", projectID).Count(ctx)
-	if err != nil {
-		return nil, "", db.Translate(err)
-	}
-	if int(n) >= s.d.MaxPerProject {
-		return nil, "", platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject))
-	}
 	tok, err := newToken()
 	if err != nil {
 		return nil, "", err
 	}
 	row := &hookRow{ID: platform.NewID(), ProjectID: projectID, OwnerID: ownerID, Name: name,
 		TokenHash: hashToken(tok), Prefix: tok[:prefixLen], CreatedAt: s.d.Clock.Now().UTC().Truncate(time.Microsecond)}
-	if _, err := s.d.DB.NewInsert().Model(row).Exec(ctx); err != nil {
+	// The count and the insert are one transaction, under the project's lock
+	// on Postgres (SQLite's single writer already serialises them), so
+	// concurrent creates cannot pass the cap together.
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := db.LockTx(ctx, tx, "keelson:deploy-hooks:"+projectID); err != nil {
+			return err
+		}
+		n, err := tx.NewSelect().Model((*hookRow)(nil)).Where("project_id = ?", projectID).Count(ctx)
+		if err != nil {
+			return err
+		}
+		if int(n) >= s.d.MaxPerProject {
+			return platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject))
+		}
+		_, err = tx.NewInsert().Model(row).Exec(ctx)
+		return err
+	})
+	if err != nil {
 		return nil, "", db.Translate(err)
 	}
 	h := row.out()

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -106,6 +108,45 @@ func TestDeployHooksE2E(t *testing.T) {
 		ts.doJSON(t, http.StatusOK, "GET", "/projects/"+p.ID+"/deploy-hooks", alice, nil, &left)
 		if len(left) != 0 {
 			t.Fatalf("hooks after revoke: %+v", left)
+		}
+	})
+}
+
+// TestDeployHookCapUnderConcurrency (issue 23): 40 creates at once on one
+// project pass the 20-hook cap by none: the count and the insert are one
+// transaction under the project's lock (on Postgres; SQLite's one writer).
+func TestDeployHookCapUnderConcurrency(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice := ts.signup(t, "alice@example.com")
+		var p webhookProject
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{
+			"name": "many-hooks", "repoUrl": "https://github.com/acme/many-hooks", "framework": "static", "port": 8080,
+		}, &p)
+		const tries, limit = 40, 20
+		codes := make(chan int, tries)
+		var wg sync.WaitGroup
+		for i := range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				status, _, _ := ts.do(t, "POST", "/projects/"+p.ID+"/deploy-hooks", alice, map[string]any{"name": fmt.Sprintf("h%d", i)})
+				codes <- status
+			}()
+		}
+		wg.Wait()
+		close(codes)
+		count := map[int]int{}
+		for c := range codes {
+			count[c]++
+		}
+		if count[http.StatusCreated] != limit || count[http.StatusForbidden] != tries-limit {
+			t.Fatalf("answers: %v, want %d x 201 and %d x 403", count, limit, tries-limit)
+		}
+		var hooks []struct{ ID string }
+		ts.doJSON(t, http.StatusOK, "GET", "/projects/"+p.ID+"/deploy-hooks", alice, nil, &hooks)
+		if len(hooks) != limit {
+			t.Fatalf("%d hooks stored, the cap is %d", len(hooks), limit)
 		}
 	})
 }
