@@ -18,8 +18,12 @@
 // multi-stage (builder image, then a small run image, running as uid 65534);
 // static copies dist/, public/, build/ or the root into a busybox httpd image.
 // A project's own BuildCommand/StartCommand run in the preset's builder image.
-// Build containers get the plan's memory (no swap on top) and CPU, run on a
-// network of their own with inter-container traffic off, and are removed on
+// Build containers get the plan's memory (no swap on top) and CPU, a pids
+// limit for the whole build (a cgroup parent the runtime makes and removes:
+// the classic builder has no pids option; no parent, no build), the plan's
+// storage limit measured while the build runs (the checkout plus the running
+// step's container or last committed image; over it the build is cancelled),
+// run on a network of their own with inter-container traffic off, and are removed on
 // success, failure, timeout and cancellation alike (the engine cancels a
 // build whose API request is closed). Build output goes to the deployment's
 // log, masked. Secret variables are NOT available at build time (no build
@@ -31,8 +35,9 @@
 // removes the deployment's tag; CleanupProject removes the rest.
 //
 // PROVISION: one container per deployment, named and labelled with the
-// deployment, the project and this server's instance (a hash of its data dir,
-// so servers sharing an engine never touch each other's containers). Limits
+// deployment, the project and this server's instance (a random id kept in its
+// data dir, so servers sharing an engine never touch each other's containers,
+// and a server started again on the same dir adopts its own). Limits
 // are set at create time: memory = MemoryMi with MemorySwap equal (no swap),
 // NanoCPUs from CPUMillis, a pids limit, every capability dropped,
 // no-new-privileges, never privileged, no mount of any host path, its own

@@ -3,7 +3,7 @@ package container
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -48,7 +48,9 @@ type Config struct {
 	// DataDir holds the checkouts (<DataDir>/containers/<deploymentID>). Required.
 	DataDir string
 	// Instance tells this server's containers from other servers' on the same
-	// engine. Default: a hash of DataDir.
+	// engine. Default: a random id made once and kept in <DataDir>/containers/instance
+	// (a server started again on the same data dir adopts its containers; two
+	// servers never share one by having the same path).
 	Instance string
 	// Ingress routes the apps' hosts. Required.
 	Ingress *ingress.Router
@@ -84,6 +86,18 @@ type Config struct {
 	DefaultCPUMillis int
 	// PidsLimit caps the processes of one container. Default 256.
 	PidsLimit int64
+	// BuildPidsLimit caps the processes of one build, every step together
+	// (through a cgroup parent the server makes; a build that cannot get it
+	// does not run). Default 1024.
+	BuildPidsLimit int64
+	// CgroupRoot is where the host's cgroup file systems are mounted. Default /sys/fs/cgroup.
+	CgroupRoot string
+	// StorageGiB is the bytes of one GiB of a plan's storage limit
+	// (maxStorageGi). Default 1 GiB; tests make it small.
+	StorageGiB int64
+	// DiskPollInterval is how often a build's disk use is measured while it
+	// runs. Default 1s.
+	DiskPollInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -100,6 +114,10 @@ func (c Config) withDefaults() Config {
 	c.DefaultMemoryMi = cmp.Or(c.DefaultMemoryMi, 512)
 	c.DefaultCPUMillis = cmp.Or(c.DefaultCPUMillis, 1000)
 	c.PidsLimit = cmp.Or(c.PidsLimit, 256)
+	c.BuildPidsLimit = cmp.Or(c.BuildPidsLimit, 1024)
+	c.CgroupRoot = cmp.Or(c.CgroupRoot, cgroupRoot)
+	c.StorageGiB = cmp.Or(c.StorageGiB, 1<<30)
+	c.DiskPollInterval = cmp.Or(c.DiskPollInterval, time.Second)
 	return c
 }
 
@@ -115,11 +133,12 @@ type Runtime struct {
 
 	buildMu sync.RWMutex // held (read) by builds using the build network, (write) to remove it
 
-	mu     sync.Mutex
-	closed bool
-	apps   map[string]*app
-	builds map[string]context.CancelFunc
-	locks  idlock.Locks
+	mu           sync.Mutex
+	closed       bool
+	cgroupDriver string // the engine's, asked once
+	apps         map[string]*app
+	builds       map[string]context.CancelFunc
+	locks        idlock.Locks
 }
 
 var _ deployments.Runtime = (*Runtime)(nil)
@@ -153,18 +172,19 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("container: data dir: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "containers"), 0o700); err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
 	if cfg.Instance == "" {
-		sum := sha256.Sum256([]byte(cfg.DataDir))
-		cfg.Instance = hex.EncodeToString(sum[:6])
+		if cfg.Instance, err = storedInstance(filepath.Join(cfg.DataDir, "containers", "instance")); err != nil {
+			return nil, fmt.Errorf("container: instance id: %w", err)
+		}
 	}
 	if !namePattern.MatchString(cfg.Instance) {
 		return nil, fmt.Errorf("container: instance %q must be lowercase letters and digits", cfg.Instance)
 	}
 	if cfg.GitPath, err = exec.LookPath(cfg.GitPath); err != nil {
 		return nil, fmt.Errorf("container: git not found: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "containers"), 0o700); err != nil {
-		return nil, fmt.Errorf("container: %w", err)
 	}
 	docker, own := cfg.Client, false
 	if docker == nil {
@@ -183,6 +203,44 @@ func New(cfg Config) (*Runtime, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}, nil
+}
+
+// storedInstance reads the instance id kept in path, or makes a random one
+// and keeps it there (the first of two servers starting at once wins).
+func storedInstance(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if !namePattern.MatchString(id) {
+			return "", fmt.Errorf("%s holds %q, not lowercase letters and digits", path, id)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	// Written whole, then linked into place: a reader never sees half an id.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".instance-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	id := hex.EncodeToString(b)
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		return storedInstance(path)
+	} else if err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // Instance is the label value that marks this server's containers.
@@ -286,7 +344,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
 	defer bcancel()
 	start := time.Now()
-	if err := r.buildImage(bctx, job, src, dockerfile, out); err != nil {
+	if err := r.buildImage(bctx, job, root, dockerfile, out); err != nil {
 		if bctx.Err() != nil {
 			return "", context.Cause(bctx)
 		}
@@ -299,9 +357,9 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		if err != nil {
 			return "", r.engineError("inspecting the built image", err)
 		}
-		if limit := int64(gi) << 30; res.Size > limit {
+		if used := dirSize(root) + res.Size; used > int64(gi)*r.cfg.StorageGiB {
 			r.removeImage(context.WithoutCancel(ctx), r.imageTag(job))
-			return "", fmt.Errorf("the image is %.2f GiB, more than the plan's %d GiB storage limit", float64(res.Size)/(1<<30), gi)
+			return "", storageError("the checkout and the image are", used, gi)
 		}
 	}
 	// The newest build of the project is its layer cache for the next one.
@@ -312,8 +370,22 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 	return commit, nil
 }
 
-// buildImage sends the checkout as a build context and streams the output.
-func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dockerfile string, out *runlog.Output) error {
+// buildImage sends the checkout (root/src) as a build context and streams
+// the output. The build runs under its own cgroup parent (the pids limit) and
+// a diskWatch (the plan's storage limit).
+func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, dockerfile string, out *runlog.Output) error {
+	src := filepath.Join(root, "src")
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	disk, err := r.watchDisk(ctx, job, root, stop)
+	if err != nil {
+		return err
+	}
+	cg, err := r.setUpBuildCgroup(ctx, job)
+	if err != nil {
+		return err
+	}
+	defer r.removeBuildCgroup(cg)
 	r.buildMu.RLock()
 	defer r.buildMu.RUnlock()
 	if err := r.ensureBuildNetwork(ctx); err != nil {
@@ -333,6 +405,8 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		CPUPeriod:   100_000,
 		CPUQuota:    nano / 10_000, // 1 CPU = 100000us per 100000us period
 		NetworkMode: r.buildNetwork(),
+		// pids.max of the whole build (the classic builder has no pids option).
+		CgroupParent: cg.parent,
 		// No deployment id: the image outlives its deployment as the
 		// project's cache; tags say which deployment built it.
 		Labels: map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
@@ -377,6 +451,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 			return r.engineError("reading the build's output", err)
 		}
 		if msg.Stream != "" {
+			disk.see(msg.Stream)
 			_, _ = w.Write([]byte(ansi.ReplaceAllString(msg.Stream, "")))
 		}
 		if msg.Status != "" {
@@ -384,9 +459,15 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, src, dock
 		}
 		if msg.Error != "" {
 			w.Flush()
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
 			_, _, memMi := r.limits(job.Limits)
 			return fmt.Errorf("the image build failed: %s\n%s", buildErrorText(msg.Error, out.Tail(), memMi), out.Tail())
 		}
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	if _, err := r.docker.ImageInspect(ctx, r.imageTag(job)); err != nil {
 		return fmt.Errorf("the image build ended without an image:\n%s", out.Tail())

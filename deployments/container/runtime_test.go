@@ -372,3 +372,29 @@ func TestEngineErrorsInPlainWords(t *testing.T) {
 	assert.Contains(t, err.Error(), "has not been built (no image)")
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 }
+
+// The instance id is random, kept in the data dir, and the same when a
+// server starts again on that dir; it never follows from the path.
+func TestInstanceIDStoredInDataDir(t *testing.T) {
+	router, err := ingress.New(ingress.Config{PublicPort: 8081})
+	require.NoError(t, err)
+	defer router.Close()
+	open := func(dir string) string {
+		rt, err := container.New(container.Config{DataDir: dir, Ingress: router})
+		require.NoError(t, err)
+		require.NoError(t, rt.Close(context.Background()))
+		return rt.Instance()
+	}
+	dir := t.TempDir()
+	first := open(dir)
+	assert.Regexp(t, `^[0-9a-f]{12}$`, first)
+	b, err := os.ReadFile(filepath.Join(dir, "containers", "instance"))
+	require.NoError(t, err)
+	assert.Equal(t, first+"\n", string(b))
+	assert.Equal(t, first, open(dir), "the same data dir, the same instance")
+
+	// The same path after the data dir was made anew (another machine, or
+	// the image's default /data): another instance.
+	require.NoError(t, os.RemoveAll(dir))
+	assert.NotEqual(t, first, open(dir))
+}

@@ -98,6 +98,9 @@ type Config struct {
 	// BuildsPerUser is KEELSON_BUILDS_PER_USER: deployments one owner runs at
 	// once, on either engine (twice that on a priorityBuilds plan). Default 2.
 	BuildsPerUser int
+	// BuildPidsLimit is KEELSON_BUILD_PIDS_LIMIT: processes one build runs at
+	// once on the docker runtime. Default 1024.
+	BuildPidsLimit int
 	// LogRetention is KEELSON_LOG_RETENTION: logs of deployments that ended
 	// FAILED or CANCELLED longer ago are deleted (hourly; SQLite gives the
 	// space back). Default 30 days.
@@ -113,6 +116,7 @@ const (
 	DefaultIngressMaxConns   = 8192
 	DefaultMaxBodyMemoryMiB  = 64
 	DefaultBuildsPerUser     = 2
+	DefaultBuildPidsLimit    = 1024
 	DefaultLogRetention      = deployments.DefaultLogRetention
 )
 
@@ -208,6 +212,7 @@ func (c Config) Validate() error {
 		{"KEELSON_BUILD_LOG_MAX_MB", c.BuildLogMaxMB, 1},
 		{"KEELSON_APP_LOG_MAX_LINES", c.AppLogMaxLines, 100},
 		{"KEELSON_BUILDS_PER_USER", c.BuildsPerUser, 1},
+		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}

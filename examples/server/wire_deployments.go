@@ -241,6 +241,7 @@ func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.
 		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
 		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
 		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
+		BuildPidsLimit: int64(c.BuildPidsLimit),
 	})
 	if err != nil {
 		docker.Close()

@@ -1,0 +1,96 @@
+package container_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/deployments/container/containertest"
+)
+
+func dockerJob(t *testing.T, dockerfile string) deployments.Job {
+	job := goJob(newRepo(t, map[string]string{"Dockerfile": dockerfile}))
+	job.Framework = "docker"
+	return job
+}
+
+// buildCgroups lists the cgroups named for instance's builds, in every hierarchy.
+func buildCgroups(t *testing.T, instance string) []string {
+	t.Helper()
+	found, err := filepath.Glob("/sys/fs/cgroup/*/keelson-build-" + instance + "-*")
+	require.NoError(t, err)
+	v2, err := filepath.Glob("/sys/fs/cgroup/keelson-build-" + instance + "-*")
+	require.NoError(t, err)
+	return append(found, v2...)
+}
+
+// A build starting 3000 processes holds at most the pids limit: the count
+// is taken inside the step with shell builtins only (at the limit a fork
+// fails, and the subshell starting them gives up).
+func TestBuildPidsLimit(t *testing.T) {
+	e := newEnv(t, func(c *container.Config) { c.BuildPidsLimit = 100 })
+	ctx := context.Background()
+	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\n"+
+		`RUN (i=0; while [ $i -lt 3000 ]; do sleep 120 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo "procs=$#"`+"\n")
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	m := regexp.MustCompile(`procs=(\d+)`).FindStringSubmatch(logs.all())
+	require.NotNil(t, m, logs.all())
+	n, _ := strconv.Atoi(m[1])
+	assert.LessOrEqual(t, n, 100, "processes in the build step")
+	assert.Greater(t, n, 50, "the step did start processes up to the limit")
+	assert.Empty(t, buildCgroups(t, e.rt.Instance()), "the build's cgroup parent is removed")
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+}
+
+// Without its pids limit a build does not run.
+func TestBuildWithoutPidsLimitRefused(t *testing.T) {
+	e := newEnv(t, func(c *container.Config) { c.CgroupRoot = t.TempDir() })
+	ctx := context.Background()
+	marker := "ran-" + strings.ToLower(t.Name())
+	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\nRUN echo "+marker+"\n")
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the build was not started: its process limit (1024) could not be set up")
+	assert.NotContains(t, logs.all(), marker)
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+}
+
+// A step writing past the plan's storage limit is stopped while it runs,
+// with the limit named; nothing of the build is left.
+func TestBuildDiskLimit(t *testing.T) {
+	e := newEnv(t, func(c *container.Config) {
+		c.StorageGiB = 32 << 20 // the plan's "1 GiB" is 32 MiB here
+		c.DiskPollInterval = 200 * time.Millisecond
+	})
+	ctx := context.Background()
+	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\n"+
+		`RUN i=0; while [ $i -lt 40 ]; do busybox dd if=/dev/zero of=/f$i bs=1M count=10 2>/dev/null; sleep 0.3; i=$((i+1)); done; echo wrote-$((20+22))`+"\n")
+	job.Limits.StorageGi = 1
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the build has used")
+	assert.Contains(t, err.Error(), "more than the plan's storage limit of 1 GiB (maxStorageGi")
+	assert.NotContains(t, logs.all(), "wrote-42", "stopped while it ran, not after")
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+	assert.Empty(t, buildCgroups(t, e.rt.Instance()))
+	_, err = os.Stat(filepath.Join(e.dataDir, "containers", job.DeploymentID))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
