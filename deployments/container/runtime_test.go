@@ -398,3 +398,31 @@ func TestInstanceIDStoredInDataDir(t *testing.T) {
 	require.NoError(t, os.RemoveAll(dir))
 	assert.NotEqual(t, first, open(dir))
 }
+
+// An app that keeps crashing is given up, and its route goes with it: its
+// host answers 404 instead of proxying to a port the engine freed.
+func TestGivenUpAppLosesItsRoute(t *testing.T) {
+	e := newEnv(t, func(c *container.Config) { c.MaxRestarts = 1 })
+	ctx := context.Background()
+	job := goJob(newRepo(t, map[string]string{
+		"Dockerfile": "FROM " + e.cfg.Images.Static + "\nRUN mkdir -p /site && echo up > /site/index.html\n" +
+			`CMD ["sh", "-c", "httpd -p $PORT -h /site; sleep 2; exit 3"]` + "\n",
+	}))
+	job.Framework = "docker"
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	up, err := e.rt.Start(ctx, job, logs)
+	require.NoError(t, err, logs.all())
+	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
+	require.NoError(t, err)
+	platformtest.Eventually(t, 90*time.Second, "the runtime to give up", func() bool {
+		return strings.Contains(logs.all(), "not restarting it") && strings.Contains(logs.all(), "its route is removed")
+	})
+	code, body := e.get(t, job.ProjectSlug+".localhost", "/")
+	assert.Equal(t, http.StatusNotFound, code, body)
+
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+}

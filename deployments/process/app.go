@@ -218,6 +218,13 @@ func (a *app) supervise(p *proc) {
 		if len(crashes) > cfg.MaxRestarts {
 			a.out.System(fmt.Sprintf("the app crashed %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
 			cfg.Logger.Error("process: app keeps crashing, gave up restarting it", "deployment", a.id, "crashes", len(crashes))
+			// Stopped for good: its host no longer leads to a port it freed.
+			a.mu.Lock()
+			slug := a.slug
+			a.mu.Unlock()
+			if cfg.Ingress.Remove(slug, a.id) {
+				a.out.System("its route is removed")
+			}
 			return
 		}
 		delay := min(cfg.RestartBackoff<<(len(crashes)-1), 30*time.Second)

@@ -297,10 +297,14 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 
 	// A second crash within the window exceeds MaxRestarts=1: it stays down.
 	_, _, _ = e.get("crashy.localhost", "/crash")
+	// Its route goes with it: the host answers 404, not a port it freed.
 	platformtest.Eventually(t, time.Minute, "the runtime to give up", func() bool { return logs.has("not restarting it") })
+	platformtest.Eventually(t, time.Minute, "the route to go", func() bool { return logs.has("its route is removed") })
+	_, ok = e.router.Lookup("crashy")
+	assert.False(t, ok)
 	code, _, err := e.get("crashy.localhost", "/")
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusBadGateway, code)
+	assert.Equal(t, http.StatusNotFound, code)
 
 	// Starting it again brings it back.
 	up, err = e.rt.Start(ctx, job, logs)
