@@ -62,9 +62,12 @@ type Config struct {
 	MaxLogStreams         int    // KEELSON_MAX_LOG_STREAMS: concurrent log streams per user (default 20)
 	Regions               []string
 	Engine                string // KEELSON_ENGINE: local | temporal
-	// Runtime is KEELSON_RUNTIME: docker, process, or "" (docker when an
-	// engine answers at start-up, else process with a warning).
+	// Runtime is KEELSON_RUNTIME: docker, process, or "" (docker). Start-up
+	// stops when docker has no engine; it never falls back to process.
 	Runtime string
+	// RuntimeWait is KEELSON_RUNTIME_WAIT: how long start-up waits for the
+	// Docker engine to answer (default 30s).
+	RuntimeWait time.Duration
 	// Images are KEELSON_IMAGE_GO, _GO_RUN, _NODE and _STATIC: the docker
 	// runtime's preset images ("" = the documented official image).
 	ImageGo, ImageGoRun, ImageNode, ImageStatic string
@@ -196,6 +199,7 @@ func (c Config) Validate() error {
 		{"KEELSON_READ_TIMEOUT", c.ReadTimeout, time.Hour},
 		{"KEELSON_IDLE_TIMEOUT", c.IdleTimeout, time.Hour},
 		{"KEELSON_LOG_RETENTION", c.LogRetention, 100 * 365 * 24 * time.Hour},
+		{"KEELSON_RUNTIME_WAIT", c.RuntimeWait, 10 * time.Minute},
 	} {
 		if d.val <= 0 || d.val > d.max {
 			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}

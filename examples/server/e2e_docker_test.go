@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,15 +351,41 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 	}
 }
 
-// KEELSON_RUNTIME: unset picks process with one warning when no engine
-// answers; docker without an engine stops start-up naming the variable.
+// KEELSON_RUNTIME fails closed: unset, with no engine answering within
+// KEELSON_RUNTIME_WAIT, the server binary exits non-zero with one line naming
+// the variable, the address it tried and both ways on, and never listens;
+// docker without an engine stops start-up the same way; process starts with
+// one WARN line saying builds and apps are not isolated.
 func TestRuntimeSelection(t *testing.T) {
-	t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-engine.sock")
+	sock := t.TempDir() + "/no-engine.sock"
+	t.Setenv("DOCKER_HOST", "unix://"+sock)
 
-	ts := startServer(t, "", func(c *Config) { c.Runtime = "" })
+	bin := buildServer(t)
+	p := startProc(t, bin, []string{"KEELSON_RUNTIME=", "KEELSON_RUNTIME_WAIT=1s", "KEELSON_DATA_DIR=" + t.TempDir(),
+		"KEELSON_ADDR=127.0.0.1:0", "KEELSON_INGRESS_ADDR=127.0.0.1:0"})
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the server did not stop without an engine:\n%s", p.logs.String())
+	}
+	out := p.logs.String()
+	if p.cmd.ProcessState.ExitCode() == 0 || strings.Contains(out, "keelson listening") {
+		t.Fatalf("with no engine and KEELSON_RUNTIME unset the server ran (exit %d):\n%s", p.cmd.ProcessState.ExitCode(), out)
+	}
+	var last string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		last = l
+	}
+	for _, want := range []string{"keelson: ", "KEELSON_RUNTIME:", "unix://" + sock, "KEELSON_RUNTIME=process", "start a Docker engine"} {
+		if !strings.Contains(last, want) {
+			t.Fatalf("the last line does not say %q:\n%s", want, out)
+		}
+	}
+
+	ts := startServer(t, "", func(c *Config) { c.Runtime = "process" })
 	var warns []string
 	for _, l := range strings.Split(ts.Logs.String(), "\n") {
-		if strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "NOT isolated") {
+		if strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "KEELSON_RUNTIME=process") && strings.Contains(l, "NOT isolated") {
 			warns = append(warns, l)
 		}
 	}
@@ -368,7 +397,7 @@ func TestRuntimeSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir, cfg.Runtime = t.TempDir(), "docker"
+	cfg.DataDir, cfg.Runtime, cfg.RuntimeWait = t.TempDir(), "docker", time.Second
 	app, err := NewApp(context.Background(), cfg, ts.App.Log)
 	if err == nil {
 		app.Close(context.Background())
@@ -381,5 +410,59 @@ func TestRuntimeSelection(t *testing.T) {
 
 	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_RUNTIME": "vm"}[k] }); !errors.As(err, &ce) || ce.Var != "KEELSON_RUNTIME" {
 		t.Fatalf("KEELSON_RUNTIME=vm: %v", err)
+	}
+}
+
+// A socket the server's user may not open is reported as what it is,
+// permission denied with the group to add, not as an engine that does not
+// answer, and at once rather than after KEELSON_RUNTIME_WAIT. The server runs
+// as nobody against a socket that only root and its group may open, so the
+// test needs root.
+func TestRuntimeSocketPermissionDenied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the server as another user than the socket's owner")
+	}
+	dir, err := os.MkdirTemp("", "keelson-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "engine.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(sock, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildServer(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "KEELSON_RUNTIME=", "KEELSON_RUNTIME_WAIT=5m",
+		"KEELSON_DATA_DIR="+filepath.Join(dir, "data"), "KEELSON_ADDR=127.0.0.1:0", "KEELSON_INGRESS_ADDR=127.0.0.1:0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "keelson listening") {
+		t.Fatalf("the server ran without access to the engine's socket:\n%s", out)
+	}
+	if time.Since(start) > time.Minute {
+		t.Fatalf("permission denied waited for KEELSON_RUNTIME_WAIT (%s) instead of stopping at once:\n%s", time.Since(start), out)
+	}
+	for _, want := range []string{"KEELSON_RUNTIME:", "permission denied", sock, "--group-add 0", "KEELSON_RUNTIME=process"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the server's error does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "no Docker engine answered") {
+		t.Fatalf("permission denied reported as no engine:\n%s", out)
 	}
 }

@@ -54,6 +54,7 @@ func serveApp(t *testing.T, mutate func(*Config)) (app *App, apiAddr, ingressAdd
 	cfg.JWTSecret = "test-jwt-secret-0123456789abcdef0123456789"
 	cfg.SecretKey = "test-seal-key-0123456789abcdef0123456789ab"
 	cfg.AllowLocalRepos = true
+	cfg.Runtime = "process" // as startServer: no engine needed
 	if mutate != nil {
 		mutate(&cfg)
 	}

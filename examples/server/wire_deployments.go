@@ -208,25 +208,27 @@ type appRuntime interface {
 	Close(ctx context.Context) error
 }
 
-// newRuntime picks KEELSON_RUNTIME's runtime. Unset: docker when an engine
-// answers (DOCKER_HOST or the default socket), else process with one
-// warning; docker with no engine stops start-up naming the variable.
+// newRuntime picks KEELSON_RUNTIME's runtime. Unset or docker: the docker
+// runtime, once an engine answers (DOCKER_HOST or the default socket) within
+// KEELSON_RUNTIME_WAIT; with none, start-up stops naming the variable, never
+// falling back to unsandboxed processes. process: plain child processes, with
+// one WARN line at every start.
 func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.Logger) (appRuntime, error) {
 	c := a.Cfg
 	kind := c.Runtime
 	var docker *client.Client
 	if kind != "process" {
 		var err error
-		docker, err = container.NewClient(ctx, 5*time.Second)
-		switch {
-		case err != nil && kind == "docker":
-			return nil, &ConfigError{"KEELSON_RUNTIME", "docker: no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): " + oneLine(err)}
-		case err != nil:
-			log.Warn("no Docker engine answers: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (start Docker for isolation, or set KEELSON_RUNTIME=process to choose this)")
-			kind = "process"
-		default:
-			kind = "docker"
+		docker, err = connectEngine(ctx, cmp.Or(c.RuntimeWait, DefaultRuntimeWait), log)
+		if u, ok := err.(*engineUnreachable); ok {
+			return nil, runtimeError(c.Runtime, u)
 		}
+		if err != nil {
+			return nil, err
+		}
+		kind = "docker"
+	} else {
+		log.Warn("KEELSON_RUNTIME=process: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (single-tenant use only; unset KEELSON_RUNTIME to use the Docker runtime)")
 	}
 	if kind == "process" {
 		rt, err := process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
