@@ -322,6 +322,19 @@ func TestPushDeploys(t *testing.T) {
 			t.Fatalf("filtered by project: %+v", byProject)
 		}
 
+		// The same signed body under a fresh delivery id (a captured push
+		// replayed): that branch and commit deployed already, so nothing is
+		// deployed again (issue 23).
+		replay := githubfake.NewDeliveryID()
+		e.deliver("push", replay, body)
+		if got := decisionOf(e.waitProcessed(replay), onMain.ProjectID); got.Decision != codehost.DecisionAlreadyDeployed ||
+			!strings.Contains(got.Detail, "main@"+sha) {
+			t.Fatalf("replayed push: %+v", got)
+		}
+		if tr := e.deployer.triggers(); len(tr) != 1 {
+			t.Fatalf("a replayed push deployed again: %+v", tr)
+		}
+
 		// Skip markers, deleted branches and quota refusals are recorded too.
 		send := func(p githubfake.Push) delivery {
 			t.Helper()
@@ -354,7 +367,8 @@ func TestPushDeploys(t *testing.T) {
 			return &platform.Error{Status: 403, Message: "plan FREE allows 10 deployments a month", Err: platform.ErrForbidden}
 		}
 		e.deployer.mu.Unlock()
-		d = send(githubfake.Push{Installation: 9, Repo: repo, Branch: "main", Message: "more"})
+		refused := githubfake.RandomSHA()
+		d = send(githubfake.Push{Installation: 9, Repo: repo, Branch: "main", After: refused, Message: "more"})
 		if got := decisionOf(d, onMain.ProjectID); got.Decision != codehost.DecisionQuotaExceeded || got.Detail != "plan FREE allows 10 deployments a month" {
 			t.Fatalf("quota: %+v", got)
 		}
@@ -380,6 +394,12 @@ func TestPushDeploys(t *testing.T) {
 		}
 		if tr := e.deployer.triggers(); len(tr) != 2 || tr[1].ProjectID != onDevelop.ProjectID || tr[1].SHA != sha2 {
 			t.Fatalf("triggers = %+v", tr)
+		}
+		// A commit whose push was refused (quota) deploys when pushed again:
+		// only a deployed push holds its commit.
+		d = send(githubfake.Push{Installation: 9, Repo: repo, Branch: "main", After: refused, Message: "more"})
+		if got := decisionOf(d, onMain.ProjectID); got.Decision != codehost.DecisionDeployed {
+			t.Fatalf("push of a refused commit again: %+v", got)
 		}
 	})
 }

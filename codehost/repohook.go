@@ -270,7 +270,7 @@ func (s *Service) decideRepoPush(ctx context.Context, dec *decisionRow, p *Push,
 		return s.recordDecision(ctx, dec)
 	}
 	reason := fmt.Sprintf("push to %s (%s, %s webhook)", branch, shortSHA(p.After), source)
-	decision, _, err := s.claimAndTrigger(ctx, dec, proj, p.After, reason)
+	decision, _, err := s.claimAndTrigger(ctx, dec, proj, branch, p.After, reason)
 	return decision, err
 }
 

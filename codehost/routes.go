@@ -389,7 +389,7 @@ type DeliveryOut struct {
 // DecisionOut is what a delivery did for one project.
 type DecisionOut struct {
 	ProjectID    string `json:"projectId"`
-	Decision     string `json:"decision" doc:"deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed"`
+	Decision     string `json:"decision" doc:"deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed"`
 	DeploymentID string `json:"deploymentId,omitempty"`
 	Detail       string `json:"detail,omitempty"`
 }

@@ -37,7 +37,11 @@ const (
 	DecisionNotLinked      = "installation not linked"
 	DecisionQuotaExceeded  = "quota exceeded"
 	DecisionFailed         = "failed"
-	decisionDeploying      = "deploying" // written before Trigger; replaced after
+	// DecisionAlreadyDeployed: a push of a branch and commit that an earlier
+	// push already deployed for the project (a replayed delivery under a new
+	// delivery id, or a redelivery), so nothing is deployed again.
+	DecisionAlreadyDeployed = "commit already deployed"
+	decisionDeploying       = "deploying" // written before Trigger; replaced after
 )
 
 type installationRow struct {
@@ -91,14 +95,17 @@ type deliveryRow struct {
 
 type decisionRow struct {
 	bun.BaseModel `bun:"table:codehost_decisions"`
-	ID            string    `bun:"id,pk,type:varchar(36)"`
-	DeliveryRowID string    `bun:"delivery_row_id,notnull,type:varchar(36)"`
-	ProjectID     string    `bun:"project_id,notnull,type:varchar(36)"`
-	OwnerID       string    `bun:"owner_id,notnull,type:varchar(36)"`
-	Decision      string    `bun:"decision,notnull"`
-	DeploymentID  string    `bun:"deployment_id,notnull"`
-	Detail        string    `bun:"detail,notnull"`
-	CreatedAt     time.Time `bun:"created_at,notnull"`
+	ID            string `bun:"id,pk,type:varchar(36)"`
+	DeliveryRowID string `bun:"delivery_row_id,notnull,type:varchar(36)"`
+	ProjectID     string `bun:"project_id,notnull,type:varchar(36)"`
+	OwnerID       string `bun:"owner_id,notnull,type:varchar(36)"`
+	Decision      string `bun:"decision,notnull"`
+	DeploymentID  string `bun:"deployment_id,notnull"`
+	Detail        string `bun:"detail,notnull"`
+	// PushKey is "<branch>@<commit>" while the decision deploys or deployed,
+	// and "" otherwise; unique per project (codehost_decisions_push).
+	PushKey   string    `bun:"push_key,notnull,default:''"`
+	CreatedAt time.Time `bun:"created_at,notnull"`
 }
 
 // Migrations are the tables of this module, for the host to run.
@@ -139,6 +146,15 @@ func Migrations() db.MigrationSet {
 			_, err := idb.NewDelete().Model((*linkRow)(nil)).Where("1 = 1").Exec(ctx)
 			return err
 		},
+	}, {
+		// A push deploys a (branch, commit) of a project once, whatever its
+		// delivery id: a captured signed push replayed under a fresh id
+		// deploys nothing (issue 23).
+		ID: "0004_push_dedupe",
+		Up: db.Steps(
+			db.AddColumn("codehost_decisions", "push_key", "VARCHAR(300) NOT NULL DEFAULT ''"),
+			execStep("CREATE UNIQUE INDEX IF NOT EXISTS codehost_decisions_push ON codehost_decisions (project_id, push_key) WHERE push_key <> ''"),
+		),
 	}}}
 }
 
@@ -271,8 +287,14 @@ func (s store) insertDecision(ctx context.Context, d *decisionRow) error {
 	return db.Translate(err)
 }
 
+// updateDecision settles a decision; one that did not deploy gives up its
+// push key, so a later push of the same commit may deploy.
 func (s store) updateDecision(ctx context.Context, id, decision, deploymentID, detail string) error {
-	_, err := s.db.NewUpdate().Model((*decisionRow)(nil)).Set("decision = ?", decision).
+	q := s.db.NewUpdate().Model((*decisionRow)(nil))
+	if decision != DecisionDeployed {
+		q = q.Set("push_key = ''")
+	}
+	_, err := q.Set("decision = ?", decision).
 		Set("deployment_id = ?", clean(deploymentID, 100)).Set("detail = ?", clean(detail, 1000)).
 		Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)

@@ -237,7 +237,7 @@ func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (
 		counts[decision]++
 	}
 	var parts []string
-	for _, k := range []string{DecisionDeployed, DecisionBranchMismatch, DecisionAutoDeployOff, DecisionSkipMessage,
+	for _, k := range []string{DecisionDeployed, DecisionAlreadyDeployed, DecisionBranchMismatch, DecisionAutoDeployOff, DecisionSkipMessage,
 		DecisionBranchDeleted, DecisionNotLinked, DecisionQuotaExceeded, DecisionFailed} {
 		if counts[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s: %d", k, counts[k]))
@@ -265,7 +265,7 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 	if dec.Decision != "" {
 		return s.recordDecision(ctx, dec)
 	}
-	decision, depID, err := s.claimAndTrigger(ctx, dec, proj, p.After, fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After)))
+	decision, depID, err := s.claimAndTrigger(ctx, dec, proj, branch, p.After, fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After)))
 	if err != nil {
 		return "", err
 	}
@@ -333,13 +333,24 @@ func (s *Service) recordDecision(ctx context.Context, dec *decisionRow) (string,
 // neither a restart nor a second worker can deploy it twice, then triggers the
 // deployment of commit and records how that went. It returns the decision
 // and, when deployed, the deployment's id.
-func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj RepoProject, commit, reason string) (decision, depID string, err error) {
+func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj RepoProject, branch, commit, reason string) (decision, depID string, err error) {
+	pushKey := branch + "@" + commit
 	dec.Decision = decisionDeploying
+	dec.PushKey = clean(pushKey, 300)
 	if err := s.store.insertDecision(ctx, dec); err != nil {
-		if isConflict(err) {
+		if !isConflict(err) {
+			return "", "", err
+		}
+		// Either another worker has this delivery and project, or an earlier
+		// push deployed this branch and commit: record the latter.
+		dec.Decision, dec.PushKey = DecisionAlreadyDeployed, ""
+		dec.Detail = pushKey + " was deployed by an earlier push; it is not deployed again"
+		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+			return "", "", err
+		} else if err != nil {
 			return DecisionFailed, "", nil // another worker has it
 		}
-		return "", "", err
+		return DecisionAlreadyDeployed, "", nil
 	}
 	depID, err = s.d.Deployer.Trigger(ctx, proj.ProjectID, proj.OwnerID, commit, reason)
 	decision, detail := DecisionDeployed, "deployment of "+shortSHA(commit)+" started"

@@ -578,7 +578,7 @@ type CreatedDeployHook struct {
 
 // DeliveryDecision defines model for DeliveryDecision.
 type DeliveryDecision struct {
-	// Decision deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed
+	// Decision deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed
 	Decision     string  `json:"decision"`
 	DeploymentId *string `json:"deploymentId,omitempty"`
 	Detail       *string `json:"detail,omitempty"`
