@@ -335,6 +335,13 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		return "", err
 	}
 	if dockerfile == "" {
+		text, err := os.ReadFile(filepath.Join(src, "Dockerfile"))
+		if err != nil {
+			return "", fmt.Errorf("reading the repository's Dockerfile: %w", err)
+		}
+		if err := r.checkImageRefs(ctx, string(text), job.ProjectID); err != nil {
+			return "", err
+		}
 		out.System("building the image from the repository's Dockerfile")
 	} else {
 		out.System("building the image from the " + strings.ToLower(job.Framework) + " preset:\n" + dockerfile)
@@ -386,6 +393,8 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 		return err
 	}
 	defer r.removeBuildCgroup(cg)
+	trace := &buildTrace{}
+	defer func() { r.dropUntagged(context.WithoutCancel(ctx), trace) }()
 	r.buildMu.RLock()
 	defer r.buildMu.RUnlock()
 	if err := r.ensureBuildNetwork(ctx); err != nil {
@@ -452,6 +461,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 		}
 		if msg.Stream != "" {
 			disk.see(msg.Stream)
+			trace.see(msg.Stream)
 			_, _ = w.Write([]byte(ansi.ReplaceAllString(msg.Stream, "")))
 		}
 		if msg.Status != "" {
@@ -472,6 +482,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 	if _, err := r.docker.ImageInspect(ctx, r.imageTag(job)); err != nil {
 		return fmt.Errorf("the image build ended without an image:\n%s", out.Tail())
 	}
+	r.keepStages(ctx, job, trace)
 	return nil
 }
 
@@ -629,6 +640,13 @@ func (r *Runtime) CleanupProject(ctx context.Context, projectID string) error {
 	if err != nil {
 		return r.engineError("listing the project's images", err)
 	}
+	named, err := r.docker.ImageList(ctx, client.ImageListOptions{
+		Filters: client.Filters{}.Add("reference", r.repo(projectID)),
+	})
+	if err != nil {
+		return r.engineError("listing the project's images", err)
+	}
+	res.Items = append(res.Items, named.Items...) // stage caches (no label)
 	// Newest first, so children go before the images they were built on.
 	sort.Slice(res.Items, func(i, j int) bool { return res.Items[i].Created > res.Items[j].Created })
 	for _, img := range res.Items {

@@ -7,6 +7,7 @@ package containertest
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,17 @@ func Leftovers(t testing.TB, c *client.Client, instance, key, value string) []st
 	}
 	for _, x := range is.Items {
 		out = append(out, "image "+x.ID)
+	}
+	if key == container.LabelProject {
+		// A project's stage caches are found by name (the builder labels final images only).
+		named, err := c.ImageList(ctx, client.ImageListOptions{
+			Filters: client.Filters{}.Add("reference", "keelson/"+instance+"-"+strings.ToLower(value))})
+		if err != nil {
+			t.Fatalf("listing images: %v", err)
+		}
+		for _, x := range named.Items {
+			out = append(out, "image "+x.ID+" "+strings.Join(x.RepoTags, ","))
+		}
 	}
 	return out
 }
