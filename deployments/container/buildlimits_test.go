@@ -41,7 +41,8 @@ func TestBuildPidsLimit(t *testing.T) {
 	e := newEnv(t, func(c *container.Config) { c.BuildPidsLimit = 100 })
 	ctx := context.Background()
 	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\n"+
-		`RUN (i=0; while [ $i -lt 3000 ]; do sleep 120 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo "procs=$#"`+"\n")
+		`RUN (i=0; while [ $i -lt 3000 ]; do sleep 120 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo "procs=$#"`+"\n"+
+		"RUN grep -E '^(CapEff|Seccomp):' /proc/self/status\n")
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
 	require.NoError(t, err, logs.all())
@@ -51,6 +52,13 @@ func TestBuildPidsLimit(t *testing.T) {
 	assert.LessOrEqual(t, n, 100, "processes in the build step")
 	assert.Greater(t, n, 50, "the step did start processes up to the limit")
 	assert.Empty(t, buildCgroups(t, e.rt.Instance()), "the build's cgroup parent is removed")
+
+	// What this engine's classic builder gives a step and the runtime cannot
+	// change (the daemon refuses securityopt on build, and the build API has no
+	// CapDrop): Docker's 14 default capabilities (NET_RAW, MKNOD, AUDIT_WRITE
+	// among them) under the default seccomp profile. README: Security model.
+	assert.Contains(t, logs.all(), "build: CapEff:\t00000000a80425fb")
+	assert.Contains(t, logs.all(), "build: Seccomp:\t2")
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
 }
