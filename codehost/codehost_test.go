@@ -624,3 +624,46 @@ func TestGitAuthFor(t *testing.T) {
 		}
 	})
 }
+
+// TestAppDeliveriesVerifiedWhileAppIncomplete (issue 23): with the app's
+// webhook secret set but its id and key not yet, an app-signed ping answers
+// 200 and is answered "pong" naming what is missing; an app-signed push is
+// stored and fails naming it; a wrong signature is still a 401.
+func TestAppDeliveriesVerifiedWhileAppIncomplete(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite(t, sets...), envOpts{missing: []string{"KEELSON_CODEHOST_APP_ID", "KEELSON_CODEHOST_APP_PRIVATE_KEY"}})
+	post := func(event, id string, body []byte, secret string) int {
+		t.Helper()
+		status, _, _ := e.do(http.MethodPost, "/codehost/webhook", "", bytes.NewReader(body), map[string]string{
+			"X-GitHub-Event": event, "X-GitHub-Delivery": id, "X-Hub-Signature-256": codehost.Sign(secret, body),
+		})
+		return status
+	}
+	ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
+	if st := post("ping", "ping-1", ping, webhookSecret); st != http.StatusOK {
+		t.Fatalf("app-signed ping: %d, want 200", st)
+	}
+	push := e.fake.PushPayload(githubfake.Push{Installation: 9, Repo: &githubfake.Repository{ID: 1, Owner: "o", Name: "r", DefaultBranch: "main"}, Branch: "main"})
+	if st := post("push", "push-1", push, webhookSecret); st != http.StatusOK {
+		t.Fatalf("app-signed push: %d, want 200", st)
+	}
+	if st := post("ping", "ping-2", ping, "not-the-secret"); st != http.StatusUnauthorized {
+		t.Fatalf("wrongly signed ping: %d, want 401", st)
+	}
+	if _, err := e.svc.ProcessPending(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		DeliveryID string `bun:"delivery_id"`
+		Status     string `bun:"status"`
+		Detail     string `bun:"detail"`
+	}
+	if err := e.db.NewSelect().Table("codehost_deliveries").Column("delivery_id", "status", "detail").
+		Order("delivery_id").Scan(context.Background(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].DeliveryID != "ping-1" || rows[0].Status != codehost.DeliveryProcessed ||
+		!strings.HasPrefix(rows[0].Detail, "pong") || !strings.Contains(rows[0].Detail, "KEELSON_CODEHOST_APP_ID") ||
+		rows[1].Status != codehost.DeliveryFailed || !strings.Contains(rows[1].Detail, "KEELSON_CODEHOST_APP_PRIVATE_KEY") {
+		t.Fatalf("deliveries = %+v", rows)
+	}
+}

@@ -268,7 +268,10 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 		d.Statuses, d.Results = e.provider, o.results
 	}
 	if len(o.missing) > 0 {
-		d.Provider, d.WebhookSecret = nil, ""
+		d.Provider = nil
+		if slices.Contains(o.missing, "KEELSON_CODEHOST_WEBHOOK_SECRET") {
+			d.WebhookSecret = ""
+		}
 	}
 	e.svc, err = codehost.New(d)
 	if err != nil {

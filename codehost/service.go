@@ -24,7 +24,10 @@ type Deps struct {
 	// Provider is the code host's app. Nil together with a non-empty Missing
 	// when the app is not configured.
 	Provider Provider
-	// WebhookSecret verifies webhook signatures.
+	// WebhookSecret verifies the app's webhook signatures. Whenever it is
+	// set, the app's deliveries are verified and stored, also while other
+	// settings are Missing (they are processed as far as the app allows:
+	// a ping is answered, other events fail naming what is missing).
 	WebhookSecret string
 	// Missing names the settings that are not configured (e.g.
 	// "KEELSON_CODEHOST_APP_ID"). When non-empty every app route answers 503

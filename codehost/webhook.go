@@ -54,7 +54,7 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 	// The app's signature first, on the raw bytes. Anything it does not sign
 	// is a repository webhook, authenticated by a project's webhookSecret or
 	// refused (401, nothing stored).
-	if s.configured() != nil || in.source() == SourceGitLab || !VerifySignature(s.d.WebhookSecret, in.RawBody, in.Signature) {
+	if s.d.WebhookSecret == "" || in.source() == SourceGitLab || !VerifySignature(s.d.WebhookSecret, in.RawBody, in.Signature) {
 		return s.repositoryWebhook(ctx, in)
 	}
 	event := in.Event

@@ -107,8 +107,17 @@ func (s *Service) process(ctx context.Context, row *deliveryRow) error {
 	if row.ProjectID != "" {
 		return s.processRepoHook(ctx, row)
 	}
-	if s.configured() != nil {
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "the code-host app is not configured", s.now())
+	if err := s.configured(); err != nil {
+		// Verified by the app's webhook secret, but the app cannot act yet.
+		var pe *platform.Error
+		missing := "the code-host app is not configured"
+		if errors.As(err, &pe) {
+			missing = pe.Message
+		}
+		if row.Event == "ping" {
+			return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "pong; "+missing, s.now())
+		}
+		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, missing, s.now())
 	}
 	ev, err := s.d.Provider.ParseEvent(row.Event, row.Payload)
 	if err != nil {

@@ -38,6 +38,9 @@ func (a *App) buildCodehost(ctx context.Context) error {
 		Accounts:    a.OAuth, // users' linked code-host logins
 		Log:         a.Log.With("module", "codehost"),
 		Missing:     github.Missing(c.CodehostAppID, c.CodehostAppSlug, c.CodehostAppPrivateKey, c.CodehostWebhookSecret),
+		// Set alone, it already verifies the app's deliveries (a ping sent
+		// while the app's id and key are still being set up answers 200).
+		WebhookSecret: c.CodehostWebhookSecret,
 	}
 	d.Connector = oauthConnector{a.OAuth}
 	if len(d.Missing) == 0 {
@@ -56,7 +59,7 @@ func (a *App) buildCodehost(ctx context.Context) error {
 		if err != nil {
 			return &ConfigError{"KEELSON_CODEHOST_APP_SLUG", err.Error()}
 		}
-		d.Provider, d.WebhookSecret = prov, c.CodehostWebhookSecret
+		d.Provider = prov
 		d.Statuses, d.Results = prov, deploymentResults{a.Deployments}
 	} else {
 		a.Log.Info("code-host app not configured: its /codehost routes answer 503; repository webhooks signed with a project's webhookSecret are accepted",
