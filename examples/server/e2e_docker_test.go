@@ -20,6 +20,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -76,6 +77,40 @@ func keelsonObjects(t *testing.T, docker *client.Client, key, value string) []st
 	}
 	for _, i := range is.Items {
 		out = append(out, "image "+i.ID)
+	}
+	// Images the builder left unlabelled are found by name: a deployment's
+	// tag, a project's stage caches.
+	var ref string
+	switch key {
+	case container.LabelDeployment:
+		ref = "keelson/*:" + strings.ToLower(value)
+	case container.LabelProject:
+		ref = "keelson/*-" + strings.ToLower(value)
+	}
+	if ref != "" {
+		named, err := docker.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", ref)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range named.Items {
+			out = append(out, "image "+i.ID+" "+strings.Join(i.RepoTags, ","))
+		}
+	}
+	return out
+}
+
+// appRoutes lists the ingress routes of a deployment.
+func appRoutes(t *testing.T, ts *testServer, deploymentID string) []string {
+	t.Helper()
+	router, ok := ts.App.Ingress.(*ingress.Router)
+	if !ok {
+		t.Fatalf("the app's ingress is a %T", ts.App.Ingress)
+	}
+	var out []string
+	for _, r := range router.Routes() {
+		if r.DeploymentID == deploymentID {
+			out = append(out, "route "+r.Slug)
+		}
 	}
 	return out
 }
@@ -233,13 +268,16 @@ func TestDockerRuntimeE2E_HostileTenant(t *testing.T) {
 		}
 		return true
 	})
-	if left := keelsonObjects(t, docker, container.LabelDeployment, tr.DeploymentID); len(left) > 0 {
+	if left := append(keelsonObjects(t, docker, container.LabelDeployment, tr.DeploymentID), appRoutes(t, ts, tr.DeploymentID)...); len(left) > 0 {
 		t.Fatalf("the cancelled deployment left %v", left)
 	}
 
 	// Deleting a deployment, then a project, leaves nothing labelled with them.
+	if len(appRoutes(t, ts, db)) != 1 {
+		t.Fatalf("bob's live deployment has routes %v", appRoutes(t, ts, db))
+	}
 	ts.doJSON(t, http.StatusOK, "DELETE", "/deployments/"+db, bob, nil, nil)
-	if left := keelsonObjects(t, docker, container.LabelDeployment, db); len(left) > 0 {
+	if left := append(keelsonObjects(t, docker, container.LabelDeployment, db), appRoutes(t, ts, db)...); len(left) > 0 {
 		t.Fatalf("the deleted deployment left %v", left)
 	}
 	for _, p := range []struct {
@@ -250,6 +288,9 @@ func TestDockerRuntimeE2E_HostileTenant(t *testing.T) {
 		platformtest.Eventually(t, time.Minute, "project "+p.p.Slug+" to leave nothing", func() bool {
 			return len(keelsonObjects(t, docker, container.LabelProject, p.p.ID)) == 0
 		})
+	}
+	if left := appRoutes(t, ts, da); len(left) > 0 {
+		t.Fatalf("alice's deleted project left %v", left)
 	}
 }
 
