@@ -96,7 +96,7 @@ func TestLoginAndMe(t *testing.T) {
 
 		var p map[string]any
 		e.want(e.login("ADA@example.com", testPassword, ""), http.StatusOK, &p)
-		if p["tokenType"] != "Bearer" || p["expiresIn"] != float64(900) || p["accessToken"] == "" || p["refreshToken"] == "" || len(p) != 4 {
+		if p["tokenType"] != "Bearer" || p["expiresIn"] != float64(900) || p["accessToken"] == "" || p["refreshToken"] == "" || p["deviceToken"] == "" || len(p) != 5 {
 			t.Fatalf("login response %v", p)
 		}
 		// Refresh token: 32 random bytes, base64url, stored only as its SHA-256.

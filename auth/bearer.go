@@ -16,7 +16,7 @@ import (
 // session (refresh-token family) is still live. One round trip; the user
 // row and the session are read afresh on every request, so a password
 // reset, a logout, an email change or a deletion ends access at once.
-const bearerQuery = `SELECT u.email, u.email_verified, u.session_version FROM auth_users AS u
+const bearerQuery = `SELECT u.email, u.email_verified, u.email_via_change, u.session_version FROM auth_users AS u
 WHERE u.id = %s AND EXISTS (SELECT 1 FROM auth_refresh_tokens AS rt
 WHERE rt.family_id = %s AND rt.user_id = %s AND rt.revoked_at IS NULL)`
 
@@ -31,6 +31,7 @@ type bearerStmt struct {
 type bearerRow struct {
 	email         string
 	emailVerified bool
+	viaChange     bool
 	sessionVer    int64
 }
 
@@ -78,11 +79,11 @@ func (s *Service) lookupBearer(ctx context.Context, id, fam string) (bearerRow, 
 		return r, err
 	}
 	if st != nil {
-		err = st.QueryRowContext(ctx, id, fam, id).Scan(&r.email, &r.emailVerified, &r.sessionVer)
+		err = st.QueryRowContext(ctx, id, fam, id).Scan(&r.email, &r.emailVerified, &r.viaChange, &r.sessionVer)
 	} else {
 		// Not a *bun.DB (a transaction handed in by a host): the same query through bun.
 		err = s.db.QueryRowContext(ctx, fmt.Sprintf(bearerQuery, "?", "?", "?"), id, fam, id).
-			Scan(&r.email, &r.emailVerified, &r.sessionVer)
+			Scan(&r.email, &r.emailVerified, &r.viaChange, &r.sessionVer)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, sql.ErrNoRows

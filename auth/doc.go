@@ -75,25 +75,46 @@
 //     atomic upsert per attempt), so every replica on one database shares
 //     them; buckets idle longer than the longest period are purged (at most
 //     once a minute, no goroutine). They are keyed per account (lower-cased
-//     email, or user id for 2FA) and per client address, and checked before
-//     any password is hashed; 429 with Retry-After. The client address is the
-//     TCP peer; only when the peer is in TrustedProxies
-//     (KEELSON_TRUSTED_PROXIES) is X-Forwarded-For believed, and then the
-//     client is its rightmost address that is not a trusted proxy (all header
-//     lines joined in order, so a client-written line is never reached).
-//   - The per-account login limit does not lock the owner out: it counts only
-//     attempts from addresses that have not logged in successfully to that
-//     account within 90 days (auth_login_sources, SHA-256 of user id and
-//     address). We chose this over slowing down: slowing every attempt still
-//     lets an attacker hold the owner at the slowest rate, while an address
-//     the owner used before keeps working at full speed. The owner at a new
-//     address shares the attacker's budget; the per-address limit still
-//     bounds every address, including the owner's own typos.
-//   - Roles: a user is ADMIN only while their email is verified and listed in
-//     AdminEmails (KEELSON_ADMIN_EMAILS). It is derived from the stored row at
-//     every authenticated request (the token's role claim is informational),
-//     so verifying, changing the email, or removing the address from the list
-//     takes effect on the next request. A role stored at sign-up grants
-//     nothing (migration 0002 resets it).
+//     email, or user id for 2FA), per client address and per mail
+//     destination, and checked before any password is hashed; 429 with
+//     Retry-After. The client address is the TCP peer; only when the peer is
+//     in TrustedProxies (KEELSON_TRUSTED_PROXIES) is X-Forwarded-For
+//     believed, and then the client is its rightmost address that is not a
+//     trusted proxy (all header lines joined in order, so a client-written
+//     line is never reached). An IPv6 client is keyed by its /64
+//     (httpx.AddrKey), so one subscriber gets one bucket, not 2^64.
+//   - Login limits follow ASVS 2.2.1 and OWASP's device cookies. A login
+//     answers a device token (an HttpOnly cookie, keelson_device, Path
+//     /auth, and deviceToken in the body for clients without cookies):
+//     HMAC-signed user id and nonce, no table. A login presenting a device
+//     token of the account is limited per device only (10 failures per 15
+//     minutes), so nobody else's failures lock that device out. Any other
+//     login is limited per (account, address) (10 per 15 minutes, known
+//     address or not: one noisy address never spends the account's budget),
+//     per address across accounts (100 per 15 minutes), and, with every
+//     other client without a device token, per account (100 failures an
+//     hour, ASVS's ceiling). The owner at a new address is locked out only
+//     when failures from many addresses together reach that hundred; their
+//     device token passes even then. A success gives back what it took of
+//     the account's buckets. (Known addresses, kept in auth_login_sources
+//     until issue 23, are no longer trusted: an address is shared, a device
+//     token is not.)
+//   - Mail a user can trigger is limited per account (verification resends
+//     and email changes together: 5 an hour; a change mails the new address
+//     and a notice to the old, so 10 mails) and per destination (every mail
+//     to one address: sign-up and resent links, change links, reset links:
+//     5 an hour), on top of forgot-password's per-address and per-account
+//     limits.
+//   - Roles: a user is ADMIN only while their email is listed in
+//     AdminEmails (KEELSON_ADMIN_EMAILS), verified, and verified as the
+//     sign-up's own address (its verification link). An address that came
+//     by an email-change link never makes the account ADMIN: the owner of a
+//     listed address clicking a change link someone else asked for must not
+//     promote that account. An operator who wants ADMIN on an existing
+//     account signs up anew with the listed address. The role is derived
+//     from the stored row at every authenticated request (the token's role
+//     claim is informational), so verifying, changing the email, or removing
+//     the address from the list takes effect on the next request. A role
+//     stored at sign-up grants nothing (migration 0002 resets it).
 //   - Emails are trimmed and lower-cased before they are stored or compared.
 package auth

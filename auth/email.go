@@ -12,6 +12,18 @@ import (
 	"github.com/uptrace/bun"
 )
 
+// allowMail spends one mail of the account userID ("" for none: the
+// forgot-password flow, limited per address already) and one of the
+// destination address, or answers 429.
+func (s *Service) allowMail(ctx context.Context, userID, to string) error {
+	if userID != "" {
+		if err := s.allow(ctx, userID, "mail-user:", s.d.Limits.MailPerAccount); err != nil {
+			return err
+		}
+	}
+	return s.allow(ctx, to, "mail-to:", s.d.Limits.MailPerDestination)
+}
+
 // queue adds a mail job, or answers 503 when the queue is full (whatever the
 // account: the answer reveals nothing).
 func (s *Service) queue(name string, run func(ctx context.Context) error) error {
@@ -180,7 +192,7 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 			// Only while the account still has the address the link was mailed to.
 			q = q.Where("email = ?", t.Email)
 		case emailKindChange:
-			q = q.Set("email = ?", t.Email)
+			q = q.Set("email = ?", t.Email).Set("email_via_change = ?", true)
 		default:
 			return errBadVerify
 		}
@@ -208,15 +220,15 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 // ResendVerification queues a new verification link to the user's address.
 // An already verified address answers 409.
 func (s *Service) ResendVerification(ctx context.Context, userID platform.ID) error {
-	if err := s.allow(ctx, userID, "verify-user:", s.d.Limits.ForgotPerAccount); err != nil {
-		return err
-	}
 	row, err := s.userRow(ctx, s.db, "id", userID)
 	if err != nil {
 		return err
 	}
 	if row.EmailVerified {
 		return platform.Conflict("email: this address is already verified")
+	}
+	if err := s.allowMail(ctx, userID, row.Email); err != nil {
+		return err
 	}
 	return s.queue("verify-email", s.verifyJob(row.ID, row.Email))
 }
@@ -236,7 +248,7 @@ func (s *Service) reauthenticate(ctx context.Context, row *userRow, password, co
 	if row.TOTPEnabled && code == "" {
 		return platform.Invalid("twoFactorCode: required to change the email of an account with 2FA")
 	}
-	if err := s.allow(ctx, row.ID, "reauth-user:", s.d.Limits.LoginPerAccount); err != nil {
+	if err := s.allow(ctx, row.ID, "reauth-user:", s.d.Limits.LoginPerAccountAddr); err != nil {
 		return err
 	}
 	if row.PasswordHash != "" {

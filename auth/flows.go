@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -18,26 +20,42 @@ const (
 // LoginParams are the inputs of a password login.
 type LoginParams struct {
 	Email, Password, TwoFactorCode string
-	// IP is the client address, for the per-address limit.
+	// IP is the client (its httpx.AddrKey), for the per-address limits.
 	IP string
+	// Device is the device token the client kept from an earlier login of
+	// this account (cookie or body); "" or another account's: none.
+	Device string
+}
+
+// LoginResult is a started session and the device token for the next
+// logins of this client (DeviceCookie).
+type LoginResult struct {
+	TokenPair
+	DeviceToken string `json:"deviceToken" doc:"Proves at the next logins that this client logged in before, so others' failed attempts never lock it out. Browsers get it as an HttpOnly cookie too; other clients send it back as deviceToken"`
 }
 
 func errBadCredentials() *platform.Error { return platform.Unauthorized("invalid email or password") }
 
+// loginKey names the bucket of an account and a client (an address or a device).
+func loginKey(email, client string) string {
+	sum := sha256.Sum256([]byte(email + "|" + client))
+	return hex.EncodeToString(sum[:])
+}
+
 // Login checks the password (and the second factor when 2FA is on) and starts
 // a session. Unknown email and wrong password answer the same error after the
 // same work (one argon2id hash).
-func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
+//
+// Limits, all checked before any hash: a client with a device token of the
+// account is limited per device only (LoginPerDevice); any other is limited
+// per address (LoginPerIP), per account and address (LoginPerAccountAddr),
+// and with every other client without a device token per account
+// (LoginPerAccount). A successful attempt gives back what it took of the
+// account's buckets.
+func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error) {
 	email, emailErr := normalizeEmail(p.Email)
 	if emailErr != nil {
 		email = p.Email
-	}
-	// Limits first: a limited attempt costs no hash. The per-account limit
-	// counts only attempts from addresses that never logged in to the account
-	// (within 90 days): an attacker elsewhere cannot lock the owner out, and
-	// the per-address limit still bounds every address.
-	if err := s.allow(ctx, p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
-		return TokenPair{}, err
 	}
 	var row *userRow
 	if emailErr == nil {
@@ -46,19 +64,32 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 		case err == nil:
 			row = r
 		case !errors.Is(err, platform.ErrNotFound):
-			return TokenPair{}, err
+			return LoginResult{}, err
 		}
 	}
-	known := false
-	if row != nil {
-		var err error
-		if known, err = s.knownSource(ctx, row.ID, p.IP); err != nil {
-			return TokenPair{}, err
-		}
+	device := ""
+	if row != nil && p.Device != "" {
+		device = s.deviceOf(p.Device, row.ID)
 	}
-	if !known {
-		if err := s.allow(ctx, email, "login-acct:", s.d.Limits.LoginPerAccount); err != nil {
-			return TokenPair{}, err
+	type bucket struct {
+		key, prefix string
+		lim         Limit
+	}
+	var taken []bucket
+	if device != "" {
+		taken = []bucket{{loginKey(email, device), "login-dev:", s.d.Limits.LoginPerDevice}}
+	} else {
+		if err := s.allow(ctx, p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
+			return LoginResult{}, err
+		}
+		if p.IP != "" {
+			taken = append(taken, bucket{loginKey(email, p.IP), "login-acct-ip:", s.d.Limits.LoginPerAccountAddr})
+		}
+		taken = append(taken, bucket{email, "login-acct:", s.d.Limits.LoginPerAccount})
+	}
+	for _, b := range taken {
+		if err := s.allow(ctx, b.key, b.prefix, b.lim); err != nil {
+			return LoginResult{}, err
 		}
 	}
 	encoded := ""
@@ -67,21 +98,25 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 	}
 	ok, err := s.hasher.verify(ctx, p.Password, encoded)
 	if err != nil {
-		return TokenPair{}, err
+		return LoginResult{}, err
 	}
 	if !ok || row == nil {
-		return TokenPair{}, errBadCredentials()
+		return LoginResult{}, errBadCredentials()
 	}
-	if !known {
-		s.refund(ctx, email, "login-acct:", s.d.Limits.LoginPerAccount)
+	for _, b := range taken {
+		s.refund(ctx, b.key, b.prefix, b.lim)
+	}
+	deviceToken := p.Device
+	if device == "" {
+		deviceToken = s.newDeviceToken(row.ID)
 	}
 
 	if row.TOTPEnabled {
 		if p.TwoFactorCode == "" {
-			return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
+			return LoginResult{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
 		}
 		if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
-			return TokenPair{}, err
+			return LoginResult{}, err
 		}
 		var pair TokenPair
 		err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
@@ -96,18 +131,16 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (TokenPair, error) {
 			return err
 		})
 		if err != nil {
-			return TokenPair{}, err
+			return LoginResult{}, err
 		}
 		s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
-		s.rememberSource(ctx, row.ID, p.IP)
-		return pair, nil
+		return LoginResult{TokenPair: pair, DeviceToken: deviceToken}, nil
 	}
 	pair, err := s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
 	if err != nil {
-		return TokenPair{}, err
+		return LoginResult{}, err
 	}
-	s.rememberSource(ctx, row.ID, p.IP)
-	return pair, nil
+	return LoginResult{TokenPair: pair, DeviceToken: deviceToken}, nil
 }
 
 // ForgotPassword queues a reset link for email. The request does the same
@@ -123,6 +156,9 @@ func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
 		return err
 	}
 	if err := s.allow(ctx, n, "forgot-acct:", s.d.Limits.ForgotPerAccount); err != nil {
+		return err
+	}
+	if err := s.allowMail(ctx, "", n); err != nil {
 		return err
 	}
 	return s.queue("reset-password", s.forgotJob(n))
@@ -215,6 +251,11 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		}
 	}
 	if newEmail != "" {
+		// Proven: now the mails it sends are counted (and refused past the
+		// limits before anything changes).
+		if err := s.allowMail(ctx, userID, newEmail); err != nil {
+			return nil, err
+		}
 		defer s.cache.InvalidateOwner(userID) // other sessions end: after the commit, before the answer
 	}
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
@@ -249,7 +290,7 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		return nil, err
 	}
 	if newEmail != "" {
-		s.refund(ctx, userID, "reauth-user:", s.d.Limits.LoginPerAccount)
+		s.refund(ctx, userID, "reauth-user:", s.d.Limits.LoginPerAccountAddr)
 		if err := s.queue("change-email", s.changeJob(userID, cur.Email, newEmail)); err != nil {
 			return nil, err
 		}

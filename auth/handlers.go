@@ -1,14 +1,16 @@
 package auth
 
 import (
+	"cmp"
 	"context"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/httpx"
 )
 
 // Request size cap for every auth route: the bodies are a few short strings.
@@ -50,11 +52,10 @@ func (s *Service) Register(api huma.API) error {
 
 type ipKey struct{}
 
-// clientIP puts the client address in the context: the TCP peer, unless the
-// peer is a trusted proxy (TrustedProxies); then the rightmost
-// X-Forwarded-For address that is not a trusted proxy (the one our proxies
-// received the request from: what a client writes to the left of it is
-// never reached).
+// clientIP puts the client in the context, as the key of every per-address
+// limit (httpx.AddrKey of httpx.ClientAddr: an IPv6 client by its /64): the
+// TCP peer, unless the peer is a trusted proxy (TrustedProxies); then the
+// rightmost X-Forwarded-For address that is not a trusted proxy.
 func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
 	// Every X-Forwarded-For line, in order: a proxy may add its own line
 	// after the client's instead of appending to it.
@@ -64,50 +65,18 @@ func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
 			xff = append(xff, value)
 		}
 	})
-	next(huma.WithValue(ctx, ipKey{}, ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)))
+	client := ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)
+	if a, err := netip.ParseAddr(client); err == nil {
+		client = httpx.AddrKey(a)
+	}
+	next(huma.WithValue(ctx, ipKey{}, client))
 }
 
-// ClientAddr picks the client address of a request from its TCP peer
-// (remoteAddr, host:port) and X-Forwarded-For (xff, comma-separated; several
-// headers joined with commas), believing xff only as far as it was written by
-// trusted proxies. It answers "unknown" when there is no usable address.
+// ClientAddr is httpx.ClientAddr: the client address of a request from its
+// TCP peer and X-Forwarded-For, believed only as far as trusted proxies
+// wrote it; "unknown" when there is no usable address.
 func ClientAddr(remoteAddr, xff string, trusted []netip.Prefix) string {
-	host := remoteAddr
-	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		host = h
-	}
-	peer, err := netip.ParseAddr(host)
-	if err != nil {
-		if host == "" {
-			return "unknown"
-		}
-		return host
-	}
-	peer = peer.Unmap()
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	client := peer
-	if !isTrusted(peer) || xff == "" {
-		return client.String()
-	}
-	hops := strings.Split(xff, ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break // not written by a proxy of ours: the last address we trust stands
-		}
-		client = a.Unmap()
-		if !isTrusted(client) {
-			break
-		}
-	}
-	return client.String()
+	return httpx.ClientAddr(remoteAddr, xff, trusted)
 }
 
 func ipFrom(ctx context.Context) string {
@@ -173,9 +142,12 @@ func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userO
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)
 	}
-	// The verification mail is queued; a full queue does not undo the account
-	// (POST /auth/verify-email/resend sends another link).
-	if err := s.queue("verify-email", s.verifyJob(u.ID, u.Email)); err != nil {
+	// The verification mail is queued; a full queue, or an address that
+	// was sent enough mail, does not undo the account (POST
+	// /auth/verify-email/resend sends another link later).
+	if err := s.allowMail(ctx, "", u.Email); err != nil {
+		s.log.WarnContext(ctx, "verification mail not sent: the address got enough mail", "user_id", u.ID)
+	} else if err := s.queue("verify-email", s.verifyJob(u.ID, u.Email)); err != nil {
 		s.log.WarnContext(ctx, "verification mail not queued", "user_id", u.ID, "err", err)
 	}
 	return &userOutput{Body: u}, nil
@@ -187,23 +159,38 @@ type loginBody struct {
 	Email         string `json:"email" format:"email" maxLength:"254"`
 	Password      string `json:"password" minLength:"1" maxLength:"128"`
 	TwoFactorCode string `json:"twoFactorCode,omitempty" maxLength:"32" doc:"TOTP code or recovery code; required when 2FA is enabled"`
+	DeviceToken   string `json:"deviceToken,omitempty" maxLength:"512" doc:"The deviceToken of an earlier login of this account (clients that keep no cookies): others' failed attempts never lock this client out"`
 }
 
 func (b *loginBody) Resolve(_ huma.Context, pb *huma.PathBuffer) []error {
 	return emailField(&b.Email, pb, "email")
 }
 
-type loginInput struct{ Body loginBody }
+type loginInput struct {
+	Device string `cookie:"keelson_device" hidden:"true"`
+	Body   loginBody
+}
 type tokenOutput struct{ Body TokenPair }
+type loginOutput struct {
+	SetCookie http.Cookie `header:"Set-Cookie"`
+	Body      LoginResult
+}
 
-func (s *Service) handleLogin(ctx context.Context, in *loginInput) (*tokenOutput, error) {
-	pair, err := s.Login(ctx, LoginParams{Email: in.Body.Email, Password: in.Body.Password,
-		TwoFactorCode: in.Body.TwoFactorCode, IP: ipFrom(ctx)})
+func (s *Service) handleLogin(ctx context.Context, in *loginInput) (*loginOutput, error) {
+	device := cmp.Or(in.Body.DeviceToken, in.Device)
+	res, err := s.Login(ctx, LoginParams{Email: in.Body.Email, Password: in.Body.Password,
+		TwoFactorCode: in.Body.TwoFactorCode, IP: ipFrom(ctx), Device: device})
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)
 	}
-	return &tokenOutput{Body: pair}, nil
+	return &loginOutput{Body: res, SetCookie: http.Cookie{
+		Name: DeviceCookie, Value: res.DeviceToken, Path: "/auth", MaxAge: int(deviceTTL / time.Second),
+		HttpOnly: true, Secure: strings.HasPrefix(s.d.FrontendURL, "https:"), SameSite: http.SameSiteLaxMode,
+	}}, nil
 }
+
+// deviceTTL is how long a browser keeps its device cookie (renewed at each login).
+const deviceTTL = 365 * 24 * time.Hour
 
 type refreshInput struct {
 	Body struct {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,31 +111,72 @@ func TestClientAddr(t *testing.T) {
 	}
 }
 
-// TestAttackerCannotLockOutTheOwner: ten (or a hundred) wrong passwords from
-// an attacker's address lock that address out of the account, not the owner,
-// who logged in from their own address before.
+// TestAttackerCannotLockOutTheOwner: wrong passwords from an attacker's
+// address lock that address out of the account (10 per 15 minutes), never
+// the owner: not at a new address (issue 23: 12 failures from 203.0.113.9,
+// then the right password from 198.51.100.77), nor with the device token of
+// an earlier login from the attacker's own address. The owner's own address
+// is limited all the same (40 failures answer 429), and failures from many
+// addresses together reach the account-wide cap, which a device token passes.
 func TestAttackerCannotLockOutTheOwner(t *testing.T) {
 	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
 		e := newEnv(t, bdb, func(d *Deps) { d.TrustedProxies = testProxies })
-		e.register("ada@example.com")
-		const owner, attacker = "X-Forwarded-For: 198.51.100.7", "X-Forwarded-For: 203.0.113.66"
-		login := func(from, pw string) *httptestResp {
-			return e.do("POST", "/auth/login", "", map[string]any{"email": "ada@example.com", "password": pw}, from)
+		ada := e.register("ada@example.com")
+		login := func(from, pw, device string) *httptestResp {
+			body := map[string]any{"email": "ada@example.com", "password": pw}
+			if device != "" {
+				body["deviceToken"] = device
+			}
+			return e.do("POST", "/auth/login", "", body, "X-Forwarded-For: "+from)
 		}
-		e.want(login(owner, testPassword), http.StatusOK, nil)
+		var first LoginResult
+		e.want(login("198.51.100.7", testPassword, ""), http.StatusOK, &first)
+		if !strings.HasPrefix(first.DeviceToken, "v1.") || first.AccessToken == "" {
+			t.Fatalf("login result %+v", first)
+		}
+		if c := login("198.51.100.7", testPassword, "").Header().Get("Set-Cookie"); !strings.Contains(c, DeviceCookie+"=v1.") || !strings.Contains(c, "HttpOnly") {
+			t.Errorf("device cookie %q", c)
+		}
 		for i := 0; i < 10; i++ {
-			e.wantErr(login(attacker, "guess"+strconv.Itoa(i)), 401, "invalid email or password")
+			e.wantErr(login("203.0.113.9", "guess"+strconv.Itoa(i), ""), 401, "invalid email or password")
 		}
 		// The attacker's address is out of attempts for this account, even with the right password...
-		e.wantErr(login(attacker, testPassword), 429, "too many attempts")
-		// ...the owner is not, from their own address.
-		e.want(login(owner, testPassword), http.StatusOK, nil)
-		// Typos of the owner's own do not lock them out either (their address
-		// is limited by the per-address limit only).
-		for i := 0; i < 12; i++ {
-			e.wantErr(login(owner, "typo"), 401, "")
+		e.wantErr(login("203.0.113.9", testPassword, ""), 429, "too many attempts")
+		e.wantErr(login("203.0.113.9", "guess", ""), 429, "too many attempts")
+		// ...the owner is not, at a new address...
+		e.want(login("198.51.100.77", testPassword, ""), http.StatusOK, nil)
+		// ...nor at the attacker's address (one NAT), with the device token.
+		e.want(login("203.0.113.9", testPassword, first.DeviceToken), http.StatusOK, nil)
+		// A device token of another account, or forged, is no device token.
+		bob := e.register("bob@example.com")
+		if e.svc.deviceOf(first.DeviceToken, bob.ID) != "" || e.svc.deviceOf(first.DeviceToken[:len(first.DeviceToken)-2]+"AA", ada.ID) != "" || e.svc.deviceOf(first.DeviceToken, ada.ID) == "" {
+			t.Error("a device token of ada's, or a forged one, was taken")
 		}
-		e.want(login(owner, testPassword), http.StatusOK, nil)
+		e.wantErr(login("203.0.113.9", testPassword, strings.Replace(first.DeviceToken, "v1.", "v1.x", 1)), 429, "")
+
+		// 40 failures from an address that logged in before: 429 after 10.
+		codes := map[int]int{}
+		for i := 0; i < 40; i++ {
+			codes[login("198.51.100.7", "typo", "").Code]++
+		}
+		if codes[401] != 10 || codes[429] != 30 {
+			t.Errorf("40 failures from a known address answered %v, want 10 x 401 and 30 x 429", codes)
+		}
+		// An IPv6 client is one address for its whole /64.
+		for i := 0; i < 10; i++ {
+			e.wantErr(login(fmt.Sprintf("2001:db8:1:2::%x", i+1), "guess", ""), 401, "")
+		}
+		e.wantErr(login("2001:db8:1:2:ffff::1", "guess", ""), 429, "")
+
+		// The account-wide cap: 100 failures an hour from clients without a
+		// device token, whatever their addresses (here 10 + 10 + 10 + 70).
+		for i := 0; i < 7; i++ {
+			for j := 0; j < 10; j++ {
+				e.wantErr(login(fmt.Sprintf("192.0.2.%d", i+1), "guess", ""), 401, "")
+			}
+		}
+		e.wantErr(login("192.0.2.99", testPassword, ""), 429, "too many attempts")
+		e.want(login("192.0.2.99", testPassword, first.DeviceToken), http.StatusOK, nil)
 	})
 }
 

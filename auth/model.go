@@ -34,9 +34,12 @@ type User struct {
 type userRow struct {
 	bun.BaseModel `bun:"table:auth_users"`
 
-	ID               string    `bun:"id,pk,type:varchar(36)"`
-	Email            string    `bun:"email,notnull"`
-	EmailVerified    bool      `bun:"email_verified,notnull,default:false"`
+	ID            string `bun:"id,pk,type:varchar(36)"`
+	Email         string `bun:"email,notnull"`
+	EmailVerified bool   `bun:"email_verified,notnull,default:false"`
+	// EmailViaChange: the address came by an email-change link, not by the
+	// sign-up's own verification; it never makes the account ADMIN.
+	EmailViaChange   bool      `bun:"email_via_change,notnull,default:false"`
 	PasswordHash     string    `bun:"password_hash,notnull,default:''"` // empty: no password login (OAuth-only user)
 	Name             *string   `bun:"name"`
 	Username         *string   `bun:"username"`
@@ -131,9 +134,10 @@ type rateRow struct {
 	LastNS int64   `bun:"last_ns,notnull"`
 }
 
-// loginSourceRow records that a client address logged in successfully to an
-// account (SHA-256 of user id and address): failures from such an address
-// do not count towards the account's login limit.
+// loginSourceRow recorded that a client address logged in successfully to
+// an account. Unused since device tokens replaced known addresses (an
+// address is shared, a device token is not); the table stays for the
+// migrations' sake.
 type loginSourceRow struct {
 	bun.BaseModel `bun:"table:auth_login_sources"`
 
@@ -197,17 +201,49 @@ func Migrations() db.MigrationSet {
 		// Postgres: tell every replica's bearer cache (bearer_cache.go).
 		ID: "0004_bearer_notify",
 		Up: bearerTriggers,
+	}, {
+		// ADMIN only for an address verified as the sign-up's own (issue 23).
+		ID: "0005_email_via_change",
+		Up: addColumn("auth_users", "email_via_change", "BOOLEAN NOT NULL DEFAULT FALSE"),
 	}}}
 }
 
-// toUser shows the stored account. The role is derived here, at every read
-// (so at every authenticated request): ADMIN only while the email is verified
-// and listed in admins (KEELSON_ADMIN_EMAILS) now.
-func (r *userRow) toUser(admins map[string]bool) *User {
-	role := platform.RoleUser
-	if r.EmailVerified && admins[r.Email] {
-		role = platform.RoleAdmin
+// addColumn adds a column unless the table has it: 0001 creates the table
+// from today's model, so a fresh database has it already.
+func addColumn(table, column, def string) func(ctx context.Context, idb bun.IDB) error {
+	return func(ctx context.Context, idb bun.IDB) error {
+		var n int
+		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
+		if db.IsPostgres(idb) {
+			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
+		}
+		if err := idb.NewRaw(q, table, column).Scan(ctx, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		_, err := idb.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
+		return err
 	}
+}
+
+// roleOf derives the role at every read (so at every authenticated
+// request): ADMIN only while the email is listed in admins
+// (KEELSON_ADMIN_EMAILS) now, verified, and verified as the account's own
+// sign-up address (its verification link), never by an email-change link:
+// whoever owns a listed address and clicks a change link someone else asked
+// for must not make that account ADMIN.
+func roleOf(admins map[string]bool, email string, verified, viaChange bool) platform.Role {
+	if verified && !viaChange && admins[email] {
+		return platform.RoleAdmin
+	}
+	return platform.RoleUser
+}
+
+// toUser shows the stored account, its role derived by roleOf.
+func (r *userRow) toUser(admins map[string]bool) *User {
+	role := roleOf(admins, r.Email, r.EmailVerified, r.EmailViaChange)
 	return &User{
 		ID: r.ID, Email: r.Email, Name: r.Name, Username: r.Username, Bio: r.Bio, Company: r.Company,
 		Location: r.Location, Website: r.Website, CodehostUsername: r.CodehostUsername, Image: r.Image,

@@ -36,6 +36,7 @@ func TestMailQueueIsBoundedAndLeaksNothing(t *testing.T) {
 		d.MailWorkers, d.MailQueueSize = 2, 3
 		d.Limits.ForgotPerIP = Limit{Max: 100, Per: time.Hour}
 		d.Limits.RegisterPerIP = Limit{Max: 100, Per: time.Hour}
+		d.Limits.MailPerDestination = Limit{Max: 100, Per: time.Hour}
 	})
 	e.register("ada@example.com") // its verification mail takes one sender
 	<-m.started
@@ -93,7 +94,9 @@ func TestRegisterAndEmailChangeDoTheSameWorkWhateverTheAddress(t *testing.T) {
 	e := newEnv(t, dbtest.SQLite(t, sets...), func(d *Deps) {
 		d.Mailer = slowMailer{time.Second, hurry}
 		d.Limits.RegisterPerIP = Limit{Max: 1000, Per: time.Hour}
-		d.Limits.LoginPerAccount = Limit{Max: 1000, Per: time.Hour}
+		d.Limits.LoginPerAccountAddr = Limit{Max: 1000, Per: time.Hour}
+		d.Limits.MailPerAccount = Limit{Max: 1000, Per: time.Hour}
+		d.Limits.MailPerDestination = Limit{Max: 1000, Per: time.Hour}
 	})
 	t.Cleanup(func() { close(hurry) }) // (runs before the queue's Close) the backlog goes at once
 	e.register("taken@example.com")

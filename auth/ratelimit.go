@@ -2,9 +2,7 @@ package auth
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -139,41 +137,5 @@ func (s *Service) refund(ctx context.Context, key, prefix string, lim Limit) {
 	}
 	if err := s.limiter.refund(ctx, prefix+key, lim); err != nil {
 		s.log.WarnContext(ctx, "rate limit refund failed", "err", err)
-	}
-}
-
-// sourceHash names a client address of a user without storing the address.
-func sourceHash(userID, ip string) string {
-	sum := sha256.Sum256([]byte(userID + "|" + ip))
-	return hex.EncodeToString(sum[:])
-}
-
-// sourceTTL is how long a successful login vouches for its address.
-const sourceTTL = 90 * 24 * time.Hour
-
-// knownSource reports whether ip logged in successfully to userID within sourceTTL.
-func (s *Service) knownSource(ctx context.Context, userID, ip string) (bool, error) {
-	if ip == "" {
-		return false, nil
-	}
-	n, err := s.db.NewSelect().Model((*loginSourceRow)(nil)).
-		Where("user_id = ? AND source = ? AND last_seen > ?", userID, sourceHash(userID, ip), s.now().Add(-sourceTTL)).Count(ctx)
-	return n > 0, db.Translate(err)
-}
-
-// rememberSource records a successful login of userID from ip (and forgets
-// the user's addresses unused for sourceTTL).
-func (s *Service) rememberSource(ctx context.Context, userID, ip string) {
-	if ip == "" {
-		return
-	}
-	now := s.now()
-	_, err := s.db.NewInsert().Model(&loginSourceRow{UserID: userID, Source: sourceHash(userID, ip), LastSeen: now}).
-		On("CONFLICT (user_id, source) DO UPDATE").Set("last_seen = EXCLUDED.last_seen").Exec(ctx)
-	if err == nil {
-		_, err = s.db.NewDelete().Model((*loginSourceRow)(nil)).Where("user_id = ? AND last_seen < ?", userID, now.Add(-sourceTTL)).Exec(ctx)
-	}
-	if err != nil {
-		s.log.WarnContext(ctx, "login source not recorded", "user_id", userID, "err", err)
 	}
 }

@@ -27,10 +27,21 @@ type Sealer interface {
 // Limits are the brute-force limits. Zero fields take the defaults shown;
 // a negative Max switches a limit off (benchmarks).
 type Limits struct {
-	// LoginPerAccount counts failed logins per email. Default 10 per 15m; a
-	// successful login gives its attempt back.
+	// LoginPerAccount counts the failed logins of an account (email) from
+	// every client without a device token of it, together (ASVS 2.2.1: at
+	// most 100 an hour). Default 100 per 1h; a successful login gives its
+	// attempt back.
 	LoginPerAccount Limit
-	// LoginPerIP counts logins per client address. Default 100 per 15m.
+	// LoginPerAccountAddr counts the failed logins of an account from one
+	// client address (IPv6: its /64) without a device token, so one noisy
+	// address never spends the account's budget. Default 10 per 15m.
+	LoginPerAccountAddr Limit
+	// LoginPerDevice counts the failed logins of an account from one device
+	// token; a client presenting one is limited by this alone. Default 10
+	// per 15m.
+	LoginPerDevice Limit
+	// LoginPerIP counts logins per client address, across accounts (clients
+	// without a device token). Default 100 per 15m.
 	LoginPerIP Limit
 	// TwoFactorPerUser counts failed 2FA codes (login, verify, disable) per user.
 	// Default 10 per 15m.
@@ -43,6 +54,14 @@ type Limits struct {
 	ForgotPerIP Limit
 	// RegisterPerIP counts registrations per client address. Default 30 per 1h.
 	RegisterPerIP Limit
+	// MailPerAccount counts the mails an account asks for itself:
+	// verification resends and email changes (each change mails the new
+	// address a link and the old one a notice). Default 5 per 1h.
+	MailPerAccount Limit
+	// MailPerDestination counts the mails any request sends one address:
+	// sign-up and resent verification links, email-change links, reset
+	// links. Default 5 per 1h.
+	MailPerDestination Limit
 }
 
 // Deps are what the auth module needs. DB, Sealer and JWTSecret are required.
@@ -131,20 +150,24 @@ func (d Deps) withDefaults() Deps {
 	d.FrontendURL = strings.TrimRight(cmp.Or(d.FrontendURL, "http://localhost:3000"), "/")
 	d.PasswordHashConcurrency = cmp.Or(d.PasswordHashConcurrency, max(2, runtime.NumCPU()))
 	l := &d.Limits
-	l.LoginPerAccount = l.LoginPerAccount.or(Limit{10, 15 * time.Minute})
+	l.LoginPerAccount = l.LoginPerAccount.or(Limit{100, time.Hour})
+	l.LoginPerAccountAddr = l.LoginPerAccountAddr.or(Limit{10, 15 * time.Minute})
+	l.LoginPerDevice = l.LoginPerDevice.or(Limit{10, 15 * time.Minute})
 	l.LoginPerIP = l.LoginPerIP.or(Limit{100, 15 * time.Minute})
 	l.TwoFactorPerUser = l.TwoFactorPerUser.or(Limit{10, 15 * time.Minute})
 	l.TwoFactorPerIP = l.TwoFactorPerIP.or(Limit{100, 15 * time.Minute})
 	l.ForgotPerAccount = l.ForgotPerAccount.or(Limit{5, time.Hour})
 	l.ForgotPerIP = l.ForgotPerIP.or(Limit{30, time.Hour})
 	l.RegisterPerIP = l.RegisterPerIP.or(Limit{30, time.Hour})
+	l.MailPerAccount = l.MailPerAccount.or(Limit{5, time.Hour})
+	l.MailPerDestination = l.MailPerDestination.or(Limit{5, time.Hour})
 	return d
 }
 
 // maxPer is the longest refill period of the limits.
 func (l Limits) maxPer() time.Duration {
 	m := time.Hour
-	for _, x := range []Limit{l.LoginPerAccount, l.LoginPerIP, l.TwoFactorPerUser, l.TwoFactorPerIP, l.ForgotPerAccount, l.ForgotPerIP, l.RegisterPerIP} {
+	for _, x := range []Limit{l.LoginPerAccount, l.LoginPerAccountAddr, l.LoginPerDevice, l.LoginPerIP, l.TwoFactorPerUser, l.TwoFactorPerIP, l.ForgotPerAccount, l.ForgotPerIP, l.RegisterPerIP, l.MailPerAccount, l.MailPerDestination} {
 		m = max(m, x.Per)
 	}
 	return m

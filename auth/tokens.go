@@ -87,11 +87,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 		s.cache.Put(gen, c.Subject, c.Fam, r)
 	}
 	// ADMIN is derived per request from the verified email, as in toUser.
-	role := platform.RoleUser
-	if r.emailVerified && s.admins[r.email] {
-		role = platform.RoleAdmin
-	}
-	return platform.Principal{UserID: c.Subject, Email: r.email, Role: role}, nil
+	return platform.Principal{UserID: c.Subject, Email: r.email, Role: roleOf(s.admins, r.email, r.emailVerified, r.viaChange)}, nil
 }
 
 // parseAccess checks an access token's signature and claims (not the store).

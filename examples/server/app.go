@@ -129,8 +129,11 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// the deferred Close runs.
 	a := &App{Cfg: cfg, Log: log, mux: http.NewServeMux(), LogStreams: httpx.NewStreamLimit(cmp.Or(cfg.MaxLogStreams, MaxLogStreamsPerUser), 5*time.Second)}
 	a.ShutdownCtx, a.cancelShutdown = context.WithCancel(context.Background())
-	a.APIConns = httpx.NewConnLimit(cmp.Or(cfg.MaxConns, DefaultMaxConns))
-	a.IngressConns = httpx.NewConnLimit(cmp.Or(cfg.IngressMaxConns, DefaultIngressMaxConns))
+	// Trusted proxies carry every client on one address: not capped per address.
+	a.APIConns = httpx.NewConnLimitWith(httpx.ConnLimitConfig{Max: cmp.Or(cfg.MaxConns, DefaultMaxConns),
+		PerAddr: cmp.Or(cfg.MaxConnsPerAddr, DefaultMaxConnsPerAddr), Exempt: cfg.TrustedProxies})
+	a.IngressConns = httpx.NewConnLimitWith(httpx.ConnLimitConfig{Max: cmp.Or(cfg.IngressMaxConns, DefaultIngressMaxConns),
+		PerAddr: cmp.Or(cfg.IngressMaxConnsPerAddr, DefaultIngressMaxConnsPerAddr), Exempt: cfg.TrustedProxies})
 	defer func() {
 		if err != nil {
 			a.Close(context.Background())
@@ -209,8 +212,18 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}
 	// Bodies: the whole server's body memory is budgeted first
-	// (KEELSON_MAX_BODY_MEMORY_MIB), then JSON bodies are checked.
-	a.Handler = httpx.Middleware(log, httpx.LimitBodies(httpx.BodyBudget{Bytes: int64(cmp.Or(cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20, MaxBytes: maxBodyBytes},
+	// (KEELSON_MAX_BODY_MEMORY_MIB, a share per client address, a minimum
+	// rate), then JSON bodies are checked.
+	budget := httpx.BodyBudget{
+		Bytes:    int64(cmp.Or(cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20,
+		PerAddr:  int64(cmp.Or(cfg.MaxBodyMemoryPerAddrMiB, DefaultMaxBodyMemoryPerAddrMiB)) << 20,
+		MaxBytes: maxBodyBytes,
+		MinRate:  int64(cmp.Or(cfg.MinBodyRateKiB, DefaultMinBodyRateKiB)) << 10,
+		Grace:    BodyGrace,
+		MaxTime:  cmp.Or(cfg.ReadTimeout, DefaultReadTimeout),
+		Addr:     func(r *http.Request) string { return httpx.AddrKey(httpx.RequestClient(r, cfg.TrustedProxies)) },
+	}
+	a.Handler = httpx.Middleware(log, httpx.LimitBodies(budget,
 		httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
 			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux))))
 	routes := a.mux // what labels a request's route in the metrics
@@ -333,7 +346,8 @@ func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
 	servers := []*http.Server{api}
 	listeners := []net.Listener{a.APIConns.Apply(api, apiL)}
 	if a.Ingress != nil && ingressL != nil {
-		ing := a.httpServer(a.Ingress)
+		// Slow uploads through the ingress count as waiting, like slow headers.
+		ing := a.httpServer(httpx.TrackBodies(a.Ingress))
 		servers = append(servers, ing)
 		listeners = append(listeners, a.IngressConns.Apply(ing, ingressL))
 	}

@@ -90,9 +90,19 @@ type Config struct {
 	IdleTimeout       time.Duration // KEELSON_IDLE_TIMEOUT: a keep-alive connection between requests (default 60s)
 	MaxConns          int           // KEELSON_MAX_CONNS: connections the API holds open (default 4096)
 	IngressMaxConns   int           // KEELSON_INGRESS_MAX_CONNS: connections the ingress holds open (default 8192)
+	// MaxConnsPerAddr and IngressMaxConnsPerAddr are KEELSON_MAX_CONNS_PER_ADDR
+	// and KEELSON_INGRESS_MAX_CONNS_PER_ADDR: connections one client address
+	// (IPv6: its /64) holds on each listener (default 256).
+	MaxConnsPerAddr, IngressMaxConnsPerAddr int
 	// MaxBodyMemoryMiB is KEELSON_MAX_BODY_MEMORY_MIB: memory request bodies
 	// may hold together while handled (default 64).
 	MaxBodyMemoryMiB int
+	// MaxBodyMemoryPerAddrMiB is KEELSON_MAX_BODY_MEMORY_PER_ADDR_MIB: what
+	// the bodies of one client address may hold of it (default 16).
+	MaxBodyMemoryPerAddrMiB int
+	// MinBodyRateKiB is KEELSON_MIN_BODY_RATE_KIB: the slowest a body may
+	// arrive after a 5 s grace, in KiB/s, else 408 (default 16).
+	MinBodyRateKiB int
 
 	// Log caps per deployment (operator settings, not plan quotas).
 	BuildLogMaxLines int // KEELSON_BUILD_LOG_MAX_LINES (default 100000)
@@ -121,6 +131,14 @@ const (
 	DefaultBuildsPerUser     = 2
 	DefaultBuildPidsLimit    = 1024
 	DefaultLogRetention      = deployments.DefaultLogRetention
+	// DefaultMaxConnsPerAddr lets one office behind NAT hold a good share
+	// and no single address most of DefaultMaxConns.
+	DefaultMaxConnsPerAddr         = 256
+	DefaultIngressMaxConnsPerAddr  = 256
+	DefaultMaxBodyMemoryPerAddrMiB = 16
+	DefaultMinBodyRateKiB          = 16
+	// BodyGrace is the time a body's first bytes may take.
+	BodyGrace = 5 * time.Second
 )
 
 // Roles of KEELSON_ROLE.
@@ -212,6 +230,10 @@ func (c Config) Validate() error {
 		{"KEELSON_MAX_CONNS", c.MaxConns, 16},
 		{"KEELSON_INGRESS_MAX_CONNS", c.IngressMaxConns, 16},
 		{"KEELSON_MAX_BODY_MEMORY_MIB", c.MaxBodyMemoryMiB, 16},
+		{"KEELSON_MAX_CONNS_PER_ADDR", c.MaxConnsPerAddr, 1},
+		{"KEELSON_INGRESS_MAX_CONNS_PER_ADDR", c.IngressMaxConnsPerAddr, 1},
+		{"KEELSON_MAX_BODY_MEMORY_PER_ADDR_MIB", c.MaxBodyMemoryPerAddrMiB, 1},
+		{"KEELSON_MIN_BODY_RATE_KIB", c.MinBodyRateKiB, 1},
 		{"KEELSON_BUILD_LOG_MAX_LINES", c.BuildLogMaxLines, 100},
 		{"KEELSON_BUILD_LOG_MAX_MB", c.BuildLogMaxMB, 1},
 		{"KEELSON_APP_LOG_MAX_LINES", c.AppLogMaxLines, 100},
@@ -221,6 +243,9 @@ func (c Config) Validate() error {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}
 		}
+	}
+	if c.MaxBodyMemoryPerAddrMiB > c.MaxBodyMemoryMiB {
+		return &ConfigError{"KEELSON_MAX_BODY_MEMORY_PER_ADDR_MIB", fmt.Sprintf("%d is more than KEELSON_MAX_BODY_MEMORY_MIB (%d)", c.MaxBodyMemoryPerAddrMiB, c.MaxBodyMemoryMiB)}
 	}
 	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {

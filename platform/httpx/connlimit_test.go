@@ -3,9 +3,12 @@ package httpx_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -186,4 +189,81 @@ func TestConnLimitCountsHijackedConnections(t *testing.T) {
 	conn.Close()
 	second.Close()
 	platformtest.Eventually(t, 10*time.Second, "closing frees the places", func() bool { return lim.Stats().Open == 0 })
+}
+
+// TestConnLimitPerAddress: an address at its cap evicts its own oldest
+// waiting connection (slow headers, or a body still arriving) to serve a
+// whole request, is answered 429 when all of its connections are busy, and
+// never takes another address' place.
+func TestConnLimitPerAddress(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httpx.LimitBodies(httpx.BodyBudget{MinRate: 1, Grace: time.Minute}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
+	lim := httpx.NewConnLimitWith(httpx.ConnLimitConfig{Max: 100, PerAddr: 3})
+	go srv.Serve(lim.Apply(srv, l)) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { close(release) })
+	addr := l.Addr().String()
+	a := netip.MustParseAddr("127.0.0.2")
+
+	// Two slow-header and two slow-body connections from one address: it
+	// holds 3, the oldest were evicted.
+	var slow []net.Conn
+	for i := 0; i < 4; i++ {
+		c := dialFrom(t, "127.0.0.2", addr)
+		if i%2 == 0 {
+			io.WriteString(c, "GET / HTTP/1.1\r\nHo")
+		} else {
+			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+		}
+		slow = append(slow, c)
+		platformtest.Eventually(t, 10*time.Second, "the connection accepted", func() bool {
+			return lim.Stats().Evicted+lim.AddrStats(a) == i+1
+		})
+	}
+	if st := lim.Stats(); st.Evicted != 1 || lim.AddrStats(a) != 3 {
+		t.Fatalf("%+v, %d held by the address: want 1 evicted, 3 held", st, lim.AddrStats(a))
+	}
+	// A whole request from the address evicts its oldest waiting one (a slow body among them).
+	if st, _ := postFrom(t, "127.0.0.2", addr, "/", "hello"); st != 200 {
+		t.Fatalf("whole request at the address' cap: %d", st)
+	}
+	for _, c := range slow[:2] {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an old slow connection of the address was not closed: %v", err)
+		}
+	}
+	if st := lim.Stats(); st.Evicted != 2 {
+		t.Fatalf("%+v: want the slow header and the slow body evicted", st)
+	}
+	// Another address is not touched by any of it.
+	if st, _ := postFrom(t, "127.0.0.3", addr, "/", "hello"); st != 200 {
+		t.Fatalf("another address: %d", st)
+	}
+	// Three busy requests: the address' fourth connection is answered 429.
+	for i := 0; i < 3; i++ {
+		c := dialFrom(t, "127.0.0.2", addr)
+		io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	platformtest.Eventually(t, 10*time.Second, "three busy connections", func() bool {
+		return lim.AddrStats(a) == 3 && lim.Stats().Waiting == 0
+	})
+	st, body := postFrom(t, "127.0.0.2", addr, "/", "hello")
+	if st != http.StatusTooManyRequests || !strings.Contains(body, "too many open connections from your address") {
+		t.Fatalf("past the address' cap, all busy: %d %s", st, body)
+	}
+	if st, _ := postFrom(t, "127.0.0.3", addr, "/", "hello"); st != 200 {
+		t.Fatalf("another address while the first is at its cap: %d", st)
+	}
 }
