@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -54,59 +53,43 @@ func (r *Runtime) removeBuildCgroup(cg *buildCgroup) {
 }
 
 // Lines of the classic builder's output naming the step's container and
-// the image each step committed.
+// the image each step committed (read by buildTrace).
 var (
 	stepContainer = regexp.MustCompile(`(?m)^\s*---> Running in ([0-9a-f]{12,64})\s*$`)
 	stepImage     = regexp.MustCompile(`(?m)^\s*---> ([0-9a-f]{12,64})\s*$`)
 )
 
 // diskWatch bounds a build's disk: the checkout plus what the build has
-// made so far (the running step's container, base image included, or the
-// last image a step committed) against the plan's storage limit, measured
-// every interval while the build runs. Over the limit, it cancels the build
-// with a cause naming the limit.
+// written so far (each stage's committed layers over its base image, and
+// the running step's container's writable layer) against the plan's storage
+// limit, measured every DiskPollInterval while the build runs. Base images
+// do not count: they are the engine's, shared by every build. Over the
+// limit, it cancels the build with a cause naming the limit.
 type diskWatch struct {
 	r        *Runtime
+	trace    *buildTrace
 	checkout int64
 	limit    int64
 	gi       int
 	cancel   context.CancelCauseFunc
-
-	mu        sync.Mutex
-	container string
-	image     string
+	sizes    map[string]int64 // image id -> size (images do not change)
 }
 
 // watchDisk starts a diskWatch for the build of job whose checkout is at
 // root, or returns nil when the plan sets no storage limit. An error means
 // the checkout alone is over the limit.
-func (r *Runtime) watchDisk(ctx context.Context, job deployments.Job, root string, cancel context.CancelCauseFunc) (*diskWatch, error) {
+func (r *Runtime) watchDisk(ctx context.Context, job deployments.Job, root string, trace *buildTrace, cancel context.CancelCauseFunc) (*diskWatch, error) {
 	gi := job.Limits.StorageGi
 	if gi <= 0 {
 		return nil, nil
 	}
-	w := &diskWatch{r: r, limit: int64(gi) * r.cfg.StorageGiB, gi: gi, cancel: cancel}
+	w := &diskWatch{r: r, trace: trace, limit: int64(gi) * r.cfg.StorageGiB, gi: gi, cancel: cancel, sizes: map[string]int64{}}
 	w.checkout = dirSize(root)
 	if w.checkout > w.limit {
 		return nil, w.overError("the checkout is", w.checkout)
 	}
 	go w.run(ctx)
 	return w, nil
-}
-
-// see reads one chunk of the build's output for the step's container and image.
-func (w *diskWatch) see(stream string) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if m := stepContainer.FindAllStringSubmatch(stream, -1); m != nil {
-		w.container = m[len(m)-1][1]
-	}
-	if m := stepImage.FindAllStringSubmatch(stream, -1); m != nil {
-		w.image, w.container = m[len(m)-1][1], ""
-	}
 }
 
 func (w *diskWatch) run(ctx context.Context) {
@@ -125,23 +108,47 @@ func (w *diskWatch) run(ctx context.Context) {
 	}
 }
 
-// used is the checkout plus the size of what the build has made so far.
+// used is the checkout plus what the build has written so far.
 func (w *diskWatch) used(ctx context.Context) int64 {
-	w.mu.Lock()
-	cid, img := w.container, w.image
-	w.mu.Unlock()
-	var made int64
+	w.trace.mu.Lock()
+	imgs := append([]tracedImage(nil), w.trace.images...)
+	cid := w.trace.container
+	w.trace.mu.Unlock()
+	used := w.checkout
+	base, last := map[int]string{}, map[int]string{}
+	for _, img := range imgs {
+		if img.from {
+			base[img.stage] = img.id
+		} else {
+			last[img.stage] = img.id
+		}
+	}
+	for stage, id := range last {
+		if made := w.size(ctx, id) - w.size(ctx, base[stage]); made > 0 {
+			used += made
+		}
+	}
 	if cid != "" {
-		if res, err := w.r.docker.ContainerInspect(ctx, cid, client.ContainerInspectOptions{Size: true}); err == nil && res.Container.SizeRootFs != nil {
-			made = *res.Container.SizeRootFs
+		if res, err := w.r.docker.ContainerInspect(ctx, cid, client.ContainerInspectOptions{Size: true}); err == nil && res.Container.SizeRw != nil {
+			used += *res.Container.SizeRw
 		}
 	}
-	if made == 0 && img != "" {
-		if res, err := w.r.docker.ImageInspect(ctx, img); err == nil {
-			made = res.Size
-		}
+	return used
+}
+
+func (w *diskWatch) size(ctx context.Context, id string) int64 {
+	if id == "" {
+		return 0
 	}
-	return w.checkout + made
+	if n, ok := w.sizes[id]; ok {
+		return n
+	}
+	res, err := w.r.docker.ImageInspect(ctx, id)
+	if err != nil {
+		return 0
+	}
+	w.sizes[id] = res.Size
+	return res.Size
 }
 
 func (w *diskWatch) overError(what string, used int64) error {

@@ -86,11 +86,22 @@ func TestBuildDiskLimit(t *testing.T) {
 		c.DiskPollInterval = 200 * time.Millisecond
 	})
 	ctx := context.Background()
+
+	// Base images are the engine's, not the build's: a stage on the 300 MB
+	// builder image writing little stays under a 32 MiB limit.
+	small := dockerJob(t, "FROM "+e.cfg.Images.Go+" AS b\nRUN sleep 1 && echo x > /x\nFROM "+e.cfg.Images.Static+"\nCOPY --from=b /x /x\n")
+	small.Limits.StorageGi = 1
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, small, logs)
+	require.NoError(t, err, logs.all())
+	require.NoError(t, e.rt.Cleanup(ctx, small.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, small.ProjectID))
+
 	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\n"+
 		`RUN i=0; while [ $i -lt 40 ]; do busybox dd if=/dev/zero of=/f$i bs=1M count=10 2>/dev/null; sleep 0.3; i=$((i+1)); done; echo wrote-$((20+22))`+"\n")
 	job.Limits.StorageGi = 1
-	logs := &sink{}
-	_, err := e.rt.Build(ctx, job, logs)
+	logs = &sink{}
+	_, err = e.rt.Build(ctx, job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the build has used")
 	assert.Contains(t, err.Error(), "more than the plan's storage limit of 1 GiB (maxStorageGi")

@@ -21,8 +21,9 @@
 // Build containers get the plan's memory (no swap on top) and CPU, a pids
 // limit for the whole build (a cgroup parent the runtime makes and removes:
 // the classic builder has no pids option; no parent, no build), the plan's
-// storage limit measured while the build runs (the checkout plus the running
-// step's container or last committed image; over it the build is cancelled),
+// storage limit measured while the build runs (the checkout plus each
+// stage's layers over its base and the running step's writable layer; over
+// it the build is cancelled),
 // run on a network of their own with inter-container traffic off, and are removed on
 // success, failure, timeout and cancellation alike (the engine cancels a
 // build whose API request is closed). Build output goes to the deployment's

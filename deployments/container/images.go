@@ -36,10 +36,11 @@ type tracedImage struct {
 
 // buildTrace records the images one build committed.
 type buildTrace struct {
-	mu     sync.Mutex
-	instr  string
-	stages int // FROM steps seen
-	images []tracedImage
+	mu        sync.Mutex
+	instr     string
+	stages    int // FROM steps seen
+	images    []tracedImage
+	container string // the running step's, if any
 }
 
 func (t *buildTrace) see(stream string) {
@@ -53,8 +54,13 @@ func (t *buildTrace) see(stream string) {
 			}
 			continue
 		}
+		if m := stepContainer.FindStringSubmatch(l); m != nil {
+			t.container = m[1]
+			continue
+		}
 		if m := stepImage.FindStringSubmatch(l); m != nil && t.instr != "" {
 			t.images = append(t.images, tracedImage{id: m[1], from: t.instr == "FROM", stage: t.stages - 1})
+			t.container = ""
 		}
 	}
 }

@@ -384,8 +384,8 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 	src := filepath.Join(root, "src")
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	disk, err := r.watchDisk(ctx, job, root, stop)
-	if err != nil {
+	trace := &buildTrace{}
+	if _, err := r.watchDisk(ctx, job, root, trace, stop); err != nil {
 		return err
 	}
 	cg, err := r.setUpBuildCgroup(ctx, job)
@@ -393,7 +393,6 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 		return err
 	}
 	defer r.removeBuildCgroup(cg)
-	trace := &buildTrace{}
 	defer func() { r.dropUntagged(context.WithoutCancel(ctx), trace) }()
 	r.buildMu.RLock()
 	defer r.buildMu.RUnlock()
@@ -460,7 +459,6 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 			return r.engineError("reading the build's output", err)
 		}
 		if msg.Stream != "" {
-			disk.see(msg.Stream)
 			trace.see(msg.Stream)
 			_, _ = w.Write([]byte(ansi.ReplaceAllString(msg.Stream, "")))
 		}
