@@ -104,9 +104,25 @@ func TestStageImagesAreTheProjectsAndPruned(t *testing.T) {
 	_, err = e.docker.ImageInspect(ctx, ids[0][1])
 	assert.NoError(t, err, "the base image stays")
 
+	// Another project with the same first stage gets the same stage image
+	// from the engine's layer cache; deleting this project leaves it theirs.
+	other := dockerJob(t, multi("two"))
+	_, err = e.rt.Build(ctx, other, logs)
+	require.NoError(t, err, logs.all())
+	otherStage := "keelson/" + e.rt.Instance() + "-" + other.ProjectID + ":cache-stage0"
+	shared, err := e.docker.ImageInspect(ctx, otherStage)
+	require.NoError(t, err)
+	require.Equal(t, second.ID, shared.ID, "the layer cache shares the stage image")
+
 	for _, id := range []string{job.DeploymentID, next.DeploymentID, failed.DeploymentID} {
 		require.NoError(t, e.rt.Cleanup(ctx, id))
 	}
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
+	_, err = e.docker.ImageInspect(ctx, otherStage)
+	assert.NoError(t, err, "the other project's stage cache stays")
+
+	require.NoError(t, e.rt.Cleanup(ctx, other.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(ctx, other.ProjectID))
+	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, other.ProjectID))
 }

@@ -644,7 +644,15 @@ func (r *Runtime) CleanupProject(ctx context.Context, projectID string) error {
 	if err != nil {
 		return r.engineError("listing the project's images", err)
 	}
-	res.Items = append(res.Items, named.Items...) // stage caches (no label)
+	// Stage caches carry no label, and the engine-wide layer cache can make
+	// one the same image as another project's: untag them, never force.
+	for _, img := range named.Items {
+		for _, tag := range img.RepoTags {
+			if strings.HasPrefix(tag, r.repo(projectID)+":") {
+				r.removeImage(ctx, tag)
+			}
+		}
+	}
 	// Newest first, so children go before the images they were built on.
 	sort.Slice(res.Items, func(i, j int) bool { return res.Items[i].Created > res.Items[j].Created })
 	for _, img := range res.Items {
