@@ -145,15 +145,17 @@ func TestStalledUploadsDoNotStopLogins(t *testing.T) {
 
 // TestSlowSocketsDoNotStopOthers: four addresses fill the API's connection
 // cap with bodies that trickle in (headers complete), and a fifth opens as
-// many slow-header sockets as it can; /healthz and a login from another
-// address still answer 200: slow bodies are evicted like slow headers, and
-// the flooding address holds no more than its own cap.
+// many slow-header sockets as it can on the API and on the ingress;
+// /healthz, a login and the ingress answer another address: slow bodies are
+// evicted like slow headers, and the flooding address holds no more than
+// its own cap on either listener.
 func TestSlowSocketsDoNotStopOthers(t *testing.T) {
 	t.Parallel()
 	const maxConns, perAddr = 200, 100
-	app, api, _ := serveApp(t, func(c *Config) {
+	app, api, ingress := serveApp(t, func(c *Config) {
 		c.ReadHeaderTimeout = 10 * time.Minute
 		c.MaxConns, c.MaxConnsPerAddr = maxConns, perAddr
+		c.IngressMaxConns, c.IngressMaxConnsPerAddr = maxConns, perAddr
 		c.MinBodyRateKiB = 1
 	})
 	base := "http://" + api
@@ -191,18 +193,34 @@ func TestSlowSocketsDoNotStopOthers(t *testing.T) {
 		return st.Open == maxConns && st.Evicted >= 40
 	})
 	flooder := netip.MustParseAddr("127.0.2.6")
-	for i := 0; i < 300; i++ {
-		c := dialFrom(t, flooder.String(), api)
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nX-Slow: ")
+	for _, to := range []string{api, ingress} {
+		for i := 0; i < 300; i++ {
+			c := dialFrom(t, flooder.String(), to)
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nX-Slow: ")
+		}
 	}
 	platformtest.Eventually(t, 30*time.Second, "the flood accepted", func() bool {
-		return app.APIConns.AddrStats(flooder) == perAddr
+		return app.APIConns.AddrStats(flooder) == perAddr && app.IngressConns.AddrStats(flooder) == perAddr
 	})
 	if st, body := call(t, user, "GET", base+"/healthz", nil, ""); st != http.StatusOK {
 		t.Fatalf("/healthz among slow bodies and a flood: %d %s", st, body)
 	}
 	if st, body := call(t, user, "POST", base+"/auth/login", map[string]any{"email": "ada@example.com", "password": trustPassword}, ""); st != http.StatusOK {
 		t.Fatalf("login among slow bodies and a flood: %d %s", st, body)
+	}
+	// The ingress answers too (no app has this host: its own 404).
+	req, _ := http.NewRequest("GET", "http://"+ingress+"/", nil)
+	req.Host = "nothing-here.localhost"
+	resp, err := user.Do(req)
+	if err != nil {
+		t.Fatalf("ingress during the flood: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("ingress during the flood: %d, want its 404 for an unknown host", resp.StatusCode)
+	}
+	if n := app.IngressConns.AddrStats(flooder); n > perAddr {
+		t.Fatalf("the flooder holds %d ingress connections, want at most %d", n, perAddr)
 	}
 	st := app.APIConns.Stats()
 	if st.Refused != 0 || app.APIConns.AddrStats(flooder) > perAddr {

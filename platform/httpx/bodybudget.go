@@ -239,6 +239,13 @@ func (w *slowWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *slowWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// Flush lets a streaming answer (SSE) flush through the wrapper.
+func (w *slowWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.passed {
+		f.Flush()
+	}
+}
+
 // failed answers a body that could not be read: 408 when it fell below the
 // minimum rate; nothing when the client left or broke the framing (the
 // server closes the connection).

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,5 +266,41 @@ func TestConnLimitPerAddress(t *testing.T) {
 	}
 	if st, _ := postFrom(t, "127.0.0.3", addr, "/", "hello"); st != 200 {
 		t.Fatalf("another address while the first is at its cap: %d", st)
+	}
+}
+
+// TestTrackBodiesEvictsSlowUploads: behind TrackBodies (the ingress), a
+// request whose body is still arriving counts as waiting: at the cap, a
+// whole request evicts it instead of being refused.
+func TestTrackBodiesEvictsSlowUploads(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside atomic.Int32
+	h := httpx.TrackBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inside.Add(1)
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // a proxy streaming the upload on
+		io.WriteString(w, "ok")
+	}))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
+	lim := httpx.NewConnLimit(2)
+	go srv.Serve(lim.Apply(srv, l)) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+	addr := l.Addr().String()
+	for i := 0; i < 2; i++ {
+		c := dialFrom(t, "127.0.0.2", addr)
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+	}
+	platformtest.Eventually(t, 10*time.Second, "two uploads arriving, counted as waiting", func() bool {
+		st := lim.Stats()
+		return inside.Load() == 2 && st.Open == 2 && st.Waiting == 2
+	})
+	if st, body := postFrom(t, "127.0.0.3", addr, "/", "hello"); st != 200 || body != "ok" {
+		t.Fatalf("whole request at the cap of slow uploads: %d %s", st, body)
+	}
+	if st := lim.Stats(); st.Evicted != 1 || st.Refused != 0 {
+		t.Fatalf("%+v: want one slow upload evicted, nothing refused", st)
 	}
 }
