@@ -58,18 +58,28 @@ type projectBook struct {
 	projects []codehost.RepoProject
 	repoIDs  map[string]string // project id -> codehost repo id
 	secrets  map[string]string // project id -> webhookSecret
+	lookups  int               // ProjectsForRepository calls
+	reads    int               // WebhookSecret calls
 }
 
 // WebhookSecret implements codehost.ProjectSecrets.
 func (b *projectBook) WebhookSecret(_ context.Context, projectID string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reads++
 	for _, p := range b.projects {
 		if p.ProjectID == projectID {
 			return b.secrets[projectID], nil
 		}
 	}
 	return "", platform.ErrNotFound
+}
+
+// counts returns the lookups and secret reads so far.
+func (b *projectBook) counts() (lookups, reads int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lookups, b.reads
 }
 
 func (b *projectBook) setSecret(projectID, secret string) {
@@ -94,11 +104,13 @@ func (b *projectBook) add(p codehost.RepoProject) codehost.RepoProject {
 func (b *projectBook) ProjectsForRepository(_ context.Context, urls []string, repoID string) ([]codehost.RepoProject, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.lookups++
 	var out []codehost.RepoProject
 	for _, p := range b.projects {
 		if slices.ContainsFunc(urls, func(u string) bool {
 			return strings.EqualFold(strings.TrimSuffix(u, ".git"), strings.TrimSuffix(p.RepoURL, ".git"))
 		}) || (repoID != "" && b.repoIDs[p.ProjectID] == repoID) {
+			p.HasWebhookSecret = b.secrets[p.ProjectID] != ""
 			out = append(out, p)
 		}
 	}

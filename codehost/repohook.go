@@ -30,11 +30,27 @@ const (
 // nothing (a ping, a tag push, an issue event).
 const DecisionNotPush = "not a push"
 
+// maxRepoHookSigners bounds the project secrets a repository webhook is
+// checked against (one HMAC of the whole body each) before it is
+// authenticated: the oldest projects using the repository with a
+// webhookSecret, or the one named by ?projectId=.
+const maxRepoHookSigners = 8
+
+// signed reports whether the delivery carries a signature or token at all, in
+// the headers of its host.
+func (in *webhookInput) signed(source string) bool {
+	if source == SourceGitLab {
+		return in.GitLabToken != ""
+	}
+	return firstOf(in.Signature, in.GiteaSignature, in.ForgejoSignature, in.GogsSignature) != ""
+}
+
 // errRepoHookAuth is the one answer to every repository webhook that no
 // project's secret authenticates: the same words whether or not a project
 // uses the repository, so the answer tells nothing about other accounts.
 var errRepoHookAuth = platform.Unauthorized("x-hub-signature-256: missing or invalid signature; a repository webhook must be signed " +
-	"(X-Hub-Signature-256 or X-Gitea-Signature) with, or carry as X-Gitlab-Token, the webhookSecret of a project using its repository")
+	"(X-Hub-Signature-256 or X-Gitea-Signature) with, or carry as X-Gitlab-Token, the webhookSecret of a project using its repository; " +
+	"where more than 8 projects with a webhookSecret use one repository, add ?projectId=<the project's id> to the webhook URL")
 
 // ProjectSecrets reads a project's webhook secret, to authenticate repository
 // webhooks. The projects module implements it.
@@ -127,6 +143,10 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	if s.d.Secrets == nil {
 		return reject("no project secrets wired")
 	}
+	// Before anything is decoded or looked up: no signature, no work.
+	if !in.signed(source) {
+		return reject("no signature or token header")
+	}
 	payload, err := webhookPayload(in.ContentType, in.RawBody)
 	if err != nil {
 		return reject("body is not a JSON payload")
@@ -143,8 +163,20 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	if err != nil {
 		return nil, platform.HTTPError(ctx, wrap("repository webhook: projects", err))
 	}
-	var signed []RepoProject
+	// At most maxRepoHookSigners candidates, each one HMAC of the body: the
+	// work before authentication does not grow with the projects using a
+	// repository (anyone may point a project at a public repository).
+	var candidates []RepoProject
 	for _, proj := range projects {
+		if proj.HasWebhookSecret && (in.ProjectID == "" || proj.ProjectID == in.ProjectID) {
+			candidates = append(candidates, proj)
+		}
+	}
+	if len(candidates) > maxRepoHookSigners {
+		candidates = candidates[:maxRepoHookSigners]
+	}
+	var signed []RepoProject
+	for _, proj := range candidates {
 		secret, err := s.d.Secrets.WebhookSecret(ctx, proj.ProjectID)
 		if errors.Is(err, platform.ErrNotFound) {
 			continue

@@ -6,6 +6,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"github.com/keelson-dev/keelson/platform/dbtest"
 	"net/http"
 	neturl "net/url"
 	"strings"
@@ -165,4 +167,61 @@ func TestRepositoryWebhooksWithApp(t *testing.T) {
 			t.Fatalf("triggers after the form-encoded push = %+v", tr)
 		}
 	})
+}
+
+// TestRepositoryWebhookWorkBeforeAuth (issue 23): an unsigned delivery is
+// refused before the payload is decoded or any project looked up; a signed one
+// is checked against at most 8 project secrets (the oldest projects using the
+// repository with a webhookSecret), whatever others point at it; ?projectId=
+// names the one project to check.
+func TestRepositoryWebhookWorkBeforeAuth(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite(t, sets...), envOpts{})
+	repo := &githubfake.Repository{ID: 400, Owner: "acme", Name: "popular", DefaultBranch: "main"}
+	url := e.fake.WebURL + "/acme/popular"
+	var ps []codehost.RepoProject
+	for i := range 12 {
+		p := e.projects.add(codehost.RepoProject{OwnerID: platform.NewID(), AutoDeploy: true, RepoURL: url})
+		e.projects.setSecret(p.ProjectID, fmt.Sprintf("secret-of-project-%02d", i))
+		ps = append(ps, p)
+	}
+	e.projects.add(codehost.RepoProject{OwnerID: platform.NewID(), AutoDeploy: true, RepoURL: url}) // no secret: never tried
+	body := e.fake.PushPayload(githubfake.Push{Repo: repo, Branch: "main", After: githubfake.RandomSHA()})
+	post := func(query string, hdr map[string]string) int {
+		t.Helper()
+		status, _, _ := e.do(http.MethodPost, "/codehost/webhook"+query, "", bytes.NewReader(body), hdr)
+		return status
+	}
+
+	// Unsigned: 401 with no lookup and no secret read.
+	if st := post("", map[string]string{"X-GitHub-Event": "push"}); st != http.StatusUnauthorized {
+		t.Fatalf("unsigned: %d", st)
+	}
+	if lookups, reads := e.projects.counts(); lookups != 0 || reads != 0 {
+		t.Fatalf("an unsigned delivery cost %d lookups and %d secret reads", lookups, reads)
+	}
+	// Signed with a wrong secret: at most 8 secrets read.
+	if st := post("", map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + hmacHex("guess", body)}); st != http.StatusUnauthorized {
+		t.Fatalf("wrong secret: %d", st)
+	}
+	if _, reads := e.projects.counts(); reads != 8 {
+		t.Fatalf("a wrongly signed delivery read %d secrets, want 8", reads)
+	}
+	// The oldest project's secret works as is; the 12th project's only when
+	// its webhook URL names it.
+	sign := func(i int) map[string]string {
+		return map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": githubfake.NewDeliveryID(),
+			"X-Hub-Signature-256": "sha256=" + hmacHex(fmt.Sprintf("secret-of-project-%02d", i), body)}
+	}
+	if st := post("", sign(0)); st != http.StatusOK {
+		t.Fatalf("first project's signature: %d", st)
+	}
+	if st := post("", sign(11)); st != http.StatusUnauthorized {
+		t.Fatalf("12th project's signature without ?projectId: %d, want 401", st)
+	}
+	if st := post("?projectId="+ps[11].ProjectID, sign(11)); st != http.StatusOK {
+		t.Fatalf("12th project's signature with ?projectId: %d", st)
+	}
+	if st := post("?projectId="+ps[10].ProjectID, sign(11)); st != http.StatusUnauthorized {
+		t.Fatalf("signature of another project than ?projectId names: %d, want 401", st)
+	}
 }

@@ -92,6 +92,9 @@ type RepoProject struct {
 	AutoDeploy       bool
 	AutoDeployBranch string // empty: the repository's default branch
 	RepoURL          string
+	// HasWebhookSecret: a repository webhook may be signed with the
+	// project's secret (only such projects are tried as its signers).
+	HasWebhookSecret bool
 }
 
 // ProjectLookup finds the projects tied to a repository, by any of its URLs

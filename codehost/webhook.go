@@ -36,6 +36,7 @@ type webhookInput struct {
 	GitLabEvent      string `header:"X-Gitlab-Event" doc:"GitLab: event, e.g. Push Hook"`
 	GitLabToken      string `header:"X-Gitlab-Token" doc:"GitLab: the project's webhookSecret, sent as is"`
 	GitLabEventUUID  string `header:"X-Gitlab-Event-UUID" doc:"GitLab: delivery id"`
+	ProjectID        string `query:"projectId" doc:"A repository webhook may name the project whose webhookSecret signs it; only that project is then tried (needed when more than 8 projects with a webhookSecret use the repository)"`
 	RawBody          []byte // read raw (octet-stream in OpenAPI) so nothing parses it before the signature check
 }
 

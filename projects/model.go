@@ -209,6 +209,9 @@ type RepoLink struct {
 	AutoDeploy       bool
 	AutoDeployBranch string
 	RepoURL          string
+	// HasWebhookSecret: the project has a webhookSecret, so a repository
+	// webhook may be signed with it.
+	HasWebhookSecret bool
 }
 
 func wrap(op string, err error) error {

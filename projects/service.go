@@ -551,7 +551,7 @@ func (s *Service) ProjectsForRepository(ctx context.Context, repoURLs []string, 
 	out := make([]RepoLink, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, RepoLink{ProjectID: r.ID, OwnerID: r.OwnerID, Slug: r.Slug, AutoDeploy: r.AutoDeploy,
-			AutoDeployBranch: r.AutoDeployBranch, RepoURL: r.RepoURL})
+			AutoDeployBranch: r.AutoDeployBranch, RepoURL: r.RepoURL, HasWebhookSecret: r.WebhookSecret != ""})
 	}
 	return out, nil
 }

@@ -1361,6 +1361,9 @@ type CodehostWebhookFormdataBody struct {
 
 // CodehostWebhookParams defines parameters for CodehostWebhook.
 type CodehostWebhookParams struct {
+	// ProjectId A repository webhook may name the project whose webhookSecret signs it; only that project is then tried (needed when more than 8 projects with a webhookSecret use the repository)
+	ProjectId *string `form:"projectId,omitempty" json:"projectId,omitempty"`
+
 	// XCodehostEvent Event name (SPEC); X-GitHub-Event is accepted too
 	XCodehostEvent *string `json:"x-codehost-event,omitempty"`
 
@@ -6431,6 +6434,33 @@ func NewCodehostWebhookRequestWithBody(server string, params *CodehostWebhookPar
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ProjectId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "projectId", *params.ProjectId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)

@@ -45,7 +45,7 @@ func newFuzzApp(f *testing.F) *fuzzApp {
 	cfg.AllowLocalRepos = true
 	cfg.AdminEmails = []string{"admin@example.com"}
 	cfg.IngressAddr = "127.0.0.1:0"
-	cfg.Runtime = "process" // the fuzz targets build no app; no engine needed
+	cfg.Runtime = "process"            // the fuzz targets build no app; no engine needed
 	logs := &platformtest.SyncBuffer{} // holds the dev-mode mails: the admin verifies its address by the link
 	app, err := NewApp(context.Background(), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {

@@ -89,7 +89,7 @@ func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, 
 	for i, l := range links {
 		out[i] = codehost.RepoProject{
 			ProjectID: l.ProjectID, OwnerID: l.OwnerID, AutoDeploy: l.AutoDeploy,
-			AutoDeployBranch: l.AutoDeployBranch, RepoURL: l.RepoURL,
+			AutoDeployBranch: l.AutoDeployBranch, RepoURL: l.RepoURL, HasWebhookSecret: l.HasWebhookSecret,
 		}
 	}
 	return out, nil
