@@ -1,6 +1,7 @@
 package container
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,4 +63,42 @@ func TestDockerfileFor(t *testing.T) {
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(d, "Dockerfile")))
 	_, err = dockerfileFor(job("go"), d, imgs)
 	assert.ErrorContains(t, err, "not a regular file")
+}
+
+// The images a Dockerfile builds on, read as the classic builder reads it.
+func TestImageRefs(t *testing.T) {
+	text := "# escape=`\n" +
+		"ARG BASE=keelson/abc-p1:cache\n" +
+		"ARG TAG\n" +
+		"FROM ${BASE} AS one\n" +
+		"# a comment\n" +
+		"FROM --platform=linux/amd64 busybox:${TAG:-1.37} AS Two\n" +
+		"COPY --from=one /a /a\n" +
+		"COPY --chown=1:1 `\n" +
+		"  # a comment inside the continuation\n" +
+		"  --from=two /b /b\n" +
+		"COPY --from=1 /c /c\n" +
+		"COPY --from=7 /d /d\n" +
+		"FROM one\n" +
+		"FROM scratch\n" +
+		"copy --from=c789f /e /e\n"
+	var got []string
+	for _, r := range imageRefs(text) {
+		got = append(got, fmt.Sprintf("%d %s %s", r.line, r.what, r.ref))
+	}
+	assert.Equal(t, []string{
+		"4 FROM keelson/abc-p1:cache",
+		"6 FROM busybox:1.37",
+		"12 COPY --from 7",
+		"15 COPY --from c789f",
+	}, got)
+
+	for ref, refused := range map[string]bool{
+		"keelson/abc-p1:cache": true, "docker.io/keelson/x:1": true, "KEELSON/X": true,
+		"c789f": true, "sha256:c789f89c": true, "0": true, "a${X}": true,
+		"busybox:1.37": false, "golang:1.26-alpine": false, "ghcr.io/keelson/x:1": false,
+		"cafe:1": false, "node@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": false,
+	} {
+		assert.Equal(t, refused, imageRefProblem(ref) != "", ref)
+	}
 }

@@ -135,24 +135,24 @@ func imageRefProblem(ref string) string {
 	return ""
 }
 
-// checkImageRefs refuses a Dockerfile that starts a stage FROM, or copies
-// --from, an image of Keelson's own or of another project. Names of the
-// engine's local images are looked up too: a tag someone gave a Keelson
-// build still carries its project label.
-func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile, projectID string) error {
-	ins := parseDockerfile(dockerfile)
+// imageRef is an image a Dockerfile builds on: a FROM that is not a stage,
+// or a COPY/ADD --from that is not a stage.
+type imageRef struct {
+	line int
+	what string // FROM, COPY --from
+	ref  string // after the Dockerfile's own ARG defaults
+}
+
+// imageRefs lists the images dockerfile builds on.
+func imageRefs(dockerfile string) []imageRef {
 	args := map[string]string{}
 	stages := map[string]bool{}
 	nstages := 0
-	var refs []struct {
-		line int
-		what string
-		ref  string
-	}
-	for _, in := range ins {
+	var refs []imageRef
+	for _, in := range parseDockerfile(dockerfile) {
 		switch in.cmd {
 		case "ARG":
-			if nstages == 0 {
+			if nstages == 0 { // only ARGs before the first FROM reach FROM lines
 				for _, a := range strings.Fields(in.args) {
 					k, v, _ := strings.Cut(a, "=")
 					args[k] = strings.Trim(v, `"'`)
@@ -173,11 +173,7 @@ func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile, projectID stri
 			}
 			image = expand(image, args)
 			if !stages[strings.ToLower(image)] && !strings.EqualFold(image, "scratch") {
-				refs = append(refs, struct {
-					line int
-					what string
-					ref  string
-				}{in.line, "FROM", image})
+				refs = append(refs, imageRef{in.line, "FROM", image})
 			}
 			nstages++
 			if name != "" {
@@ -189,27 +185,28 @@ func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile, projectID stri
 					break
 				}
 				v, ok := strings.CutPrefix(strings.ToLower(f), "--from=")
-				if !ok {
-					continue
-				}
-				if stages[v] {
+				if !ok || stages[v] {
 					continue
 				}
 				if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < nstages {
 					continue
 				}
-				refs = append(refs, struct {
-					line int
-					what string
-					ref  string
-				}{in.line, in.cmd + " --from", v})
+				refs = append(refs, imageRef{in.line, in.cmd + " --from", v})
 			}
 		}
 	}
-	for _, ref := range refs {
+	return refs
+}
+
+// checkImageRefs refuses a Dockerfile that starts a stage FROM, or copies
+// --from, an image of Keelson's own or of another project. Names of the
+// engine's local images are looked up too: a tag someone gave a Keelson
+// build still carries its project label.
+func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile string) error {
+	for _, ref := range imageRefs(dockerfile) {
 		problem := imageRefProblem(ref.ref)
 		if problem == "" {
-			problem = r.localImageProblem(ctx, ref.ref, projectID)
+			problem = r.localImageProblem(ctx, ref.ref)
 		}
 		if problem != "" {
 			return fmt.Errorf("the Dockerfile cannot be built: line %d (%s %s): %s", ref.line, ref.what, ref.ref, problem)
@@ -221,7 +218,7 @@ func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile, projectID stri
 // localImageProblem refuses a local image that Keelson built (for any
 // project, on any server sharing the engine), or whose ONBUILD triggers
 // copy from an image by a name the checks above refuse.
-func (r *Runtime) localImageProblem(ctx context.Context, ref, projectID string) string {
+func (r *Runtime) localImageProblem(ctx context.Context, ref string) string {
 	res, err := r.docker.ImageInspect(ctx, ref)
 	if err != nil {
 		if !cerrdefs.IsNotFound(err) {
