@@ -187,3 +187,46 @@ func dirSize(root string) int64 {
 	})
 	return n
 }
+
+// verifyCgroup checks, while the build runs, that each running step's
+// container cgroup is under the parent this server made: a server that does
+// not see the host's cgroup file system (a container with its own cgroup
+// namespace) makes its parent somewhere the engine never looks, and the
+// engine then makes one without the limit. Seen so, the build is stopped.
+func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildCgroup, trace *buildTrace, stop context.CancelCauseFunc) {
+	t := time.NewTicker(r.cfg.DiskPollInterval)
+	defer t.Stop()
+	checked := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		trace.mu.Lock()
+		cid := trace.container
+		trace.mu.Unlock()
+		if cid == "" || checked[cid] {
+			continue
+		}
+		running := func() bool {
+			res, err := r.docker.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+			return err == nil && res.Container.State != nil && res.Container.State.Running
+		}
+		if !running() {
+			continue
+		}
+		found, _ := filepath.Glob(filepath.Join(cg.pidsDir(), cid+"*"))
+		if len(found) > 0 {
+			checked[cid] = true
+			continue
+		}
+		if running() { // running before and after: its cgroup is elsewhere
+			r.cfg.Logger.Error("container: a build step's cgroup is not under the parent the server made; the server does not see the host's cgroup file system",
+				"parent", cg.pidsDir(), "container", cid)
+			stop(fmt.Errorf("the build was stopped: its process limit (%d) is not in effect (the engine did not put the build under the cgroup the server made); the operator must fix this (README: Security model)",
+				r.cfg.BuildPidsLimit))
+			return
+		}
+	}
+}

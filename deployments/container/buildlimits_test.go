@@ -16,6 +16,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 func dockerJob(t *testing.T, dockerfile string) deployments.Job {
@@ -112,4 +113,29 @@ func TestBuildDiskLimit(t *testing.T) {
 	assert.Empty(t, buildCgroups(t, e.rt.Instance()))
 	_, err = os.Stat(filepath.Join(e.dataDir, "containers", job.DeploymentID))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A server that does not see the host's cgroup file system (here: a
+// directory standing in for it) makes its parent where the engine never
+// looks; the first running step shows it, and the build is stopped.
+func TestBuildStoppedWhenItsCgroupIsElsewhere(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(root, "pids"), 0o755))
+	e := newEnv(t, func(c *container.Config) { c.CgroupRoot = root; c.DiskPollInterval = 200 * time.Millisecond })
+	ctx := context.Background()
+	job := dockerJob(t, "FROM "+e.cfg.Images.Static+"\nRUN sleep 5 && echo step-$((40+2))\n")
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the build was stopped: its process limit (1024) is not in effect")
+	assert.NotContains(t, logs.all(), "step-42")
+	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
+	// The engine made the parent on the host, without the limit; remove it
+	// once the stopped step's cgroup is gone.
+	platformtest.Eventually(t, time.Minute, "the engine's parent cgroup to be removed", func() bool {
+		for _, d := range buildCgroups(t, e.rt.Instance()) {
+			_ = os.Remove(d)
+		}
+		return len(buildCgroups(t, e.rt.Instance())) == 0
+	})
 }

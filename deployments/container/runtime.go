@@ -393,6 +393,7 @@ func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, doc
 		return err
 	}
 	defer r.removeBuildCgroup(cg)
+	go r.verifyCgroup(ctx, cg, trace, stop)
 	defer func() { r.dropUntagged(context.WithoutCancel(ctx), trace) }()
 	r.buildMu.RLock()
 	defer r.buildMu.RUnlock()
