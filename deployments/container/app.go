@@ -144,7 +144,8 @@ func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-
 	name := r.containerName(a.id)
 	if res, err := r.docker.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
 		c := res.Container
-		if c.Config != nil && c.Config.Labels[LabelInstance] == r.cfg.Instance && c.State != nil && c.State.Running {
+		onAppNetwork := c.NetworkSettings != nil && c.NetworkSettings.Networks[r.appNetwork()] != nil
+		if c.Config != nil && c.Config.Labels[LabelInstance] == r.cfg.Instance && c.State != nil && c.State.Running && onAppNetwork {
 			a.cid = c.ID
 			a.out.System("found the app's container still running; adopting it")
 			if err := a.attach(); err != nil {
@@ -155,7 +156,8 @@ func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-
 			}
 			return a.watch(), nil
 		}
-		// Stopped, or left half-made: start from a fresh container.
+		// Stopped, left half-made, or on a network of its own (an older
+		// Keelson's): start from a fresh container.
 		r.removeContainer(ctx, a.id)
 	} else if !cerrdefs.IsNotFound(err) {
 		return nil, r.engineError("looking for the app's container", err)
@@ -168,8 +170,7 @@ func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-
 		return nil, r.engineError("looking for the app's image", err)
 	}
 	labels := r.labels(job, "app")
-	if err := r.ensureNetwork(ctx, r.networkName(a.id), map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
-		LabelDeployment: job.DeploymentID, LabelProject: job.ProjectID, LabelRole: "app-network"}); err != nil {
+	if err := r.ensureAppNetwork(ctx); err != nil {
 		return nil, err
 	}
 	mem, nano, _ := r.limits(job.Limits)
@@ -183,7 +184,7 @@ func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-
 			ExposedPorts: network.PortSet{a.port: {}},
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode:  container.NetworkMode(r.networkName(a.id)),
+			NetworkMode:  container.NetworkMode(r.appNetwork()),
 			PortBindings: network.PortMap{a.port: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: ""}}},
 			CapDrop:      []string{"ALL"},
 			SecurityOpt:  []string{"no-new-privileges:true"},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -98,6 +99,9 @@ type Config struct {
 	// DiskPollInterval is how often a build's disk use is measured while it
 	// runs. Default 1s.
 	DiskPollInterval time.Duration
+	// Egress is what builds and apps may reach (see Egress). New refuses to
+	// make a Runtime when it cannot put the rules in place, unless Open.
+	Egress Egress
 }
 
 func (c Config) withDefaults() Config {
@@ -132,6 +136,8 @@ type Runtime struct {
 	health    *http.Client
 
 	buildMu sync.RWMutex // held (read) by builds using the build network, (write) to remove it
+	fw      *firewall    // nil when egress is open
+	netMu   sync.Mutex   // one ensureNetwork at a time: the engine would make two networks of one name
 
 	mu           sync.Mutex
 	closed       bool
@@ -193,9 +199,23 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		own = true
 	}
+	var fw *firewall
+	if !cfg.Egress.Open {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if fw, err = newFirewall(ctx, cfg.Instance, cfg.Egress); err == nil {
+			err = fw.install(ctx)
+		}
+		if err != nil {
+			if own {
+				docker.Close()
+			}
+			return nil, fmt.Errorf("container: builds and apps cannot be kept off the host's networks: %s; %s", oneLine(err.Error()), openEgressHint)
+		}
+	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
-		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel,
+		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel, fw: fw,
 		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
 		health: &http.Client{
 			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -263,8 +283,12 @@ func checkID(id string) error {
 func (r *Runtime) containerName(deploymentID string) string {
 	return "keelson-" + r.cfg.Instance + "-" + strings.ToLower(deploymentID)
 }
+
+// networkName is the network each deployment had before apps shared one;
+// Stop still removes it when a container from then is stopped.
 func (r *Runtime) networkName(deploymentID string) string { return r.containerName(deploymentID) }
 func (r *Runtime) buildNetwork() string                   { return "keelson-" + r.cfg.Instance + "-builds" }
+func (r *Runtime) appNetwork() string                     { return "keelson-" + r.cfg.Instance + "-apps" }
 func (r *Runtime) repo(projectID string) string {
 	return "keelson/" + r.cfg.Instance + "-" + strings.ToLower(projectID)
 }
@@ -340,6 +364,9 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 			return "", fmt.Errorf("reading the repository's Dockerfile: %w", err)
 		}
 		if err := r.checkImageRefs(ctx, string(text)); err != nil {
+			return "", err
+		}
+		if err := r.checkRepoDockerfile(ctx, src, out); err != nil {
 			return "", err
 		}
 		out.System("building the image from the repository's Dockerfile")
@@ -530,23 +557,53 @@ func baseImageOf(msg string) string {
 }
 
 func (r *Runtime) ensureBuildNetwork(ctx context.Context) error {
-	return r.ensureNetwork(ctx, r.buildNetwork(), map[string]string{
-		LabelKeelson: "1", LabelInstance: r.cfg.Instance, LabelRole: "build-network"})
+	return r.ensureNetwork(ctx, r.buildNetwork(), buildBridge(r.cfg.Instance), "build-network")
 }
 
+// ensureAppNetwork makes the one network every app of this instance is on.
+func (r *Runtime) ensureAppNetwork(ctx context.Context) error {
+	return r.ensureNetwork(ctx, r.appNetwork(), appBridge(r.cfg.Instance), "app-network")
+}
+
+const bridgeNameOption = "com.docker.network.bridge.name"
+
 // ensureNetwork creates a bridge network on which containers cannot talk to
-// each other (inter-container communication off), unless it exists.
-func (r *Runtime) ensureNetwork(ctx context.Context, name string, labels map[string]string) error {
-	if _, err := r.docker.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
-		return nil
+// each other (inter-container communication off), on the bridge interface
+// the egress rules name, unless it exists. A network of that name on another
+// bridge (made by an older Keelson) is replaced.
+func (r *Runtime) ensureNetwork(ctx context.Context, name, bridge, role string) error {
+	r.netMu.Lock()
+	defer r.netMu.Unlock()
+	if res, err := r.docker.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
+		if res.Network.Options[bridgeNameOption] == bridge {
+			return r.checkBridge(bridge)
+		}
+		if _, err := r.docker.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("network %s is on a bridge the egress rules do not cover and cannot be replaced (%s); stop what uses it", name, oneLine(err.Error()))
+		}
 	}
 	_, err := r.docker.NetworkCreate(ctx, name, client.NetworkCreateOptions{
-		Driver:  "bridge",
-		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
-		Labels:  labels,
+		Driver: "bridge",
+		Options: map[string]string{
+			"com.docker.network.bridge.enable_icc": "false",
+			bridgeNameOption:                       bridge,
+		},
+		Labels: map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance, LabelRole: role},
 	})
 	if err != nil && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already exists") {
 		return r.engineError("creating a network", err)
+	}
+	return r.checkBridge(bridge)
+}
+
+// checkBridge makes sure the egress rules see the network: its bridge is an
+// interface of this host (not so when the engine runs elsewhere).
+func (r *Runtime) checkBridge(bridge string) error {
+	if r.fw == nil {
+		return nil
+	}
+	if _, err := net.InterfaceByName(bridge); err != nil {
+		return fmt.Errorf("the engine's network bridge %s is not on this host (is DOCKER_HOST another machine?), so the egress rules cannot apply; %s", bridge, openEgressHint)
 	}
 	return nil
 }
@@ -684,8 +741,36 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.buildMu.Unlock()
 	errs := lifecycle.StopAll(ctx, ids, r.Stop)
+	if _, err := r.docker.NetworkRemove(ctx, r.appNetwork(), client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+		r.cfg.Logger.Warn("container: removing the app network", "err", err)
+	}
+	errs = append(errs, r.removeFirewall(ctx))
 	if r.ownClient {
 		errs = append(errs, r.docker.Close())
 	}
 	return errors.Join(errs...)
 }
+
+// removeFirewall removes the egress rules, unless a container of this
+// instance still runs (another server on the same instance, or a Stop that
+// failed): its traffic stays fenced.
+func (r *Runtime) removeFirewall(ctx context.Context) error {
+	if r.fw == nil {
+		return nil
+	}
+	res, err := r.docker.ContainerList(ctx, client.ContainerListOptions{
+		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance)})
+	if err != nil {
+		return r.engineError("listing containers before removing the egress rules", err)
+	}
+	if len(res.Items) > 0 {
+		r.cfg.Logger.Warn("container: containers of this instance still run; egress rules kept", "containers", len(res.Items))
+		return nil
+	}
+	if err := r.fw.remove(ctx); err != nil {
+		return fmt.Errorf("removing the egress rules: %w", err)
+	}
+	return nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,6 +1,12 @@
 package containertest
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
 
 // hostileMain is a Go web app that probes its sandbox the way a hostile
 // tenant would; each probe answers what it saw. It listens on all
@@ -66,18 +72,21 @@ func main() {
 		fmt.Fprint(w, "allocated")
 	})
 	// /gateway answers the default gateway of the container (the host side of its bridge).
-	http.HandleFunc("/gateway", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := os.ReadFile("/proc/net/route")
-		for _, l := range strings.Split(string(b), "\n")[1:] {
-			f := strings.Fields(l)
-			if len(f) > 2 && f[1] == "00000000" {
-				var x uint32
-				fmt.Sscanf(f[2], "%x", &x)
-				fmt.Fprintf(w, "%d.%d.%d.%d", byte(x), byte(x>>8), byte(x>>16), byte(x>>24))
-				return
+	http.HandleFunc("/gateway", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, gateway()) })
+	// "app dial host:port..." (a RUN step) prints "OPEN <addr>" or "ERR <addr> <error>"
+	// per address and exits; "gateway" in an address is the default gateway.
+	if len(os.Args) > 2 && os.Args[1] == "dial" {
+		for _, a := range os.Args[2:] {
+			a = strings.Replace(a, "gateway", gateway(), 1)
+			if c, err := net.DialTimeout("tcp", a, 2*time.Second); err != nil {
+				fmt.Println("ERR", a, err)
+			} else {
+				c.Close()
+				fmt.Println("OPEN", a)
 			}
 		}
-	})
+		return
+	}
 	fmt.Println("app starting with token=" + os.Getenv("API_TOKEN"))
 	if err := http.ListenAndServe(":"+os.Getenv("PORT"), nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -86,11 +95,53 @@ func main() {
 }
 `
 
+// hostileGateway is the default gateway, from /proc/net/route.
+const hostileGateway = `
+func gateway() string {
+	b, _ := os.ReadFile("/proc/net/route")
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) > 2 && f[1] == "00000000" {
+			var x uint32
+			fmt.Sscanf(f[2], "%x", &x)
+			return fmt.Sprintf("%d.%d.%d.%d", byte(x), byte(x>>8), byte(x>>16), byte(x>>24))
+		}
+	}
+	return ""
+}
+`
+
 // HostileApp is the files of that app answering "hello <version>" on /.
 func HostileApp(version string) map[string]string {
 	return map[string]string{
 		"go.mod":     "module example.com/hostile\n\ngo 1.21\n",
-		"main.go":    hostileMain,
+		"main.go":    hostileMain + hostileGateway,
 		"version.go": fmt.Sprintf("package main\n\nconst version = %q\n", version),
 	}
 }
+
+// HostileBinary builds that app on this machine (a static binary, for
+// images FROM scratch that take no toolchain to build) and returns it.
+func HostileBinary(t testing.TB) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range HostileApp("bin") {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-o", "app", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the hostile app: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ScratchDockerfile runs the HostileBinary, saved as "app" beside it.
+const ScratchDockerfile = "FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\n"
