@@ -71,7 +71,11 @@ type Config struct {
 	// Images are KEELSON_IMAGE_GO, _GO_RUN, _NODE and _STATIC: the docker
 	// runtime's preset images ("" = the documented official image).
 	ImageGo, ImageGoRun, ImageNode, ImageStatic string
-	TemporalAddress                             string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
+	// Egress is KEELSON_EGRESS: fenced (default) or open; EgressAllowCIDRs
+	// is KEELSON_EGRESS_ALLOW_CIDRS, private networks tenant code may reach.
+	Egress           string
+	EgressAllowCIDRs []netip.Prefix
+	TemporalAddress  string // KEELSON_TEMPORAL_ADDRESS: host:port of the Temporal frontend
 	// TemporalNamespace is KEELSON_TEMPORAL_NAMESPACE (default "default").
 	TemporalNamespace string
 	// TemporalTaskQueue is KEELSON_TEMPORAL_TASK_QUEUE (default
@@ -197,6 +201,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 // depend on each other (an engine and its role, Temporal's address). The
 // first problem is a *ConfigError naming its variable.
 func (c Config) Validate() error {
+	if c.Egress != "" && c.Egress != "fenced" && c.Egress != "open" {
+		return &ConfigError{"KEELSON_EGRESS", fmt.Sprintf("%q is not fenced or open", c.Egress)}
+	}
 	for _, e := range c.AdminEmails {
 		if !strings.Contains(e, "@") {
 			return &ConfigError{"KEELSON_ADMIN_EMAILS", fmt.Sprintf("%q is not an email address", e)}

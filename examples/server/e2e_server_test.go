@@ -69,18 +69,20 @@ func keys[M ~map[string]V, V any](m M) []string {
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]map[string]string{
-		"KEELSON_ADDR":              {"KEELSON_ADDR": "not-an-addr"},
-		"KEELSON_INGRESS_ADDR":      {"KEELSON_INGRESS_ADDR": ":99999"},
-		"KEELSON_DATABASE_URL":      {"KEELSON_DATABASE_URL": "mysql://x"},
-		"KEELSON_ALLOW_LOCAL_REPOS": {"KEELSON_ALLOW_LOCAL_REPOS": "maybe"},
-		"KEELSON_ENGINE":            {"KEELSON_ENGINE": "cron"},
-		"KEELSON_TEMPORAL_ADDRESS":  {"KEELSON_ENGINE": "temporal"},
-		"KEELSON_JWT_SECRET":        {"KEELSON_JWT_SECRET": "short"},
-		"KEELSON_FRONTEND_URL":      {"KEELSON_FRONTEND_URL": "ftp://x"},
-		"KEELSON_SMTP_URL":          {"KEELSON_SMTP_URL": "http://mail"},
-		"KEELSON_ADMIN_EMAILS":      {"KEELSON_ADMIN_EMAILS": "root"},
-		"KEELSON_APPS_DOMAIN":       {"KEELSON_APPS_DOMAIN": "bad domain"},
-		"KEELSON_TRUSTED_PROXIES":   {"KEELSON_TRUSTED_PROXIES": "10.0.0.0/8, proxy.internal"},
+		"KEELSON_ADDR":               {"KEELSON_ADDR": "not-an-addr"},
+		"KEELSON_INGRESS_ADDR":       {"KEELSON_INGRESS_ADDR": ":99999"},
+		"KEELSON_DATABASE_URL":       {"KEELSON_DATABASE_URL": "mysql://x"},
+		"KEELSON_ALLOW_LOCAL_REPOS":  {"KEELSON_ALLOW_LOCAL_REPOS": "maybe"},
+		"KEELSON_ENGINE":             {"KEELSON_ENGINE": "cron"},
+		"KEELSON_TEMPORAL_ADDRESS":   {"KEELSON_ENGINE": "temporal"},
+		"KEELSON_JWT_SECRET":         {"KEELSON_JWT_SECRET": "short"},
+		"KEELSON_FRONTEND_URL":       {"KEELSON_FRONTEND_URL": "ftp://x"},
+		"KEELSON_SMTP_URL":           {"KEELSON_SMTP_URL": "http://mail"},
+		"KEELSON_ADMIN_EMAILS":       {"KEELSON_ADMIN_EMAILS": "root"},
+		"KEELSON_APPS_DOMAIN":        {"KEELSON_APPS_DOMAIN": "bad domain"},
+		"KEELSON_TRUSTED_PROXIES":    {"KEELSON_TRUSTED_PROXIES": "10.0.0.0/8, proxy.internal"},
+		"KEELSON_EGRESS":             {"KEELSON_EGRESS": "closed"},
+		"KEELSON_EGRESS_ALLOW_CIDRS": {"KEELSON_EGRESS_ALLOW_CIDRS": "10.1.2.0/24, db.lan"},
 	}
 	for want, env := range cases {
 		_, err := LoadConfig(func(k string) string { return env[k] })
@@ -93,8 +95,14 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if cfg.Addr != ":8080" || cfg.IngressAddr != ":8081" || cfg.AppsDomain != "localhost" || cfg.Regions[0] != "local" {
+	if cfg.Addr != ":8080" || cfg.IngressAddr != ":8081" || cfg.AppsDomain != "localhost" || cfg.Regions[0] != "local" || cfg.Egress != "fenced" {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+	cfg, err = LoadConfig(func(k string) string {
+		return map[string]string{"KEELSON_EGRESS": "Open", "KEELSON_EGRESS_ALLOW_CIDRS": "10.1.2.0/24, 192.168.5.7"}[k]
+	})
+	if err != nil || cfg.Egress != "open" || len(cfg.EgressAllowCIDRs) != 2 || cfg.EgressAllowCIDRs[1].String() != "192.168.5.7/32" {
+		t.Fatalf("egress settings: %v %q %v", err, cfg.Egress, cfg.EgressAllowCIDRs)
 	}
 }
 

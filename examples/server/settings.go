@@ -126,6 +126,12 @@ var settings = []setting{
 	{name: "KEELSON_BUILD_PIDS_LIMIT", def: strconv.Itoa(DefaultBuildPidsLimit),
 		doc:   "docker runtime: processes (and threads) one build runs at once, all its steps together (16 to 1000000). Set as `pids.max` of a cgroup the server makes for the build under the host's `/sys/fs/cgroup` and removes after it (the engine must use the `cgroupfs` cgroup driver, and the server must see the host's cgroup file system); a build whose limit cannot be set up does not run",
 		parse: number(func(c *Config) *int { return &c.BuildPidsLimit })},
+	{name: "KEELSON_EGRESS", def: "fenced",
+		doc:   "docker runtime: what builds (`RUN` steps) and apps may reach. `fenced`: the public internet only, not this host (any address or port), loopback, private, CGNAT, link-local (cloud metadata) or IPv6 addresses, nor each other; Keelson keeps iptables rules for its own bridges, so it must run as root on the engine's host, and start-up stops if it cannot. A Dockerfile's `ADD <url>` and images on a private registry are refused. `open`: no rules (single-tenant only). See Security model",
+		parse: lower(func(c *Config) *string { return &c.Egress })},
+	{name: "KEELSON_EGRESS_ALLOW_CIDRS", shown: "empty",
+		doc:   "comma-separated private networks builds and apps may reach all the same when `KEELSON_EGRESS=fenced` (a database on your LAN, a package mirror, a registry), e.g. `10.1.2.0/24,192.168.5.7`",
+		parse: parseEgressAllow},
 	{name: "KEELSON_ROLE", def: RoleAll,
 		doc:   "`all`: API, deployment steps and apps in one process; `api`: the API only (no runtime, no ingress, no worker); `worker`: runs deployment steps and serves their apps on the ingress, its `KEELSON_ADDR` answers `/healthz` and `/readyz` only. `api` and `worker` need `KEELSON_ENGINE=temporal` and Postgres",
 		parse: lower(func(c *Config) *string { return &c.Role })},
@@ -266,6 +272,22 @@ func parseTrustedProxies(c *Config, v string) error {
 			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		}
 		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
+	}
+	return nil
+}
+
+func parseEgressAllow(c *Config, v string) error {
+	c.EgressAllowCIDRs = nil
+	for _, p := range list(v) {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return fmt.Errorf("%q is not a CIDR (10.1.2.0/24) or an IP address", p)
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		c.EgressAllowCIDRs = append(c.EgressAllowCIDRs, pfx.Masked())
 	}
 	return nil
 }

@@ -244,6 +244,7 @@ func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.
 		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
 		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
 		BuildPidsLimit: int64(c.BuildPidsLimit),
+		Egress:         container.Egress{Open: c.Egress == "open", AllowCIDRs: c.EgressAllowCIDRs},
 	})
 	if err != nil {
 		docker.Close()
