@@ -428,7 +428,7 @@ func (a *app) isStopping() bool {
 	return a.stopping
 }
 
-// Stop removes the deployment's container and network: it first waits (up to
+// Stop removes the deployment's container: it first waits (up to
 // StopGrace) for requests the ingress has in flight, then the engine sends
 // SIGTERM and SIGKILL after StopGrace. Idempotent; it also removes a
 // container a previous server left behind.
@@ -469,7 +469,7 @@ func (r *Runtime) Stop(ctx context.Context, deploymentID string) error {
 }
 
 // removeContainer stops and removes every container of the deployment (by
-// name and by label) and its network.
+// name and by label) and the network of its own an older Keelson gave it.
 func (r *Runtime) removeContainer(ctx context.Context, deploymentID string) error {
 	ids := map[string]bool{r.containerName(deploymentID): true}
 	res, err := r.docker.ContainerList(ctx, client.ContainerListOptions{All: true,

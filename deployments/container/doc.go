@@ -41,9 +41,10 @@
 // and a server started again on the same dir adopts its own). Limits
 // are set at create time: memory = MemoryMi with MemorySwap equal (no swap),
 // NanoCPUs from CPUMillis, a pids limit, every capability dropped,
-// no-new-privileges, never privileged, no mount of any host path, its own
-// bridge network (no other container on it; Docker isolates bridge networks
-// from each other), PORT and the job's env. The container port is published on
+// no-new-privileges, never privileged, no mount of any host path, the
+// instance's one app network (inter-container traffic off, so apps cannot
+// reach each other; one network however many apps, so Docker's address pools
+// do not bound their number), PORT and the job's env. The container port is published on
 // 127.0.0.1 with a port the engine picks; that is the upstream the ingress
 // proxies to. The app counts as started when GET / gets any HTTP answer.
 // Its stdout and stderr flow to the deployment's log (masked). When it exits
@@ -51,7 +52,16 @@
 // MiB)") and starts it again with backoff; after MaxRestarts crashes within
 // RestartWindow it gives up and says so.
 //
-// Lifecycle: Stop and Cleanup remove the container and its network for good.
+// EGRESS (see Egress): builds and apps reach the public internet only. New
+// installs iptables rules for the instance's two bridges (the engine's
+// DOCKER-USER chain for what they send elsewhere, INPUT for what they send to
+// this host) and refuses to make a Runtime when it cannot, unless
+// Egress.Open; Close removes them. What the engine fetches on the host's own
+// network is refused before a build starts: a Dockerfile's ADD from a URL,
+// images on a private registry (FROM, COPY --from), base images whose ONBUILD
+// triggers ADD a URL. Git submodules are never fetched.
+//
+// Lifecycle: Stop and Cleanup remove the container for good.
 // Start of a deployment whose container already runs (a server restarted, even
 // after kill -9) adopts it by name and label instead of starting a second one;
 // a container that is gone or stopped is created/started again from the image.

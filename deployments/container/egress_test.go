@@ -20,6 +20,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -255,4 +256,44 @@ func TestFortyAppsShareOneNetwork(t *testing.T) {
 	for _, p := range tenants {
 		require.NoError(t, e.rt.CleanupProject(ctx, p))
 	}
+}
+
+// A submodule's URL would escape the repository URL's checks: it is never
+// fetched, and the log says so.
+func TestSubmodulesAreNotFetched(t *testing.T) {
+	e := newEnv(t, nil)
+	secret := "submodule-secret-" + platformtest.Unique(8)
+	inner := newRepo(t, map[string]string{"secret.txt": secret})
+	repo := newRepo(t, map[string]string{"Dockerfile": "FROM " + e.cfg.Images.Static + "\nCOPY . /src\nRUN cat /src/sub/secret.txt; ls -la /src/sub\n"})
+	git(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", inner, "sub")
+	git(t, repo, "commit", "-q", "-m", "sub")
+	job := goJob(repo)
+	job.Framework = "docker"
+	logs := &sink{}
+	_, err := e.rt.Build(context.Background(), job, logs)
+	require.NoError(t, err, logs.all())
+	assert.Contains(t, logs.all(), "the repository has submodules (.gitmodules); they are not fetched")
+	assert.NotContains(t, logs.all(), secret)
+	assert.Contains(t, logs.all(), "No such file or directory", "the build ran and found sub/ empty")
+	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
+	require.NoError(t, e.rt.CleanupProject(context.Background(), job.ProjectID))
+}
+
+// Without the rules the runtime does not start, and says what to do; open
+// egress starts without them.
+func TestNewFailsClosedWithoutEgressRules(t *testing.T) {
+	router, err := ingress.New(ingress.Config{})
+	require.NoError(t, err)
+	defer router.Close()
+	cfg := container.Config{DataDir: t.TempDir(), Ingress: router, Egress: container.Egress{IPTables: "no-such-iptables"}}
+	_, err = container.New(cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "builds and apps cannot be kept off the host's networks: no iptables holds the engine's DOCKER-USER chain (no-such-iptables: not found)")
+	assert.Contains(t, err.Error(), "KEELSON_EGRESS=open")
+	assert.NotContains(t, err.Error(), "\n")
+
+	cfg.Egress.Open = true
+	rt, err := container.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, rt.Close(context.Background()))
 }

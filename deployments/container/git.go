@@ -56,5 +56,9 @@ func (r *Runtime) clone(ctx context.Context, job deployments.Job, root string, o
 		cmd.Dir, cmd.Env = root, env
 		return cmd.Output()
 	}
-	return gitclone.Fetch(ctx, job, src, out, git, revParse)
+	commit, err := gitclone.Fetch(ctx, job, src, out, git, revParse)
+	if err == nil && exists(filepath.Join(root, "src", ".gitmodules")) {
+		out.System("the repository has submodules (.gitmodules); they are not fetched: vendor their files into the repository")
+	}
+	return commit, err
 }

@@ -65,7 +65,7 @@ type env struct {
 	cfg     container.Config
 }
 
-func newEnv(t *testing.T, mutate func(*container.Config)) *env {
+func newEnv(t testing.TB, mutate func(*container.Config)) *env {
 	t.Helper()
 	imgs, docker := containertest.Images(t)
 	router, err := ingress.New(ingress.Config{PublicPort: 8081})
@@ -91,7 +91,7 @@ func newEnv(t *testing.T, mutate func(*container.Config)) *env {
 	return &env{rt: rt, docker: docker, ingress: srv, dataDir: cfg.DataDir, cfg: cfg}
 }
 
-func (e *env) get(t *testing.T, host, path string) (int, string) {
+func (e *env) get(t testing.TB, host, path string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, e.ingress.URL+path, nil)
 	require.NoError(t, err)

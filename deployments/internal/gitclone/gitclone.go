@@ -159,6 +159,10 @@ func (p Policy) Env(path, home, tmp string, src Source, auth *deployments.GitAut
 		{"advice.detachedHead", "false"},
 		{"init.defaultBranch", "main"},
 		{"http.followRedirects", "initial"},
+		// Submodules are never fetched: their URLs would escape the
+		// repository URL's checks.
+		{"submodule.recurse", "false"},
+		{"fetch.recurseSubmodules", "false"},
 	}
 	cfg = append(cfg, extra...)
 	if auth != nil && src.Origin != "" {
