@@ -204,28 +204,8 @@ func Migrations() db.MigrationSet {
 	}, {
 		// ADMIN only for an address verified as the sign-up's own (issue 23).
 		ID: "0005_email_via_change",
-		Up: addColumn("auth_users", "email_via_change", "BOOLEAN NOT NULL DEFAULT FALSE"),
+		Up: db.AddColumn("auth_users", "email_via_change", "BOOLEAN NOT NULL DEFAULT FALSE"),
 	}}}
-}
-
-// addColumn adds a column unless the table has it: 0001 creates the table
-// from today's model, so a fresh database has it already.
-func addColumn(table, column, def string) func(ctx context.Context, idb bun.IDB) error {
-	return func(ctx context.Context, idb bun.IDB) error {
-		var n int
-		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
-		if db.IsPostgres(idb) {
-			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
-		}
-		if err := idb.NewRaw(q, table, column).Scan(ctx, &n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return nil
-		}
-		_, err := idb.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
-		return err
-	}
 }
 
 // roleOf derives the role at every read (so at every authenticated
