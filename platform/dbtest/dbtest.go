@@ -173,9 +173,11 @@ func startShared() {
 			postgres.WithPassword(pgPassword),
 			// Postgres logs readiness twice: after initdb's temporary server
 			// and after the real start. The published port is checked below,
-			// on whichever address answers.
-			testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
-				WithOccurrence(2).WithStartupTimeout(2*time.Minute)),
+			// on whichever address answers. WithWaitStrategy alone would
+			// cap the wait at testcontainers' default of 60 s, which a
+			// loaded machine passes (seen: 41 s for one container at load 24).
+			testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForLog("database system is ready to accept connections").
+				WithOccurrence(2).WithStartupTimeout(3*time.Minute)),
 			testcontainers.WithCmdArgs("-c", "max_connections=400"),
 			testcontainers.WithLabels(ownerLabels()),
 		)
