@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,6 +203,11 @@ func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildCgroup, trace *buil
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if got := strings.TrimSpace(readFile(filepath.Join(cg.pidsDir(), "pids.max"))); got != strconv.FormatInt(r.cfg.BuildPidsLimit, 10) {
+			r.cfg.Logger.Error("container: a build's cgroup parent lost its pids.max", "parent", cg.pidsDir(), "pids.max", got)
+			stop(fmt.Errorf("the build was stopped: its process limit (%d) is not in effect (its cgroup was removed or changed while it ran)", r.cfg.BuildPidsLimit))
+			return
 		}
 		trace.mu.Lock()
 		cid := trace.container

@@ -16,6 +16,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -138,4 +139,28 @@ func TestBuildStoppedWhenItsCgroupIsElsewhere(t *testing.T) {
 		}
 		return len(buildCgroups(t, e.rt.Instance())) == 0
 	})
+}
+
+// A server killed during a build leaves its empty cgroup parents; the next
+// start of the same instance removes them, and nobody else's.
+func TestLeftBuildCgroupsSwept(t *testing.T) {
+	root := t.TempDir()
+	mine := []string{filepath.Join(root, "pids", "keelson-build-abc123-d1"), filepath.Join(root, "memory", "keelson-build-abc123-d1")}
+	busy := filepath.Join(root, "pids", "keelson-build-abc123-d2")
+	other := filepath.Join(root, "pids", "keelson-build-ffff00-d1")
+	for _, d := range append(mine, busy, other) {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(busy, "step"), nil, 0o644)) // not empty: still in use
+	router, err := ingress.New(ingress.Config{PublicPort: 8081})
+	require.NoError(t, err)
+	defer router.Close()
+	rt, err := container.New(container.Config{DataDir: t.TempDir(), Ingress: router, Instance: "abc123", CgroupRoot: root})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close(context.Background()))
+	for _, d := range mine {
+		assert.NoDirExists(t, d)
+	}
+	assert.DirExists(t, busy)
+	assert.DirExists(t, other)
 }

@@ -101,3 +101,15 @@ func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
+
+// sweepBuildCgroups removes the empty build parents of instance that a
+// server killed during a build left behind (a parent still holding a
+// step's cgroup is busy and stays).
+func sweepBuildCgroups(root, instance string) {
+	for _, pattern := range []string{filepath.Join(root, "*", "keelson-build-"+instance+"-*"), filepath.Join(root, "keelson-build-"+instance+"-*")} {
+		found, _ := filepath.Glob(pattern)
+		for _, d := range found {
+			_ = os.Remove(d)
+		}
+	}
+}

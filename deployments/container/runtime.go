@@ -189,6 +189,7 @@ func New(cfg Config) (*Runtime, error) {
 	if !namePattern.MatchString(cfg.Instance) {
 		return nil, fmt.Errorf("container: instance %q must be lowercase letters and digits", cfg.Instance)
 	}
+	sweepBuildCgroups(cfg.CgroupRoot, cfg.Instance)
 	if cfg.GitPath, err = exec.LookPath(cfg.GitPath); err != nil {
 		return nil, fmt.Errorf("container: git not found: %w", err)
 	}
