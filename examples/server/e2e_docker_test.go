@@ -507,3 +507,32 @@ func TestRuntimeSocketPermissionDenied(t *testing.T) {
 		t.Fatalf("permission denied reported as no engine:\n%s", out)
 	}
 }
+
+// At start-up the docker runtime names each preset image the engine does not
+// hold, once, with its variable and the command that builds it; images it
+// holds are not named.
+func TestMissingPresetImagesLogged(t *testing.T) {
+	imgs, _ := containertest.Images(t)
+	missing := "keelson-missing/" + platformtest.Unique(8)
+	ts := startServer(t, "", func(c *Config) {
+		c.Runtime = "docker"
+		c.ImageGo, c.ImageGoRun, c.ImageStatic = missing+"-go:1", imgs.GoRun, imgs.Static
+		c.ImageNode = missing + "-node:1"
+	})
+	lines := map[string]int{}
+	for _, l := range strings.Split(ts.Logs.String(), "\n") {
+		if strings.Contains(l, "is not on the engine") {
+			for _, v := range []string{"KEELSON_IMAGE_GO)", "KEELSON_IMAGE_GO_RUN", "KEELSON_IMAGE_NODE", "KEELSON_IMAGE_STATIC"} {
+				if strings.Contains(l, v) {
+					lines[v]++
+				}
+			}
+			if !strings.Contains(l, "scripts/local-images.sh") {
+				t.Errorf("the line does not name the command that builds the image: %s", l)
+			}
+		}
+	}
+	if lines["KEELSON_IMAGE_GO)"] != 1 || lines["KEELSON_IMAGE_NODE"] != 1 || lines["KEELSON_IMAGE_GO_RUN"] != 0 || lines["KEELSON_IMAGE_STATIC"] != 0 {
+		t.Fatalf("want one line for the missing go and node images and none for the others, got %v:\n%s", lines, ts.Logs.String())
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/keelson-dev/keelson/deployments/container"
 )
 
 // DefaultRuntimeWait is how long start-up waits for the Docker engine to
@@ -102,4 +106,29 @@ func socketGroup(host string) (uint32, bool) {
 		return 0, false
 	}
 	return st.Gid, true
+}
+
+// logMissingImages logs one line per preset image the engine does not hold.
+// Where a registry answers the engine pulls it at the first build; where none
+// does, a deployment of that preset fails until the image is built locally,
+// so the line names the variable and the command that builds it.
+func logMissingImages(ctx context.Context, docker *client.Client, imgs container.Images, log *slog.Logger) {
+	def := container.DefaultImages()
+	seen := map[string]bool{}
+	for _, p := range []struct{ env, image, part string }{
+		{"KEELSON_IMAGE_GO", cmp.Or(imgs.Go, def.Go), "go"},
+		{"KEELSON_IMAGE_GO_RUN", cmp.Or(imgs.GoRun, def.GoRun), "go-run"},
+		{"KEELSON_IMAGE_NODE", cmp.Or(imgs.Node, def.Node), "node"},
+		{"KEELSON_IMAGE_STATIC", cmp.Or(imgs.Static, def.Static), "static"},
+	} {
+		if seen[p.image] {
+			continue
+		}
+		seen[p.image] = true
+		if _, err := docker.ImageInspect(ctx, p.image); err == nil || !cerrdefs.IsNotFound(err) {
+			continue
+		}
+		log.Warn(fmt.Sprintf("preset image %s (%s) is not on the engine: it is pulled at the first build where a registry answers; without one, build it with `scripts/local-images.sh %s` and start with `eval \"$(scripts/local-images.sh --env)\"`",
+			p.image, p.env, p.part), "variable", p.env, "image", p.image)
+	}
 }

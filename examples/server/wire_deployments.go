@@ -250,6 +250,7 @@ func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.
 		docker.Close()
 		return nil, err
 	}
+	logMissingImages(ctx, docker, container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic}, log)
 	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance())
 	return dockerRuntime{rt, docker}, nil
 }
