@@ -130,10 +130,16 @@ func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
 		Tags:        []string{"Deployments"},
 		Security:    []map[string][]string{{platform.SecurityScheme: {}}, {LogTokenScheme: {}}},
 		Middlewares: huma.Middlewares{h.logsAuth(api, auth)},
+		// Declared errors (with the 200 and 204 below Huma would add no default one).
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusUnprocessableEntity,
+			http.StatusTooManyRequests, http.StatusInternalServerError},
 		Responses: map[string]*huma.Response{
 			"200": {
 				Description: "A stream of events; the schema is that of one event's data: line (framing: id: <cursor> for log events, data: <JSON>, a blank line).",
 				Content:     map[string]*huma.MediaType{"text/event-stream": {Schema: schema}},
+			},
+			"204": {
+				Description: "A resume (after or Last-Event-ID) at or past the last line of a deployment that is LIVE, FAILED or CANCELLED: nothing more will come on this stream, and 204 is what makes a browser's EventSource stop reconnecting. No body.",
 			},
 		},
 	}, h.logs)

@@ -190,6 +190,21 @@ func (e DeploymentStatusReportStatus) Valid() bool {
 	}
 }
 
+// Defines values for LoginResultTokenType.
+const (
+	LoginResultTokenTypeBearer LoginResultTokenType = "Bearer"
+)
+
+// Valid indicates whether the value is a known member of the LoginResultTokenType enum.
+func (e LoginResultTokenType) Valid() bool {
+	switch e {
+	case LoginResultTokenTypeBearer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PlanTier.
 const (
 	PlanTierENTERPRISE PlanTier = "ENTERPRISE"
@@ -261,13 +276,13 @@ func (e ProjectDeleteStatusStatus) Valid() bool {
 
 // Defines values for TokenPairTokenType.
 const (
-	Bearer TokenPairTokenType = "Bearer"
+	TokenPairTokenTypeBearer TokenPairTokenType = "Bearer"
 )
 
 // Valid indicates whether the value is a known member of the TokenPairTokenType enum.
 func (e TokenPairTokenType) Valid() bool {
 	switch e {
-	case Bearer:
+	case TokenPairTokenTypeBearer:
 		return true
 	default:
 		return false
@@ -779,12 +794,33 @@ type LogTokenResponse struct {
 
 // LoginRequest defines model for LoginRequest.
 type LoginRequest struct {
-	Email    openapi_types.Email `json:"email"`
-	Password string              `json:"password"`
+	// DeviceToken The deviceToken of an earlier login of this account (clients that keep no cookies): others' failed attempts never lock this client out
+	DeviceToken *string             `json:"deviceToken,omitempty"`
+	Email       openapi_types.Email `json:"email"`
+	Password    string              `json:"password"`
 
 	// TwoFactorCode TOTP code or recovery code; required when 2FA is enabled
 	TwoFactorCode *string `json:"twoFactorCode,omitempty"`
 }
+
+// LoginResult defines model for LoginResult.
+type LoginResult struct {
+	// AccessToken JWT for Authorization: Bearer
+	AccessToken string `json:"accessToken"`
+
+	// DeviceToken Proves at the next logins that this client logged in before, so others' failed attempts never lock it out. Browsers get it as an HttpOnly cookie too; other clients send it back as deviceToken
+	DeviceToken string `json:"deviceToken"`
+
+	// ExpiresIn Lifetime of the access token in seconds
+	ExpiresIn int64 `json:"expiresIn"`
+
+	// RefreshToken Opaque, single-use; trade it at POST /auth/refresh
+	RefreshToken string               `json:"refreshToken"`
+	TokenType    LoginResultTokenType `json:"tokenType"`
+}
+
+// LoginResultTokenType defines model for LoginResult.TokenType.
+type LoginResultTokenType string
 
 // LogoutRequest defines model for LogoutRequest.
 type LogoutRequest struct {
@@ -10840,17 +10876,24 @@ func (r OauthIdpCallbackResponse) ContentType() string {
 	return ""
 }
 
+// AuthLoginResponse200Headers the declared response headers of an HTTP 200 response for AuthLogin
+type AuthLoginResponse200Headers struct {
+	SetCookie *string
+}
+
 type AuthLoginResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *TokenPair
+	JSON200 *LoginResult
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AuthLoginResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AuthLoginResponse) GetJSON200() *TokenPair {
+func (r AuthLoginResponse) GetJSON200() *LoginResult {
 	return r.JSON200
 }
 
@@ -12135,13 +12178,48 @@ func (r CancelDeploymentResponse) ContentType() string {
 type StreamDeploymentLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *APIError
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *APIError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *APIError
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *APIError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *APIError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *APIError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *APIError
 }
 
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r StreamDeploymentLogsResponse) GetJSONDefault() *APIError {
-	return r.JSONDefault
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON400() *APIError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON401() *APIError {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON404() *APIError {
+	return r.JSON404
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON422() *APIError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON429() *APIError {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r StreamDeploymentLogsResponse) GetJSON500() *APIError {
+	return r.JSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -17243,7 +17321,7 @@ func ParseAuthLoginResponse(rsp *http.Response) (*AuthLoginResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest TokenPair
+		var dest LoginResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -17256,6 +17334,19 @@ func ParseAuthLoginResponse(rsp *http.Response) (*AuthLoginResponse, error) {
 		}
 		response.JSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AuthLoginResponse200Headers
+		if values := rsp.Header.Values("Set-Cookie"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Set-Cookie", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SetCookie = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -18219,12 +18310,50 @@ func ParseStreamDeploymentLogsResponse(rsp *http.Response) (*StreamDeploymentLog
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest APIError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSONDefault = &dest
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
 
 	}
 

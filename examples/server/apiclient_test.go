@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,7 @@ func TestGeneratedClientDeploys(t *testing.T) {
 	}
 	var kinds []string
 	var lines []string
+	var last int64
 	for _, ln := range strings.Split(string(logs.Body), "\n") {
 		data, ok := strings.CutPrefix(ln, "data: ")
 		if !ok {
@@ -172,6 +174,7 @@ func TestGeneratedClientDeploys(t *testing.T) {
 			if v.Cursor < 1 || v.Timestamp.IsZero() {
 				t.Fatalf("log event %s", data)
 			}
+			last = v.Cursor
 			if v.Message != nil {
 				lines = append(lines, *v.Message)
 			}
@@ -186,6 +189,12 @@ func TestGeneratedClientDeploys(t *testing.T) {
 	}
 	if all := strings.Join(lines, "\n"); !strings.Contains(all, "BUILD succeeded") || !strings.Contains(all, "deployment is LIVE at") {
 		t.Fatalf("log lines:\n%s", all)
+	}
+	// A resume at the last line of a LIVE deployment: the declared 204, no body.
+	after := strconv.FormatInt(last, 10)
+	end, err := c.StreamDeploymentLogsWithResponse(ctx, id, &apiclient.StreamDeploymentLogsParams{After: &after})
+	if err != nil || end.StatusCode() != http.StatusNoContent || len(end.Body) != 0 {
+		t.Fatalf("resume at the end: %v %s", err, body(end))
 	}
 }
 

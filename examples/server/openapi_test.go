@@ -292,6 +292,37 @@ func TestDocsOffline(t *testing.T) {
 	if status, _, _ := ts.do(t, "GET", "/docs/assets/..%2fgo.mod", "", nil); status != http.StatusNotFound {
 		t.Errorf("docs asset outside the list: %d", status)
 	}
+	// "Try it out" calls the origin the page was served from, whatever
+	// KEELSON_PUBLIC_URL says: the page and its initializer answer the same on
+	// another Host, and the initializer replaces the document's servers by the
+	// page's own base before Swagger UI reads them.
+	if !strings.Contains(string(initJS), `new URL(".", document.baseURI)`) || !strings.Contains(string(initJS), "spec.servers = [{ url: base") {
+		t.Errorf("init.js does not point Try it out at the page's own origin: %s", initJS)
+	}
+	for _, p := range []string{"/docs", "/docs/assets/init.js", "/openapi.json"} {
+		req, _ := http.NewRequest("GET", ts.URL+p, nil)
+		req.Host = "docs.elsewhere.example:9443"
+		res, err := ts.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("%s with Host %s: %d", p, req.Host, res.StatusCode)
+		}
+	}
+	// /docs/ redirects to /docs (the page's relative asset URLs need it).
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := noFollow.Get(ts.URL + "/docs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	from, _ := url.Parse(ts.URL + "/docs/")
+	to, _ := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusMovedPermanently || from.ResolveReference(to).Path != "/docs" {
+		t.Errorf("/docs/: %d, Location %q; want a redirect to /docs", res.StatusCode, res.Header.Get("Location"))
+	}
 }
 
 func checkCSP(t *testing.T, what, csp string) {
@@ -376,5 +407,60 @@ func TestListenURL(t *testing.T) {
 		if got := listenURL(a); got != want {
 			t.Errorf("listenURL(%s) = %s, want %s", addr, got, want)
 		}
+	}
+}
+
+// TestAPIDocListsEveryOperation: docs/API.md lists every operation of the served OpenAPI document, so the contract a user
+// reads cannot trail the server.
+func TestAPIDocListsEveryOperation(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, "", nil)
+	status, body, _ := ts.do(t, "GET", "/openapi.json", "", nil)
+	if status != http.StatusOK {
+		t.Fatalf("/openapi.json: %d", status)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile("../../docs/API.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operation is listed by a table row "| METHOD | /path |" or named in
+	// prose as "`METHOD /path`".
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(md), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) > 3 {
+			rows[strings.TrimSpace(cells[1])+" "+strings.Trim(strings.TrimSpace(cells[2]), "`")] = true
+		}
+		for _, m := range regexp.MustCompile("`([A-Z]+ /[^`]*)`").FindAllStringSubmatch(line, -1) {
+			rows[m[1]] = true
+		}
+	}
+	var missing []string
+	n := 0
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			switch method {
+			case "get", "post", "put", "patch", "delete", "head", "options":
+			default:
+				continue
+			}
+			n++
+			if op := strings.ToUpper(method) + " " + path; !rows[op] {
+				missing = append(missing, op)
+			}
+		}
+	}
+	slices.Sort(missing)
+	if n == 0 {
+		t.Fatal("the document has no operations")
+	}
+	if len(missing) > 0 {
+		t.Fatalf("docs/API.md neither has a row (| METHOD | /path |) nor names (`METHOD /path`) %d of %d operations:\n%s", len(missing), n, strings.Join(missing, "\n"))
 	}
 }

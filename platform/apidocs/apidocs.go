@@ -4,7 +4,9 @@
 //
 //	GET /openapi.json       OpenAPI 3.1
 //	GET /openapi-3.0.json   OpenAPI 3.0 (for tools that only read 3.0)
-//	GET /docs               Swagger UI, every asset served from this process
+//	GET /docs               Swagger UI, every asset served from this process;
+//	                        "Try it out" calls the origin the page came from
+//	GET /docs/              redirects to /docs
 //	GET /docs/assets/{file} the UI's scripts, styles and icons
 //
 // The UI's files come from a Go module (github.com/swaggo/files/v2, Swagger
@@ -76,16 +78,24 @@ var page = template.Must(template.New("docs").Parse(`<!DOCTYPE html>
 `))
 
 // initJS starts Swagger UI on the 3.1 document, resolved against the page's
-// own URL (so a path prefix added by a proxy keeps working). validatorUrl
-// null: Swagger UI would otherwise send the document to an outside validator.
+// own URL (so a path prefix added by a proxy keeps working). "Try it out"
+// sends requests to the origin (and prefix) the page was served from, not to
+// the document's servers (KEELSON_PUBLIC_URL): the page's CSP allows only its
+// own origin, and the page may be opened on another name or port than the
+// public URL. validatorUrl null: Swagger UI would otherwise send the document
+// to an outside validator.
 const initJS = `window.addEventListener("load", function () {
-  window.ui = SwaggerUIBundle({
-    url: new URL("openapi.json", document.baseURI).href,
-    dom_id: "#swagger-ui",
-    deepLinking: true,
-    validatorUrl: null,
-    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
-    layout: "BaseLayout"
+  var base = new URL(".", document.baseURI).href.replace(/\/$/, "");
+  fetch(new URL("openapi.json", document.baseURI).href).then(function (r) { return r.json(); }).then(function (spec) {
+    spec.servers = [{ url: base, description: "the origin this page was served from" }];
+    window.ui = SwaggerUIBundle({
+      spec: spec,
+      dom_id: "#swagger-ui",
+      deepLinking: true,
+      validatorUrl: null,
+      presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+      layout: "BaseLayout"
+    });
   });
 });
 `
@@ -104,6 +114,12 @@ func Register(api huma.API, o Options) error {
 	get("/openapi.json", func(ctx huma.Context) { s.document(ctx, false) })
 	get("/openapi-3.0.json", func(ctx huma.Context) { s.document(ctx, true) })
 	get("/docs", s.page)
+	// The page's relative asset URLs need /docs itself: /docs/ redirects there
+	// (relative, so a proxy's path prefix is kept).
+	get("/docs/", func(ctx huma.Context) {
+		ctx.SetHeader("Location", "../docs")
+		ctx.SetStatus(http.StatusMovedPermanently)
+	})
 	get("/docs/assets/{file}", s.asset)
 	return nil
 }
