@@ -1,25 +1,26 @@
 # The reference server (examples/server) as a container image: a static
-# binary (CGO off; SQLite is pure Go), run as a non-root user.
+# binary (CGO off; SQLite is pure Go) on a base with git and CA certificates
+# (the server clones repositories itself, for either runtime), run as the
+# non-root user 65532.
 #
 #   docker build -t keelson .
 #
 # Base images are build arguments so machines without a registry can use
-# local ones (CI: .ci/docker-check.sh builds with keelson-test/go:1 and
-# keelson-test/run:1 from .ci/runtime-images.sh):
+# local ones (scripts/local-images.sh builds keelson/base:local, with git; a
+# builder with Go is keelson/go:local):
 #
 #   GO_IMAGE       builder with a Go toolchain (and a POSIX sh)
-#   RUNTIME_IMAGE  the image the server runs on. The final stage runs no
-#                  command in it, so scratch-like images work. A worker that
-#                  uses the process runtime (KEELSON_RUNTIME=process, the
-#                  default) clones with git and builds with the apps'
-#                  toolchains: give it an image that has them, e.g.
-#                  --build-arg RUNTIME_IMAGE=golang:1.26-bookworm. API replicas
-#                  (KEELSON_ROLE=api) need nothing but the binary.
+#   RUNTIME_IMAGE  the image the server runs on: it needs sh; git and CA
+#                  certificates are installed with apk when it lacks them
+#                  (alpine), or it brings them (keelson/base:local).
 #
-# A vendor/ directory in the build context (go mod vendor) is used when
-# present, so the build needs no module proxy.
-ARG GO_IMAGE=golang:1.26-bookworm
-ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
+# Every role runs from this image. The default role (all) and workers build
+# and run apps on the Docker engine whose socket is mounted; README
+# "Self-hosting kit" gives the docker run line. A vendor/ directory in the
+# build context (go mod vendor) is used when present, so the build needs no
+# module proxy. .dockerignore keeps .git, data/ and secrets out of the context.
+ARG GO_IMAGE=golang:1.26-alpine
+ARG RUNTIME_IMAGE=alpine:3.22
 
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
@@ -30,10 +31,14 @@ RUN if [ -d vendor ]; then mod=-mod=vendor; else mod=-mod=readonly; fi; \
     mkdir -p /out/data
 
 FROM ${RUNTIME_IMAGE}
+USER 0
+RUN if ! command -v git >/dev/null 2>&1 || [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then \
+      apk add --no-cache git ca-certificates; \
+    fi && git --version
 COPY --from=build /out/keelson /usr/local/bin/keelson
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
-ENV KEELSON_DATA_DIR=/data KEELSON_ADDR=:8080 KEELSON_INGRESS_ADDR=:8081
+ENV KEELSON_DATA_DIR=/data KEELSON_ADDR=:8080 KEELSON_INGRESS_ADDR=:8081 HOME=/data
 EXPOSE 8080 8081
 VOLUME /data
 ENTRYPOINT ["/usr/local/bin/keelson"]
