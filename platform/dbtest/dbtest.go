@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
@@ -248,21 +249,8 @@ func hostOf(raw string) string {
 	return u.Host
 }
 
-// report appends a line to the file named by KEELSON_TEST_REPORT (CI prints it),
-// since go test hides the output of passing packages.
-func report(line string) {
-	f := os.Getenv("KEELSON_TEST_REPORT")
-	if f == "" {
-		return
-	}
-	wd, _ := os.Getwd()
-	fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
-	}
-	defer fh.Close()
-	fmt.Fprintf(fh, "%s: %s\n", filepath.Base(wd), line)
-}
+// report adds a line to the test report (platformtest.Report).
+func report(line string) { platformtest.Report(line) }
 
 func dockerUnavailable(ctx context.Context) (reason string) {
 	defer func() {

@@ -7,7 +7,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -75,4 +78,22 @@ func Unique(n int) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])[:n]
+}
+
+// Report appends a line, prefixed with the test binary's package directory,
+// to the file named by KEELSON_TEST_REPORT (.ci/run prints it at the end),
+// since go test hides the output of passing packages: what a run skipped
+// and the command that enables it, what test infrastructure it used.
+func Report(line string) {
+	f := os.Getenv("KEELSON_TEST_REPORT")
+	if f == "" {
+		return
+	}
+	wd, _ := os.Getwd()
+	fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	fmt.Fprintf(fh, "%s: %s\n", filepath.Base(wd), line)
 }

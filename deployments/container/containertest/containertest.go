@@ -6,6 +6,7 @@ package containertest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // Images returns the preset images named by KEELSON_IMAGE_GO, _GO_RUN and
@@ -25,6 +27,7 @@ func Images(t testing.TB) (container.Images, *client.Client) {
 		if os.Getenv("KEELSON_TEST_REQUIRE_DOCKER_RUNTIME") == "1" {
 			t.Fatalf("docker runtime test: %s (KEELSON_TEST_REQUIRE_DOCKER_RUNTIME=1)", why)
 		}
+		platformtest.Report(fmt.Sprintf("skipped %s: %s (enable: bash .ci/runtime-images.sh && eval \"$(bash .ci/runtime-images.sh --env)\")", t.Name(), why))
 		t.Skipf("docker runtime test skipped: %s (run .ci/runtime-images.sh and export what `.ci/runtime-images.sh --env` prints)", why)
 	}
 	imgs := container.Images{Go: os.Getenv("KEELSON_IMAGE_GO"), GoRun: os.Getenv("KEELSON_IMAGE_GO_RUN"),

@@ -46,6 +46,7 @@ func CLI(t testing.TB) string {
 		if os.Getenv("KEELSON_TEST_REQUIRE_TEMPORAL") == "1" {
 			t.Fatalf("Temporal required (KEELSON_TEST_REQUIRE_TEMPORAL=1): %s", reason)
 		}
+		platformtest.Report(fmt.Sprintf("skipped %s: %s (enable: bash .ci/temporal-cli.sh)", t.Name(), reason))
 		t.Skip("skipping Temporal test: " + reason)
 	}
 	return path
