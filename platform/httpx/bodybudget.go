@@ -61,7 +61,7 @@ type BodyBudget struct {
 //   - then it reserves Factor times its Content-Length (or times MaxBytes
 //     when the length is not declared), at most PerAddr, from its address'
 //     share and from the budget, waiting its turn in arrival order (at most
-//     Wait, then 503);
+//     Wait, then 429 when its address' own bodies hold its share, else 503);
 //   - next reads the rest, which must keep arriving at MinRate or better:
 //     else next's answer is replaced by 408 and the connection closed.
 //     While it arrives, its connection counts as waiting for ConnLimit
@@ -179,7 +179,8 @@ func (l *bodyLimiter) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	share, drop := l.share(l.Addr(r))
 	defer drop()
 	ctx, cancel := context.WithTimeout(r.Context(), l.Wait)
-	err = share.sem.Acquire(ctx, cost)
+	ownErr := share.sem.Acquire(ctx, cost)
+	err = ownErr
 	if err == nil {
 		if err = l.sem.Acquire(ctx, cost); err != nil {
 			share.sem.Release(cost)
@@ -192,6 +193,10 @@ func (l *bodyLimiter) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		w.Header().Set("Retry-After", "5")
 		w.Header().Set("Connection", "close")
+		if ownErr != nil { // the address' own bodies hold its share
+			writeError(w, http.StatusTooManyRequests, "too many large request bodies from your address in progress; send fewer at once and retry")
+			return
+		}
 		writeError(w, http.StatusServiceUnavailable, "server busy: too many large request bodies in progress; retry shortly")
 		return
 	}

@@ -25,7 +25,9 @@ func TestLimitBodies(t *testing.T) {
 	t.Parallel()
 	hold := make(chan struct{})
 	var inside atomic.Int32
-	h := httpx.LimitBodies(httpx.BodyBudget{Bytes: 1000, Factor: 2, Wait: 300 * time.Millisecond,
+	// Each path is its own client here, so the whole budget is what fills.
+	h := httpx.LimitBodies(httpx.BodyBudget{Bytes: 1000, PerAddr: 1000, Factor: 2, Wait: 300 * time.Millisecond,
+		Addr:     func(r *http.Request) string { return r.URL.Path },
 		MaxBytes: func(r *http.Request) int64 { return 600 }},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inside.Add(1)
@@ -116,7 +118,7 @@ func postFrom(t *testing.T, from, addr, path, body string) (int, string) {
 
 // TestBodyBudgetPerAddress: one address holds at most its share of the
 // budget; another address' body is served while the first waits for its own
-// share (and is answered 503 past Wait).
+// share (and is answered 429 past Wait).
 func TestBodyBudgetPerAddress(t *testing.T) {
 	t.Parallel()
 	hold := make(chan struct{})
@@ -136,7 +138,7 @@ func TestBodyBudgetPerAddress(t *testing.T) {
 	holder := dialFrom(t, "127.0.0.2", addr)
 	io.WriteString(holder, "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 400\r\n\r\n"+strings.Repeat("x", 400))
 	platformtest.Eventually(t, 10*time.Second, "the first body inside", func() bool { return inside.Load() == 1 })
-	if st, body := postFrom(t, "127.0.0.2", addr, "/", strings.Repeat("x", 200)); st != 503 || !strings.Contains(body, "too many large request bodies") {
+	if st, body := postFrom(t, "127.0.0.2", addr, "/", strings.Repeat("x", 200)); st != 429 || !strings.Contains(body, "too many large request bodies from your address") {
 		t.Fatalf("past the address' share: %d %s", st, body)
 	}
 	if st, body := postFrom(t, "127.0.0.3", addr, "/", strings.Repeat("x", 400)); st != 200 || body != "ok" {
