@@ -51,6 +51,7 @@ func TestBuildPidsLimit(t *testing.T) {
 	m := regexp.MustCompile(`procs=(\d+)`).FindStringSubmatch(logs.all())
 	require.NotNil(t, m, logs.all())
 	n, _ := strconv.Atoi(m[1])
+	t.Logf("processes in the step after starting 3000: %d (limit 100)", n)
 	assert.LessOrEqual(t, n, 100, "processes in the build step")
 	assert.Greater(t, n, 50, "the step did start processes up to the limit")
 	assert.Empty(t, buildCgroups(t, e.rt.Instance()), "the build's cgroup parent is removed")
