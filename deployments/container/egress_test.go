@@ -165,6 +165,9 @@ func TestEgressBuildsAndAppsReachNothingPrivate(t *testing.T) {
 	for _, addr := range []string{host + ":" + port, gwA + ":" + port, ipB + ":8080", "169.254.169.254:80"} {
 		assert.True(t, strings.HasPrefix(dial(closed, hostA, addr), "ERR"), "a running app reached %s", addr)
 	}
+	// Name lookups still work: the engine forwards them to the host's name
+	// servers (here and often a private address) from the app's network.
+	assert.Contains(t, dial(closed, hostA, "keelson-egress-check.invalid:80"), "no such host")
 	assert.Equal(t, "OPEN", dial(open, hostC, host+":"+port), "with egress open the host's service answers (the probe works)")
 	assert.Equal(t, "OPEN", dial(open, hostC, gwC+":"+port))
 
