@@ -148,7 +148,8 @@ func run(ctx context.Context, cmd string, args ...string) (string, error) {
 	return text, err
 }
 
-// rules4 are the IPv4 chains' rules, as iptables -S prints them.
+// rules are the rules of the forward and input chains of one family (IPv6
+// when six), as iptables -S prints them.
 func (f *firewall) rules(six bool) (fwd, in [][]string) {
 	est := []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"}
 	reject := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
