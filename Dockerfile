@@ -32,9 +32,12 @@ RUN if [ -d vendor ]; then mod=-mod=vendor; else mod=-mod=readonly; fi; \
 
 FROM ${RUNTIME_IMAGE}
 USER 0
-RUN if ! command -v git >/dev/null 2>&1 || [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then \
-      apk add --no-cache git ca-certificates; \
-    fi && git --version
+# iptables: the docker runtime keeps its egress fence in the host's firewall
+# (KEELSON_EGRESS=fenced, the default), so the server needs it, root and
+# NET_ADMIN on the host's network.
+RUN if ! command -v git >/dev/null 2>&1 || [ ! -s /etc/ssl/certs/ca-certificates.crt ] || ! command -v iptables >/dev/null 2>&1; then \
+      apk add --no-cache git ca-certificates iptables; \
+    fi && git --version && iptables --version
 COPY --from=build /out/keelson /usr/local/bin/keelson
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532

@@ -73,6 +73,7 @@ DOCKER_BUILDKIT=0 docker build -q -t "$TAG" --label keelson-ci=docker-check \
 echo "docker-check: image built in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$TAG") bytes)"
 [[ "$(docker image inspect -f '{{.Config.User}}' "$TAG")" == "65532:65532" ]] || die "image does not run as non-root 65532"
 docker run --rm --entrypoint git "$TAG" --version >/dev/null || die "no git in the image"
+docker run --rm --entrypoint iptables "$TAG" --version >/dev/null || die "no iptables in the image (the egress fence needs it)"
 
 # A bad setting is refused by name.
 out="$(docker run --rm --label keelson-ci=docker-check -e KEELSON_ENGINE=cron "$TAG" 2>&1)" && die "a bad KEELSON_ENGINE was accepted"
@@ -100,7 +101,7 @@ git -C "$repo" init -q -b main && git -C "$repo" -c user.email=ci@keelson.dev -c
 # cgroup the server makes in the host's hierarchy), the host's network and
 # cgroups, the engine socket.
 docker run -d --name "$name" --label keelson-ci=docker-check --network host \
-  --user 0 --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup -v "$sock:$sock" -v "$repo:/repo:ro" \
+  --user 0 --cap-add NET_ADMIN --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup -v "$sock:$sock" -v "$repo:/repo:ro" \
   -e KEELSON_ADDR="$api" -e KEELSON_INGRESS_ADDR="$ingress" -e KEELSON_ALLOW_LOCAL_REPOS=true \
   -e KEELSON_IMAGE_STATIC="$STATIC_IMAGE" "$TAG" >/dev/null || die "docker run failed"
 for _ in $(seq 60); do curl -fsS "http://$api/healthz" >/dev/null 2>&1 && break; sleep 1; done

@@ -175,9 +175,23 @@ if wanted base && ! have "$BASE_IMAGE"; then
   copy_with_libs "$r" "${files[@]}"
   for l in $(find "$gitcore" -maxdepth 1 -type l); do cp -a "$l" "$r$l"; done
   [[ -d /usr/share/git-core/templates ]] && mkdir -p "$r/usr/share/git-core" && cp -a /usr/share/git-core/templates "$r/usr/share/git-core/"
+  # iptables (the machine's own, nf_tables and legacy, with their extension
+  # modules) for the docker runtime's egress fence.
+  ipt="$(readlink -f "$(command -v iptables || echo /usr/sbin/iptables)")"
+  [[ -x "$ipt" ]] || die "no iptables on this machine for $BASE_IMAGE"
+  xtdir="$(dirname "$(find /usr/lib /lib -name 'libxt_tcp.so' 2>/dev/null | head -1)")"
+  mapfile -t ipfiles < <(ls /usr/sbin/xtables-*-multi 2>/dev/null; [[ -d "$xtdir" ]] && find "$xtdir" -name '*.so')
+  copy_with_libs "$r" "${ipfiles[@]}"
+  for b in /usr/sbin/*tables /usr/sbin/*tables-nft /usr/sbin/*tables-legacy /usr/sbin/*tables-save /usr/sbin/*tables-restore; do
+    [[ -L "$b" || -f "$b" ]] || continue
+    t="$(readlink -f "$b")"; [[ -e "$r$t" ]] && ln -sf "$t" "$r$b"
+  done
+  for f in /etc/protocols /etc/services /etc/ethertypes; do [[ -f "$f" ]] && cp -L "$f" "$r$f"; done
+  mkdir -p "$r/run" "$r/var/lib"
   mkdir -p "$r/home/nonroot" && chown 65532:65532 "$r/home/nonroot" 2>/dev/null || true
-  tar -C "$r" -cf - . | docker import -c 'ENV PATH=/usr/bin:/bin' - "$BASE_IMAGE" >/dev/null
+  tar -C "$r" -cf - . | docker import -c 'ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin' - "$BASE_IMAGE" >/dev/null
   docker run --rm "$BASE_IMAGE" git --version >/dev/null || die "$BASE_IMAGE: git does not run in it"
+  docker run --rm "$BASE_IMAGE" iptables --version >/dev/null || die "$BASE_IMAGE: iptables does not run in it"
   log "built $BASE_IMAGE ($(docker run --rm "$BASE_IMAGE" git --version))"
 fi
 log "ready; for the server: eval \"\$(scripts/local-images.sh --env)\""
