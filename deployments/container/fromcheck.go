@@ -1,6 +1,7 @@
 package container
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -93,7 +94,7 @@ var argRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+]([^}]*))?\
 func expand(s string, args map[string]string) string {
 	return argRef.ReplaceAllStringFunc(s, func(m string) string {
 		sub := argRef.FindStringSubmatch(m)
-		name := cmpOr(sub[1], sub[3])
+		name := cmp.Or(sub[1], sub[3])
 		if v, ok := args[name]; ok && v != "" {
 			if strings.Contains(m, ":+") || strings.Contains(m, "}+") {
 				return sub[2]
@@ -105,13 +106,6 @@ func expand(s string, args map[string]string) string {
 		}
 		return ""
 	})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // localID is what the engine may resolve as (a prefix of) a local image id.
