@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/keelson-dev/keelson/deployhooks"
+	"github.com/keelson-dev/keelson/codehost/deployhooks"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/projects"
 )
