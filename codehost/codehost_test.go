@@ -41,6 +41,7 @@ func TestConnectCallbackRepositories(t *testing.T) {
 		e.install(user, 42)
 
 		var got []codehost.RepositoryOut
+		pages := e.fake.Calls("GET /user/installations/{id}/repositories")
 		e.getJSON("/codehost/repositories", user, http.StatusOK, &got)
 		if len(got) != 5 {
 			t.Fatalf("got %d repositories over 3 pages of 2, want 5: %+v", len(got), got)
@@ -52,8 +53,12 @@ func TestConnectCallbackRepositories(t *testing.T) {
 				t.Fatalf("repository %d = %+v, want %s", i, r, wantName)
 			}
 		}
-		if n := e.fake.Calls("GET /installation/repositories"); n != 3 {
+		// Asked with the user's own token (their view), not the installation's.
+		if n := e.fake.Calls("GET /user/installations/{id}/repositories") - pages; n != 3 {
 			t.Fatalf("listing made %d page requests, want 3 (Link pagination)", n)
+		}
+		if n := e.fake.Calls("GET /installation/repositories"); n != 0 {
+			t.Fatalf("listing used the installation's own view (%d requests)", n)
 		}
 
 		// Another user sees nothing of it.
@@ -73,23 +78,30 @@ func TestInstallationTokenCached(t *testing.T) {
 	each(t, func(t *testing.T, bdb *bun.DB) {
 		e := newEnv(t, bdb, envOpts{})
 		user := platform.NewID()
-		e.fake.AddInstallation(githubfake.Installation{ID: 7, Account: "octocat", Repositories: repos("octocat", 1)})
+		in := e.fake.AddInstallation(githubfake.Installation{ID: 7, Account: "octocat", Repositories: repos("octocat", 2)})
 		e.install(user, 7)
+		p := e.projects.add(codehost.RepoProject{OwnerID: user, RepoURL: in.Repositories[0].CloneURL})
+		clone := func() {
+			t.Helper()
+			if auth, err := e.svc.GitAuthFor(context.Background(), p.ProjectID, p.RepoURL); err != nil || auth == nil {
+				t.Fatalf("GitAuthFor = %v, %v", auth, err)
+			}
+		}
 		for range 3 {
-			e.getJSON("/codehost/repositories", user, http.StatusOK, nil)
+			clone()
 		}
 		if n := e.fake.TokenMints(7); n != 1 {
-			t.Fatalf("3 listings minted %d tokens, want 1 (cached)", n)
+			t.Fatalf("3 clones minted %d tokens, want 1 (cached)", n)
 		}
 		// 54 minutes on, the 1-hour token has 6 minutes left: still used.
 		e.clock.advance(54 * time.Minute)
-		e.getJSON("/codehost/repositories", user, http.StatusOK, nil)
+		clone()
 		if n := e.fake.TokenMints(7); n != 1 {
 			t.Fatalf("token with 6 minutes left was replaced (%d mints)", n)
 		}
 		// Within 5 minutes of expiry it is replaced.
 		e.clock.advance(2 * time.Minute)
-		e.getJSON("/codehost/repositories", user, http.StatusOK, nil)
+		clone()
 		if n := e.fake.TokenMints(7); n != 2 {
 			t.Fatalf("token 4 minutes from expiry: %d mints, want 2", n)
 		}
@@ -548,7 +560,7 @@ func TestPendingDeliveryProcessedOnStart(t *testing.T) {
 			t.Fatalf("before start: %+v", all)
 		}
 
-		second := newEnv(t, bdb, envOpts{fake: first.fake, projects: first.projects, deployer: first.deployer})
+		second := newEnv(t, bdb, envOpts{fake: first.fake, projects: first.projects, deployer: first.deployer, ids: first.ids})
 		d := second.waitProcessed("restart-1")
 		if got := decisionOf(d, p.ProjectID); got.Decision != codehost.DecisionDeployed {
 			t.Fatalf("after restart: %+v", d)

@@ -239,6 +239,9 @@ type envOpts struct {
 	fake      *githubfake.Server
 	projects  *projectBook
 	deployer  *recorder
+	ids       *identities // shared with another env (a restart)
+	// recheck sets Deps.RecheckInterval; poll, Deps.PollInterval.
+	recheck, poll time.Duration
 }
 
 // newEnv builds the module on bdb against a fresh fake GitHub, serves it on a
@@ -253,6 +256,9 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 	}
 	if o.deployer != nil {
 		e.deployer = o.deployer
+	}
+	if o.ids != nil {
+		e.ids = o.ids
 	}
 	e.fake = o.fake
 	if e.fake == nil {
@@ -275,6 +281,7 @@ func newEnv(t testing.TB, bdb *bun.DB, o envOpts) *env {
 		DB: bdb, Auth: users{}, Provider: e.provider, WebhookSecret: webhookSecret,
 		StateKey: []byte("state-key-0123456789abcdef0123456789"), FrontendURL: frontend,
 		Projects: e.projects, Secrets: e.projects, Deployer: e.deployer, Accounts: accts, Connector: o.connector, Clock: e.clock, Missing: o.missing,
+		RecheckInterval: o.recheck, PollInterval: o.poll,
 	}
 	if o.results != nil {
 		d.Statuses, d.Results = e.provider, o.results

@@ -40,8 +40,9 @@ func (s *Service) Register(api huma.API) error {
 	}, s.callback)
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-repositories", Method: http.MethodGet, Path: "/codehost/repositories",
-		Summary: "List the repositories of the caller's installations",
-		Tags:    tags, Security: platform.Bearer(), Middlewares: auth,
+		Summary:     "List the repositories of the caller's installations",
+		Description: "The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code " + CodeRelink + "): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.",
+		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
 	}, s.repositories)
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-webhook", Method: http.MethodPost, Path: "/codehost/webhook",
@@ -70,7 +71,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
 		Summary:     "List webhook deliveries and the decision taken for each matched project",
-		Description: "Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.",
+		Description: "Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.",
 		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
 	}, s.deliveries)
 	return nil
@@ -244,6 +245,17 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 		log.ErrorContext(ctx, "codehost: link installation", "err", err)
 		return ReasonProviderUnavailable
 	}
+	// Record what the user may reach through it (their delivery log shows
+	// that much); every use checks again.
+	if tok, err := s.userToken(ctx, userID); err == nil {
+		_, err := s.checkLink(ctx, userID, tok, installationID)
+		if errors.Is(err, errAccessLost) {
+			return ReasonNotYours // unlinked again: listed, but none of it reachable
+		}
+		if err != nil {
+			log.WarnContext(ctx, "codehost: first check of a new link", "installation_id", installationID, "err", err)
+		}
+	}
 	return ""
 }
 
@@ -329,21 +341,27 @@ func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesO
 	if err != nil {
 		return nil, platform.HTTPError(ctx, err)
 	}
+	if len(insts) == 0 {
+		return nil, platform.HTTPError(ctx, platform.NotFound(errNoInstallation))
+	}
+	tok, err := s.userToken(ctx, p.UserID)
+	if err != nil {
+		return nil, platform.HTTPError(ctx, err)
+	}
 	out := &repositoriesOutput{Body: []RepositoryOut{}}
 	usable := 0
 	for _, in := range insts {
-		repos, err := s.d.Provider.Repositories(ctx, in.InstallationID)
-		if errors.Is(err, platform.ErrNotFound) {
-			// Uninstalled while we missed the webhook: stop using it.
-			if err := s.store.setInstallationStatus(ctx, in.InstallationID, InstallationDeleted, s.now()); err != nil {
-				return nil, platform.HTTPError(ctx, err)
-			}
+		// The caller's own view: an organisation's outside collaborator
+		// gets the repositories they were added to, not the installation's.
+		repos, err := s.checkLink(ctx, p.UserID, tok, in.InstallationID)
+		switch {
+		case errors.Is(err, errAccessLost):
 			continue
-		}
-		if err != nil {
-			platform.Logger(ctx).ErrorContext(ctx, "codehost: list repositories", "installation_id", in.InstallationID, "err", err)
-			return nil, platform.HTTPError(ctx, &platform.Error{Status: http.StatusBadGateway,
-				Message: "the code host did not answer the repository listing; try again later", Err: err})
+		case errors.Is(err, errRelink):
+			return nil, platform.HTTPError(ctx, relinkError())
+		case err != nil:
+			platform.Logger(ctx).ErrorContext(ctx, "codehost: list the user's repositories", "installation_id", in.InstallationID, "err", err)
+			return nil, platform.HTTPError(ctx, unavailable("the repository listing", err))
 		}
 		usable++
 		for _, r := range repos {
@@ -389,7 +407,7 @@ type DeliveryOut struct {
 // DecisionOut is what a delivery did for one project.
 type DecisionOut struct {
 	ProjectID    string `json:"projectId"`
-	Decision     string `json:"decision" doc:"deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed"`
+	Decision     string `json:"decision" doc:"deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, no repository access, quota exceeded, not a push, failed"`
 	DeploymentID string `json:"deploymentId,omitempty"`
 	Detail       string `json:"detail,omitempty"`
 }

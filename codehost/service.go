@@ -70,6 +70,11 @@ type Deps struct {
 	// PollInterval is how often the worker looks for pending deliveries
 	// besides being woken by new ones. Default 30 s.
 	PollInterval time.Duration
+	// RecheckInterval is how long a link's check stands: the worker asks the
+	// code host again, with each user's own token, which repositories of a
+	// linked installation they may access once their last check is this old
+	// (every use of a link checks it too). Default 24 hours.
+	RecheckInterval time.Duration
 }
 
 func (d Deps) validate() error {
@@ -116,6 +121,7 @@ func (d Deps) withDefaults() Deps {
 	d.StateTTL = cmp.Or(d.StateTTL, 10*time.Minute)
 	d.PollInterval = cmp.Or(d.PollInterval, 30*time.Second)
 	d.StatusPollInterval = cmp.Or(d.StatusPollInterval, 5*time.Second)
+	d.RecheckInterval = cmp.Or(d.RecheckInterval, 24*time.Hour)
 	d.FrontendURL = strings.TrimRight(d.FrontendURL, "/")
 	return d
 }
@@ -150,56 +156,6 @@ func (s *Service) configured() error {
 		return nil
 	}
 	return platform.Unavailable("the code-host app is not configured: set " + strings.Join(s.d.Missing, ", "))
-}
-
-// GitAuthFor returns a clone credential for repoURL when the project's owner
-// linked an active installation that can access that repository (matched by
-// the provider's own html or clone URL, so a token is never sent to another
-// host). It returns nil, nil when none applies (public repository, or not the
-// provider's). The token is short-lived and never stored.
-func (s *Service) GitAuthFor(ctx context.Context, projectID, repoURL string) (*GitAuth, error) {
-	if s.configured() != nil || repoURL == "" {
-		return nil, nil
-	}
-	want := normalizeRepoURL(repoURL)
-	if want == "" {
-		return nil, nil
-	}
-	projects, err := s.d.Projects.ProjectsForRepository(ctx, []string{repoURL}, "")
-	if err != nil {
-		return nil, wrap("git auth: projects", err)
-	}
-	var ownerID string
-	for _, p := range projects {
-		if p.ProjectID == projectID {
-			ownerID = p.OwnerID
-		}
-	}
-	if ownerID == "" {
-		return nil, nil
-	}
-	insts, err := s.store.userInstallations(ctx, ownerID, InstallationActive)
-	if err != nil {
-		return nil, wrap("git auth: installations", err)
-	}
-	for _, in := range insts {
-		repos, err := s.d.Provider.Repositories(ctx, in.InstallationID)
-		if err != nil {
-			s.d.Log.WarnContext(ctx, "codehost: list repositories for clone credentials",
-				"installation_id", in.InstallationID, "err", err)
-			continue
-		}
-		for _, r := range repos {
-			if normalizeRepoURL(r.CloneURL) == want || normalizeRepoURL(r.HTMLURL) == want {
-				tok, _, err := s.d.Provider.InstallationToken(ctx, in.InstallationID)
-				if err != nil {
-					return nil, wrap("git auth: installation token", err)
-				}
-				return &GitAuth{Username: "x-access-token", Password: tok}, nil
-			}
-		}
-	}
-	return nil, nil
 }
 
 // normalizeRepoURL reduces an http(s) repository URL to scheme://host/path in

@@ -35,8 +35,13 @@ const (
 	DecisionSkipMessage    = "skipped by commit message"
 	DecisionBranchDeleted  = "branch deleted"
 	DecisionNotLinked      = "installation not linked"
-	DecisionQuotaExceeded  = "quota exceeded"
-	DecisionFailed         = "failed"
+	// DecisionNoAccess: the code host, asked with the project owner's own
+	// token, does not let the owner access the pushed repository (an
+	// outside collaborator on other repositories, removed from the
+	// organisation or repository), or the owner's token no longer works.
+	DecisionNoAccess      = "no repository access"
+	DecisionQuotaExceeded = "quota exceeded"
+	DecisionFailed        = "failed"
 	// DecisionAlreadyDeployed: a push of a branch and commit that an earlier
 	// push already deployed for the project (a replayed delivery under a new
 	// delivery id, or a redelivery), so nothing is deployed again.
@@ -62,6 +67,22 @@ type linkRow struct {
 	UserID         string    `bun:"user_id,notnull,type:varchar(36)"`
 	InstallationID int64     `bun:"installation_id,notnull"`
 	CreatedAt      time.Time `bun:"created_at,notnull"`
+	// CheckedAt is when the code host last answered, asked with the
+	// user's token, what the user may access through the installation (NULL:
+	// never; due for RecheckLinks).
+	CheckedAt *time.Time `bun:"checked_at"`
+}
+
+// viewRow is one repository of an installation that the code host, asked
+// with the user's own token at the link's last check, let the user access.
+// A non-admin sees an organisation installation's push deliveries of these
+// repositories only.
+type viewRow struct {
+	bun.BaseModel  `bun:"table:codehost_user_repositories"`
+	UserID         string `bun:"user_id,pk,type:varchar(36)"`
+	InstallationID int64  `bun:"installation_id,pk"`
+	RepositoryID   int64  `bun:"repository_id,pk"`
+	FullName       string `bun:"full_name,notnull"`
 }
 
 type usedStateRow struct {
@@ -155,6 +176,23 @@ func Migrations() db.MigrationSet {
 			db.AddColumn("codehost_decisions", "push_key", "VARCHAR(300) NOT NULL DEFAULT ''"),
 			execStep("CREATE UNIQUE INDEX IF NOT EXISTS codehost_decisions_push ON codehost_decisions (project_id, push_key) WHERE push_key <> ''"),
 		),
+	}, {
+		// A link reaches what its user may access, checked with their own
+		// token when used and at least daily (issue 23): when each link was
+		// last checked, and what its user could access then.
+		ID: "0005_link_checks",
+		Up: db.Steps(
+			func(ctx context.Context, idb bun.IDB) error {
+				typ := "TIMESTAMP"
+				if db.IsPostgres(idb) {
+					typ = "TIMESTAMPTZ"
+				}
+				return db.AddColumn("codehost_links", "checked_at", typ)(ctx, idb)
+			},
+			db.CreateIndex((*linkRow)(nil), "codehost_links_checked", false, "checked_at"),
+			db.CreateTables((*viewRow)(nil)),
+			db.CreateIndex((*viewRow)(nil), "codehost_user_repositories_name", false, "user_id", "installation_id", "full_name"),
+		),
 	}}}
 }
 
@@ -226,6 +264,55 @@ func (s store) userInstallations(ctx context.Context, userID string, states ...s
 		q = q.Where("status IN (?)", bun.List(states))
 	}
 	err := q.Scan(ctx)
+	return rows, db.Translate(err)
+}
+
+// setView records what userID may access through installationID as of now:
+// repos replace the stored view, and the link is marked checked.
+func (s store) setView(ctx context.Context, userID string, installationID int64, repos []Repository, now time.Time) error {
+	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*viewRow)(nil)).
+			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		rows := make([]viewRow, 0, len(repos))
+		for _, r := range repos {
+			if r.ID > 0 {
+				rows = append(rows, viewRow{UserID: userID, InstallationID: installationID, RepositoryID: r.ID, FullName: clean(r.FullName, 255)})
+			}
+		}
+		if len(rows) > 0 {
+			if _, err := tx.NewInsert().Model(&rows).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
+				return db.Translate(err)
+			}
+		}
+		_, err := tx.NewUpdate().Model((*linkRow)(nil)).Set("checked_at = ?", now).
+			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx)
+		return db.Translate(err)
+	})
+}
+
+// unlink removes userID's link to installationID and its stored view.
+func (s store) unlink(ctx context.Context, userID string, installationID int64) error {
+	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*viewRow)(nil)).
+			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		_, err := tx.NewDelete().Model((*linkRow)(nil)).
+			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx)
+		return db.Translate(err)
+	})
+}
+
+// dueLinks returns up to limit links to active installations last checked
+// before cutoff (or never), the longest unchecked first.
+func (s store) dueLinks(ctx context.Context, cutoff time.Time, limit int) ([]linkRow, error) {
+	var rows []linkRow
+	err := s.db.NewSelect().Model(&rows).
+		Where("(checked_at IS NULL OR checked_at < ?)", cutoff).
+		Where("installation_id IN (SELECT installation_id FROM codehost_installations WHERE status = ?)", InstallationActive).
+		OrderExpr("checked_at IS NOT NULL, checked_at, id").Limit(int64(limit)).Scan(ctx)
 	return rows, db.Translate(err)
 }
 
@@ -309,9 +396,11 @@ type deliveryFilter struct {
 }
 
 // listDeliveries returns deliveries visible to f.UserID, newest first: those
-// that came from an installation they linked (the provider confirmed their
-// access when they linked it), and repository-webhook deliveries signed with
-// the secret of one of their projects. A project a user typed a repository URL into
+// that came from a personal installation they linked (the provider confirmed
+// it is their own account's when they linked it), the pushes of an
+// organisation's installation they linked to the repositories the provider
+// let them access at the link's last check, and repository-webhook
+// deliveries signed with the secret of one of their projects. A project a user typed a repository URL into
 // does not make that repository's deliveries theirs. With f.ProjectID, only
 // deliveries that decided something for that project.
 func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]deliveryRow, error) {
@@ -327,10 +416,18 @@ func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]delivery
 		q = q.Where("id IN (?)", sub)
 	}
 	if !f.All {
-		// A repository-webhook delivery (owner_id set) was authenticated by
-		// its project's own secret: it is that project owner's.
+		// Everything of a personal installation the user linked (only its own
+		// account may link it); of an organisation's, the pushes to the
+		// repositories the code host let the user access at the link's last
+		// check. A repository-webhook delivery (owner_id set) was
+		// authenticated by its project's own secret: it is that project
+		// owner's.
 		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", f.UserID).
+			return q.Where("installation_id IN (SELECT l.installation_id FROM codehost_links AS l "+
+				"JOIN codehost_installations AS i ON i.installation_id = l.installation_id "+
+				"WHERE l.user_id = ? AND i.account_type <> 'Organization')", f.UserID).
+				WhereOr("(repository <> '' AND (installation_id, repository) IN "+
+					"(SELECT installation_id, full_name FROM codehost_user_repositories WHERE user_id = ?))", f.UserID).
 				WhereOr("(owner_id <> '' AND owner_id = ?)", f.UserID)
 		})
 	}

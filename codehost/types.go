@@ -25,6 +25,13 @@ type Provider interface {
 	// user's token, never the app's. A rejected token wraps
 	// platform.ErrUnauthorized.
 	UserInstallations(ctx context.Context, userToken string) ([]Installation, error)
+	// UserRepositories lists the repositories of installation installationID
+	// that the user whose code-host user token this is may access themselves
+	// (an organisation's outside collaborator: only the repositories they
+	// were added to), all pages gathered, asked with the user's token. A
+	// rejected token wraps platform.ErrUnauthorized; an installation the user
+	// cannot access (or that is gone) wraps platform.ErrNotFound.
+	UserRepositories(ctx context.Context, userToken string, installationID int64) ([]Repository, error)
 	// InstallationToken returns an access token for the installation, cached
 	// until shortly before it expires.
 	InstallationToken(ctx context.Context, installationID int64) (token string, expiresAt time.Time, err error)

@@ -13,7 +13,9 @@ import (
 
 // Start runs the webhook worker until ctx ends or Close is called. Deliveries
 // stored as pending (including those a restart interrupted) are processed
-// first. Calling Start twice is an error.
+// first. The worker also re-checks the installation links (RecheckLinks)
+// every RecheckInterval/24 of the injected clock. Calling Start twice is an
+// error.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -57,9 +59,16 @@ func (s *Service) run(ctx context.Context) {
 	defer tick.Stop()
 	statusTick := time.NewTicker(s.d.StatusPollInterval)
 	defer statusTick.Stop()
+	var nextRecheck time.Time // the links' re-check, on the injected clock
 	for {
 		if _, err := s.ProcessPending(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.ErrorContext(ctx, "codehost: process deliveries", "err", err)
+		}
+		if now := s.now(); !now.Before(nextRecheck) {
+			if _, err := s.RecheckLinks(ctx); err != nil && ctx.Err() == nil {
+				s.d.Log.ErrorContext(ctx, "codehost: re-check installation links", "err", err)
+			}
+			nextRecheck = now.Add(s.d.RecheckInterval / 24)
 		}
 		if _, err := s.ReportStatuses(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.ErrorContext(ctx, "codehost: report commit statuses", "err", err)
@@ -247,7 +256,7 @@ func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (
 	}
 	var parts []string
 	for _, k := range []string{DecisionDeployed, DecisionAlreadyDeployed, DecisionBranchMismatch, DecisionAutoDeployOff, DecisionSkipMessage,
-		DecisionBranchDeleted, DecisionNotLinked, DecisionQuotaExceeded, DecisionFailed} {
+		DecisionBranchDeleted, DecisionNotLinked, DecisionNoAccess, DecisionQuotaExceeded, DecisionFailed} {
 		if counts[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s: %d", k, counts[k]))
 		}
@@ -271,6 +280,17 @@ func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Eve
 		blocked, why = DecisionNotLinked, "the project's owner has not connected the code-host installation this push came from"
 	}
 	branch := decide(dec, p, proj, blocked, why)
+	if dec.Decision == "" {
+		// It would deploy: only if the code host, asked with the owner's own
+		// token now, lets the owner access the pushed repository.
+		why, err := s.pushAccess(ctx, proj.OwnerID, ev.InstallationID, p.Repository)
+		if err != nil {
+			return "", err
+		}
+		if why != "" {
+			dec.Decision, dec.Detail = DecisionNoAccess, why
+		}
+	}
 	if dec.Decision != "" {
 		return s.recordDecision(ctx, dec)
 	}
@@ -379,6 +399,8 @@ func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj Re
 func classifyTriggerError(err error) (decision, detail string) {
 	var pe *platform.Error
 	switch {
+	case errors.As(err, &pe) && (pe.Code == CodeNoRepoAccess || pe.Code == CodeRelink):
+		return DecisionNoAccess, pe.Message
 	case errors.As(err, &pe) && (pe.Status == 403 || errors.Is(err, platform.ErrForbidden)):
 		return DecisionQuotaExceeded, pe.Message
 	case errors.Is(err, platform.ErrForbidden):

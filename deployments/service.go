@@ -60,6 +60,11 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 	if err != nil {
 		return nil, err
 	}
+	if ra, ok := s.d.Git.(RepoAccess); ok && spec.RepoURL != "" {
+		if err := ra.CheckRepoAccess(ctx, p.ProjectID, spec.RepoURL); err != nil {
+			return nil, err
+		}
+	}
 	reason := p.Reason
 	if reason == "" {
 		reason = "manual"

@@ -36,3 +36,13 @@ type DeploySpec struct {
 type GitCredentials interface {
 	GitAuthFor(ctx context.Context, projectID, repoURL string) (*GitAuth, error)
 }
+
+// RepoAccess, when Deps.Git also implements it, is asked by Trigger whether
+// the project's owner may still use its repository before a deployment is
+// queued (the code-host module asks the code host with the owner's own
+// token). Its refusal, a *platform.Error such as a 403 naming the
+// repository or a 409 saying to link the code-host account again, is
+// Trigger's answer, and nothing is queued.
+type RepoAccess interface {
+	CheckRepoAccess(ctx context.Context, projectID, repoURL string) error
+}

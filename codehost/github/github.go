@@ -246,17 +246,29 @@ func (c *Client) repositories(ctx context.Context, id int64) ([]codehost.Reposit
 	if err != nil {
 		return nil, err
 	}
-	next := c.c.APIURL + "/installation/repositories?per_page=100"
+	repos, err := c.repoPages(ctx, c.c.APIURL+"/installation/repositories?per_page=100", "Bearer "+tok)
+	if errors.Is(err, errTooManyPages) {
+		return nil, fmt.Errorf("github: installation %d lists more than %d pages of repositories", id, maxPages)
+	}
+	return repos, err
+}
+
+var errTooManyPages = errors.New("too many pages")
+
+// repoPages gathers a repository listing ({"total_count", "repositories"})
+// from first on, following Link rel="next" on the API's origin only.
+func (c *Client) repoPages(ctx context.Context, first, authz string) ([]codehost.Repository, error) {
+	next := first
 	var out []codehost.Repository
 	for page := 0; next != ""; page++ {
 		if page == maxPages {
-			return nil, fmt.Errorf("github: installation %d lists more than %d pages of repositories", id, maxPages)
+			return nil, errTooManyPages
 		}
 		var body struct {
 			TotalCount   int              `json:"total_count"`
 			Repositories []repositoryJSON `json:"repositories"`
 		}
-		hdr, err := c.do(ctx, http.MethodGet, next, "Bearer "+tok, &body)
+		hdr, err := c.do(ctx, http.MethodGet, next, authz, &body)
 		if err != nil {
 			return nil, err
 		}
@@ -266,6 +278,26 @@ func (c *Client) repositories(ctx context.Context, id int64) ([]codehost.Reposit
 		next = c.sameOrigin(nextLink(hdr.Get("Link")))
 	}
 	return out, nil
+}
+
+// UserRepositories implements codehost.Provider: GET
+// /user/installations/{installation_id}/repositories ("List repositories
+// accessible to the user access token", docs.github.com/en/rest/apps/installations)
+// with the user's own user-to-server token: the installation's repositories
+// the user has explicit permission to access, 100 per page, following Link
+// rel="next" on the API's origin only. A rejected token (401) wraps
+// platform.ErrUnauthorized; an installation the user cannot access (404)
+// platform.ErrNotFound.
+func (c *Client) UserRepositories(ctx context.Context, userToken string, installationID int64) ([]codehost.Repository, error) {
+	if userToken == "" {
+		return nil, fmt.Errorf("github: GET /user/installations/{id}/repositories: no user token: %w", platform.ErrUnauthorized)
+	}
+	repos, err := c.repoPages(ctx, fmt.Sprintf("%s/user/installations/%d/repositories?per_page=100", c.c.APIURL, installationID),
+		"Bearer "+userToken)
+	if errors.Is(err, errTooManyPages) {
+		return nil, fmt.Errorf("github: the user can access more than %d pages of installation %d's repositories", maxPages, installationID)
+	}
+	return repos, err
 }
 
 // UserInstallations implements codehost.Provider: GET /user/installations

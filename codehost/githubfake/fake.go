@@ -5,10 +5,15 @@
 // webhook payloads and delivers them signed, the way GitHub does.
 //
 // It serves only what Keelson calls: GET /app/installations/{id},
-// POST /app/installations/{id}/access_tokens, GET /installation/repositories
-// and GET /user/installations (both with Link pagination), and
-// POST /repos/{owner}/{repo}/statuses/{sha} (recorded, see Statuses). It is
-// test code's dependency, never production's.
+// POST /app/installations/{id}/access_tokens, GET /installation/repositories,
+// GET /user/installations and GET /user/installations/{id}/repositories (all
+// three with Link pagination), and POST /repos/{owner}/{repo}/statuses/{sha}
+// (recorded, see Statuses). Who may see what follows GitHub's rules for user
+// access tokens: an installation's own personal account and the members of
+// its organisation (Installation.Members) reach every repository it can
+// access, an outside collaborator (Repository.Collaborators) only the
+// repositories they were added to. It is test code's dependency, never
+// production's.
 package githubfake
 
 import (
@@ -83,9 +88,9 @@ type Installation struct {
 	AccountType string // "User" (default) or "Organization"
 	Suspended   bool
 	AllRepos    bool // repository_selection "all" (default "selected")
-	// Members are the other logins with access to the installation: an
-	// organisation's members (a personal account's installation is
-	// accessible to its own login).
+	// Members are the other logins with access to every repository of the
+	// installation: an organisation's members with its base read permission
+	// (a personal account's installation is accessible to its own login).
 	Members      []string
 	CreatedAt    time.Time
 	Repositories []*Repository
@@ -101,6 +106,10 @@ type Repository struct {
 	// HTMLURL and CloneURL default to <WebURL>/<owner>/<name>(.git).
 	HTMLURL  string
 	CloneURL string
+	// Collaborators are logins with explicit access to this repository
+	// alone (outside collaborators, or a team's members): GitHub lists the
+	// installation to them and, among its repositories, this one.
+	Collaborators []string
 }
 
 // FullName is owner/name.
@@ -146,6 +155,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("GET /installation/repositories", s.listRepos)
 	mux.HandleFunc("POST /repos/{owner}/{repo}/statuses/{sha}", s.createStatus)
 	mux.HandleFunc("GET /user/installations", s.userInstallations)
+	mux.HandleFunc("GET /user/installations/{id}/repositories", s.userInstallationRepos)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notFound(w) })
 	s.mux = mux
 	s.srv = httptest.NewServer(mux)
@@ -188,6 +198,18 @@ func (s *Server) SetMembers(id int64, logins ...string) {
 	defer s.mu.Unlock()
 	if in := s.installations[id]; in != nil {
 		in.Members = append([]string(nil), logins...)
+	}
+}
+
+// SetCollaborators replaces the logins with explicit access to repository
+// repoID of installation id alone (outside collaborators).
+func (s *Server) SetCollaborators(id, repoID int64, logins ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.repos[id] {
+		if r.ID == repoID {
+			r.Collaborators = append([]string(nil), logins...)
+		}
 	}
 }
 
@@ -498,6 +520,41 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.count("GET /installation/repositories")
+	s.mu.Lock()
+	all := append([]*Repository(nil), s.repos[id]...)
+	in := s.installations[id]
+	s.mu.Unlock()
+	s.writeRepos(w, r, "/installation/repositories", in, all, nil)
+}
+
+// writeRepos answers a page of repos as GitHub's repository listings do:
+// {"total_count", "repository_selection", "repositories"} sorted by id, with
+// the Link header; perms, when set, is each repository's "permissions" key
+// (the user listing's).
+func (s *Server) writeRepos(w http.ResponseWriter, r *http.Request, path string, in *Installation, repos []*Repository, perms map[string]bool) {
+	sort.Slice(repos, func(i, j int) bool { return repos[i].ID < repos[j].ID })
+	start, end := s.page(w, r, path, len(repos))
+	items := make([]map[string]any, 0, end-start)
+	for _, repo := range repos[start:end] {
+		j := s.repoJSON(repo)
+		if perms != nil {
+			j["permissions"] = perms
+		}
+		items = append(items, j)
+	}
+	sel := "selected"
+	if in != nil && in.AllRepos {
+		sel = "all"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"total_count": len(repos), "repositories": items, "repository_selection": sel,
+	})
+}
+
+// page cuts a listing of n items into the page r asks for (per_page 30 by
+// default, at most Options.PageSize; page from 1), sets the Link header
+// GitHub sends (prev, first, next, last) on path, and answers the range.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, path string, n int) (start, end int) {
 	perPage, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
 	if perPage <= 0 {
 		perPage = 30
@@ -507,20 +564,11 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
 	if page <= 0 {
 		page = 1
 	}
-	s.mu.Lock()
-	all := append([]*Repository(nil), s.repos[id]...)
-	in := s.installations[id]
-	s.mu.Unlock()
-	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
-	lastPage := max(1, (len(all)+perPage-1)/perPage)
-	start := min((page-1)*perPage, len(all))
-	end := min(start+perPage, len(all))
-	items := make([]map[string]any, 0, end-start)
-	for _, repo := range all[start:end] {
-		items = append(items, s.repoJSON(repo))
-	}
+	lastPage := max(1, (n+perPage-1)/perPage)
+	start = min((page-1)*perPage, n)
+	end = min(start+perPage, n)
 	link := func(p int) string {
-		return fmt.Sprintf("<%s/installation/repositories?per_page=%d&page=%d>", s.URL, perPage, p)
+		return fmt.Sprintf("<%s%s?per_page=%d&page=%d>", s.URL, path, perPage, p)
 	}
 	var links []string
 	if page > 1 {
@@ -532,24 +580,16 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
 	if len(links) > 0 {
 		w.Header().Set("Link", strings.Join(links, ", "))
 	}
-	sel := "selected"
-	if in != nil && in.AllRepos {
-		sel = "all"
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"total_count": len(all), "repositories": items, "repository_selection": sel,
-	})
+	return start, end
 }
 
-// userInstallations is GET /user/installations, "List app installations
-// accessible to the user access token" (docs.github.com/en/rest/apps/installations
-// #list-app-installations-accessible-to-the-user-access-token): with a
-// user-to-server token of the app, the installations of this app the user can
-// access (their own account's, and their organisations'), as
-// {"total_count": N, "installations": [installation, ...]}, per_page 30 by
-// default (at most 100), page from 1, and a Link header. A token that is not a
-// GitHub App user token answers 403; an unknown one 401 "Bad credentials".
-func (s *Server) userInstallations(w http.ResponseWriter, r *http.Request) {
+// userLogin authenticates a GitHub App user access token as GitHub's
+// /user/installations routes do (doc is the route's documentation URL, what
+// names the route in a 403) and answers its login; otherwise it writes
+// GitHub's error: 401 "Requires authentication" without a token, 401 "Bad
+// credentials" for an unknown (expired, revoked) one, and 403 for a token
+// that is not a GitHub App's user token.
+func (s *Server) userLogin(w http.ResponseWriter, r *http.Request, doc, what string) (string, bool) {
 	authz := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(authz, "Bearer ")
 	if !ok {
@@ -564,58 +604,106 @@ func (s *Server) userInstallations(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !ok || tok == "":
 		writeJSON(w, http.StatusUnauthorized, map[string]string{
-			"message": "Requires authentication", "documentation_url": "https://docs.github.com/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token", "status": "401",
+			"message": "Requires authentication", "documentation_url": doc, "status": "401",
 		})
-		return
+		return "", false
 	case !known:
 		unauthorized(w, "Bad credentials")
-		return
+		return "", false
 	case !strings.HasPrefix(tok, "ghu_"):
 		writeJSON(w, http.StatusForbidden, map[string]string{
-			"message":           "You must authenticate with an access token authorized to a GitHub App in order to list installations",
-			"documentation_url": "https://docs.github.com/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token", "status": "403",
+			"message":           "You must authenticate with an access token authorized to a GitHub App in order to " + what,
+			"documentation_url": doc, "status": "403",
 		})
+		return "", false
+	}
+	return login, true
+}
+
+// reach answers the repositories of in that login may access, and whether
+// it may access in at all (s.mu held): every repository for the personal
+// account's own login and for the organisation's members, only those it
+// collaborates on otherwise (an outside collaborator).
+func (s *Server) reach(in *Installation, login string) ([]*Repository, bool) {
+	is := func(l string) bool { return strings.EqualFold(l, login) }
+	if is(in.Account) && in.AccountType != "Organization" || slices.ContainsFunc(in.Members, is) {
+		return append([]*Repository(nil), s.repos[in.ID]...), true
+	}
+	var out []*Repository
+	for _, r := range s.repos[in.ID] {
+		if slices.ContainsFunc(r.Collaborators, is) {
+			out = append(out, r)
+		}
+	}
+	return out, len(out) > 0
+}
+
+const (
+	docUserInstallations = "https://docs.github.com/rest/apps/installations#list-app-installations-accessible-to-the-user-access-token"
+	docUserInstRepos     = "https://docs.github.com/rest/apps/installations#list-repositories-accessible-to-the-user-access-token"
+)
+
+// userInstallations is GET /user/installations, "List app installations
+// accessible to the user access token" (docs.github.com/en/rest/apps/installations
+// #list-app-installations-accessible-to-the-user-access-token): with a
+// user-to-server token of the app, the installations of this app the user can
+// access (their own account's, their organisations', and those holding a
+// repository they collaborate on), as
+// {"total_count": N, "installations": [installation, ...]}, per_page 30 by
+// default (at most 100), page from 1, and a Link header. A token that is not a
+// GitHub App user token answers 403; an unknown one 401 "Bad credentials".
+func (s *Server) userInstallations(w http.ResponseWriter, r *http.Request) {
+	login, ok := s.userLogin(w, r, docUserInstallations, "list installations")
+	if !ok {
 		return
 	}
 	s.count("GET /user/installations")
-	perPage, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
-	if perPage <= 0 {
-		perPage = 30
-	}
-	perPage = min(perPage, s.opts.PageSize)
-	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
-	if page <= 0 {
-		page = 1
-	}
 	s.mu.Lock()
 	var mine []*Installation
 	for _, in := range s.installations {
-		if strings.EqualFold(in.Account, login) && in.AccountType != "Organization" ||
-			slices.ContainsFunc(in.Members, func(m string) bool { return strings.EqualFold(m, login) }) {
+		if _, ok := s.reach(in, login); ok {
 			mine = append(mine, in)
 		}
 	}
 	sort.Slice(mine, func(i, j int) bool { return mine[i].ID < mine[j].ID })
-	lastPage := max(1, (len(mine)+perPage-1)/perPage)
-	start := min((page-1)*perPage, len(mine))
-	end := min(start+perPage, len(mine))
+	start, end := s.page(w, r, "/user/installations", len(mine))
 	items := make([]map[string]any, 0, end-start)
 	for _, in := range mine[start:end] {
 		items = append(items, s.installationJSON(in))
 	}
 	s.mu.Unlock()
-	link := func(p int) string {
-		return fmt.Sprintf("<%s/user/installations?per_page=%d&page=%d>", s.URL, perPage, p)
-	}
-	var links []string
-	if page > 1 {
-		links = append(links, link(page-1)+`; rel="prev"`, link(1)+`; rel="first"`)
-	}
-	if page < lastPage {
-		links = append(links, link(page+1)+`; rel="next"`, link(lastPage)+`; rel="last"`)
-	}
-	if len(links) > 0 {
-		w.Header().Set("Link", strings.Join(links, ", "))
-	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(mine), "installations": items})
+}
+
+// userInstallationRepos is GET /user/installations/{installation_id}/repositories,
+// "List repositories accessible to the user access token"
+// (docs.github.com/en/rest/apps/installations#list-repositories-accessible-to-the-user-access-token;
+// operation apps/list-installation-repos-for-authenticated-user of
+// github/rest-api-description): the repositories of the installation that
+// the user has explicit permission to access (owned, collaborator, or
+// through an organisation membership), as {"total_count": N,
+// "repository_selection": ..., "repositories": [repository with its
+// "permissions" key, ...]}, Link-paginated like the others. An installation
+// the user cannot access (or none) answers 404; tokens are checked as for
+// GET /user/installations.
+func (s *Server) userInstallationRepos(w http.ResponseWriter, r *http.Request) {
+	login, ok := s.userLogin(w, r, docUserInstRepos, "list repositories")
+	if !ok {
+		return
+	}
+	s.count("GET /user/installations/{id}/repositories")
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	s.mu.Lock()
+	in := s.installations[id]
+	var mine []*Repository
+	if in != nil {
+		mine, ok = s.reach(in, login)
+	}
+	s.mu.Unlock()
+	if in == nil || !ok {
+		notFound(w)
+		return
+	}
+	s.writeRepos(w, r, r.URL.Path, in, mine,
+		map[string]bool{"admin": false, "maintain": false, "push": false, "triage": false, "pull": true})
 }

@@ -593,7 +593,7 @@ type CreatedDeployHook struct {
 
 // DeliveryDecision defines model for DeliveryDecision.
 type DeliveryDecision struct {
-	// Decision deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, quota exceeded, not a push, failed
+	// Decision deployed, commit already deployed, branch mismatch, auto-deploy off, skipped by commit message, branch deleted, installation not linked, no repository access, quota exceeded, not a push, failed
 	Decision     string  `json:"decision"`
 	DeploymentId *string `json:"deploymentId,omitempty"`
 	Detail       *string `json:"detail,omitempty"`
@@ -2240,12 +2240,14 @@ type ClientInterface interface {
 
 	// CodehostDeliveries List webhook deliveries and the decision taken for each matched project
 	//
-	// Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
+	// Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
 	//
 	// Corresponds with GET /codehost/deliveries (the `CodehostDeliveries` operationId).
 	CodehostDeliveries(ctx context.Context, params *CodehostDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CodehostRepositories List the repositories of the caller's installations
+	//
+	// The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code CODEHOST_RELINK): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.
 	//
 	// Corresponds with GET /codehost/repositories (the `CodehostRepositories` operationId).
 	CodehostRepositories(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3593,7 +3595,7 @@ func (c *Client) CodehostConnect(ctx context.Context, reqEditors ...RequestEdito
 
 // CodehostDeliveries List webhook deliveries and the decision taken for each matched project
 //
-// Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
+// Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
 //
 // Corresponds with GET /codehost/deliveries (the `CodehostDeliveries` operationId).
 func (c *Client) CodehostDeliveries(ctx context.Context, params *CodehostDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3609,6 +3611,8 @@ func (c *Client) CodehostDeliveries(ctx context.Context, params *CodehostDeliver
 }
 
 // CodehostRepositories List the repositories of the caller's installations
+//
+// The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code CODEHOST_RELINK): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.
 //
 // Corresponds with GET /codehost/repositories (the `CodehostRepositories` operationId).
 func (c *Client) CodehostRepositories(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9350,7 +9354,7 @@ type ClientWithResponsesInterface interface {
 
 	// CodehostDeliveriesWithResponse List webhook deliveries and the decision taken for each matched project
 	//
-	// Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
+	// Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9358,6 +9362,8 @@ type ClientWithResponsesInterface interface {
 	CodehostDeliveriesWithResponse(ctx context.Context, params *CodehostDeliveriesParams, reqEditors ...RequestEditorFn) (*CodehostDeliveriesResponse, error)
 
 	// CodehostRepositoriesWithResponse List the repositories of the caller's installations
+	//
+	// The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code CODEHOST_RELINK): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15358,7 +15364,7 @@ func (c *ClientWithResponses) CodehostConnectWithResponse(ctx context.Context, r
 
 // CodehostDeliveriesWithResponse List webhook deliveries and the decision taken for each matched project
 //
-// Newest first. A user sees the deliveries that came from installations they linked (the provider confirmed their access when they linked), with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
+// Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15372,6 +15378,8 @@ func (c *ClientWithResponses) CodehostDeliveriesWithResponse(ctx context.Context
 }
 
 // CodehostRepositoriesWithResponse List the repositories of the caller's installations
+//
+// The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code CODEHOST_RELINK): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -163,3 +163,110 @@ func TestCodehostConnectNeedsOAuthClient(t *testing.T) {
 		t.Fatalf("GET /codehost/connect: %d %s", status, body)
 	}
 }
+
+// TestCodehostOrgCollaboratorE2E (issue 23, org installations), against the
+// whole server: acme's installation reaches acme/secret (private, served by
+// the git server to acme's installation tokens only) and acme/shared. Eve is
+// an outside collaborator on acme/shared alone, so GitHub lists acme's
+// installation to her and she can link it. The fake answers her, with her
+// own user token, GET /user/installations/{installation_id}/repositories
+// ("List repositories accessible to the user access token",
+// docs.github.com/en/rest/apps/installations#list-repositories-accessible-to-the-user-access-token):
+// acme/shared only. So her listing holds acme/shared only, and her
+// deployment of acme/secret is refused at POST /deployments with a 403
+// naming it (nothing queued, nothing cloned), while Alice, a member, deploys
+// it LIVE. With Alice's code-host token revoked, her listing and deployments
+// answer 409 telling her to link her code-host account again.
+func TestCodehostOrgCollaboratorE2E(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		h := newCodehostHarness(t, "acme", "secret", "<h1>acme's secret</h1>\n")
+		gh, fake, gs := h.gh, h.fake, h.gs
+		secret := &githubfake.Repository{ID: 9200, Owner: "acme", Name: "secret", Private: true, DefaultBranch: "main"}
+		shared := &githubfake.Repository{ID: 9201, Owner: "acme", Name: "shared", Private: true, DefaultBranch: "main",
+			Collaborators: []string{"eve-gh"}}
+		fake.AddInstallation(githubfake.Installation{ID: 920, Account: "acme", AccountType: "Organization",
+			Members: []string{"alice-gh"}, Repositories: []*githubfake.Repository{secret, shared}})
+		h.addUser(7100, "alice-gh")
+		h.addUser(7101, "eve-gh")
+		ts := h.start(t, dbURL)
+		alice, eve := ts.signup(t, "alice@acme.example"), ts.signup(t, "eve@evil.example")
+		for tok, login := range map[string]string{alice: "alice-gh", eve: "eve-gh"} {
+			if _, loc := h.connect(t, ts, tok, login, "920"); !strings.HasSuffix(loc, "codehost=connected") {
+				t.Fatalf("%s's install: %s", login, loc)
+			}
+		}
+		listing := func(tok string) string {
+			t.Helper()
+			var repos []struct {
+				FullName string `json:"fullName"`
+			}
+			ts.doJSON(t, http.StatusOK, "GET", "/codehost/repositories", tok, nil, &repos)
+			var names []string
+			for _, r := range repos {
+				names = append(names, r.FullName)
+			}
+			return strings.Join(names, ",")
+		}
+		if got := listing(eve); got != "acme/shared" {
+			t.Fatalf("Eve's repositories: %s", got)
+		}
+		if got := listing(alice); got != "acme/secret,acme/shared" {
+			t.Fatalf("Alice's repositories: %s", got)
+		}
+
+		project := map[string]any{"name": "site", "repoUrl": gs.URL + "/acme/secret.git", "framework": "static", "port": 8080}
+		var aliceProject, eveProject struct {
+			ID string `json:"id"`
+		}
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, project, &aliceProject)
+		project["name"] = "loot"
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", eve, project, &eveProject)
+
+		status, body, _ := ts.do(t, "POST", "/deployments", eve, map[string]string{"projectId": eveProject.ID})
+		if status != http.StatusForbidden || !strings.Contains(string(body), "acme/secret") ||
+			!strings.Contains(string(body), "CODEHOST_NO_REPOSITORY_ACCESS") {
+			t.Fatalf("Eve's deployment of acme/secret: %d %s", status, body)
+		}
+		var eveDeps []any
+		ts.doJSON(t, http.StatusOK, "GET", "/deployments?projectId="+eveProject.ID, eve, nil, &eveDeps)
+		if len(eveDeps) != 0 || gs.authOK.Load() != 0 {
+			t.Fatalf("Eve's refused deployment: %d deployments, %d authenticated clones", len(eveDeps), gs.authOK.Load())
+		}
+
+		var dep struct {
+			DeploymentID string `json:"deploymentId"`
+		}
+		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]string{"projectId": aliceProject.ID}, &dep)
+		var st struct {
+			Status       string `json:"status"`
+			ErrorMessage string `json:"errorMessage"`
+		}
+		platformtest.Eventually(t, 3*time.Minute, "Alice's deployment of acme/secret to go LIVE", func() bool {
+			ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+dep.DeploymentID+"/status", alice, nil, &st)
+			if st.Status == "FAILED" || st.Status == "CANCELLED" {
+				t.Fatalf("Alice's deployment %s: %s", st.Status, st.ErrorMessage)
+			}
+			return st.Status == "LIVE"
+		})
+		if gs.authOK.Load() == 0 {
+			t.Fatal("Alice's clone never authenticated with an installation token")
+		}
+
+		// Alice's code-host token revoked: told to link again, nothing queued.
+		for _, tok := range gh.IssuedTokens() {
+			if login, _ := gh.LoginForToken(tok); login == "alice-gh" {
+				gh.RevokeToken(tok)
+			}
+		}
+		for _, c := range []struct {
+			method, path string
+			body         any
+		}{{"GET", "/codehost/repositories", nil}, {"POST", "/deployments", map[string]string{"projectId": aliceProject.ID}}} {
+			status, body, _ := ts.do(t, c.method, c.path, alice, c.body)
+			if status != http.StatusConflict || !strings.Contains(string(body), "CODEHOST_RELINK") ||
+				!strings.Contains(string(body), "GET /codehost/connect") {
+				t.Fatalf("%s %s with Alice's token revoked: %d %s", c.method, c.path, status, body)
+			}
+		}
+	})
+}

@@ -152,13 +152,22 @@ func (t deploymentsTrigger) Trigger(ctx context.Context, projectID, ownerID, sha
 	return d.ID, nil
 }
 
-// codehostGit adapts the codehost module to deployments.GitCredentials:
-// installation tokens for private repositories of the project owner's
-// installations. Codehost is built after deployments: the edge is bound in
+// codehostGit adapts the codehost module to deployments.GitCredentials and
+// RepoAccess: installation tokens for the private repositories of the
+// project owner's installations that the owner may access themselves. Codehost is built after deployments: the edge is bound in
 // NewApp's second phase.
 type codehostGit struct{ e *edges }
 
 var _ deployments.GitCredentials = codehostGit{}
+
+var _ deployments.RepoAccess = codehostGit{}
+
+// CheckRepoAccess implements deployments.RepoAccess: a deployment of a
+// private repository of the owner's installations is queued only when the
+// code host, asked with the owner's own token, lets the owner access it.
+func (g codehostGit) CheckRepoAccess(ctx context.Context, projectID, repoURL string) error {
+	return g.e.codehost.CheckRepoAccess(ctx, projectID, repoURL)
+}
 
 func (g codehostGit) GitAuthFor(ctx context.Context, projectID, repoURL string) (*deployments.GitAuth, error) {
 	auth, err := g.e.codehost.GitAuthFor(ctx, projectID, repoURL)
