@@ -410,3 +410,8 @@ func opt(s string) *string {
 	}
 	return &s
 }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }

@@ -172,3 +172,8 @@ func normalizeRepoURL(raw string) string {
 	}
 	return strings.ToLower(u.Scheme + "://" + u.Host + p)
 }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() platform.MigrationSet { return Migrations() }

@@ -227,3 +227,8 @@ func (s *Service) Activities(rt Runtime) (*Activities, error) {
 
 // Store returns the service's store as engines and workers see it.
 func (s *Service) Store() EngineStore { return s.store }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() platform.MigrationSet { return Migrations() }

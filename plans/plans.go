@@ -142,3 +142,8 @@ func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.M
 
 // translate maps storage errors to platform sentinels at the store edge.
 func translate(err error) error { return db.Translate(err) }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }

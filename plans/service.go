@@ -332,7 +332,7 @@ func (s *Service) checkUnused(ctx context.Context, name, verb string) error {
 	return nil
 }
 
-// SeedPlans are the plans Seed creates, one per tier.
+// SeedPlans are the plans Start creates, one per tier.
 func SeedPlans() []PlanInput {
 	return []PlanInput{
 		{Name: "free", Tier: TierFree, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 512, MaxCpuM: 500,
@@ -346,10 +346,19 @@ func SeedPlans() []PlanInput {
 	}
 }
 
-// Seed creates SeedPlans when no plan exists yet, and does nothing otherwise
-// (an admin's edits and deletions survive restarts). It reports whether it
-// created the plans. Replicas starting together seed once.
-func (s *Service) Seed(ctx context.Context) (bool, error) {
+// Start seeds the default plans: it creates SeedPlans when no plan exists
+// yet, and does nothing otherwise (an admin's edits and deletions survive
+// restarts). Replicas starting together seed once.
+func (s *Service) Start(ctx context.Context) error {
+	_, err := s.seed(ctx)
+	return err
+}
+
+// Close does nothing: plans has no background work.
+func (s *Service) Close(context.Context) error { return nil }
+
+// seed is Start; it reports whether it created the plans.
+func (s *Service) seed(ctx context.Context) (bool, error) {
 	seeded := false
 	defer s.plansChanged()
 	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {

@@ -264,3 +264,8 @@ func (s *Service) Close(ctx context.Context) error {
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }

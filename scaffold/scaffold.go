@@ -147,3 +147,13 @@ func register(api huma.API, auth platform.Authenticator, r Resource) {
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (EmptyBody) SchemaName() string { return "PlaceholderBody" }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }
+
+// Start and Close do nothing: the module has no background work.
+func (s *Service) Start(context.Context) error { return nil }
+
+func (s *Service) Close(context.Context) error { return nil }

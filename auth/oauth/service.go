@@ -200,3 +200,13 @@ func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
 
 // RedirectMode reports the configured redirect mode.
 func (s *Service) RedirectMode() string { return s.d.RedirectMode }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() platform.MigrationSet { return Migrations() }
+
+// Start and Close do nothing: the module has no background work.
+func (s *Service) Start(context.Context) error { return nil }
+
+func (s *Service) Close(context.Context) error { return nil }

@@ -276,3 +276,13 @@ func (s *Service) checkOwner(ctx context.Context, ownerID, projectID string) err
 	}
 	return err
 }
+
+var _ platform.Module = (*Service)(nil)
+
+// Migrations returns the module's tables (the package's Migrations), for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }
+
+// Start and Close do nothing: the module has no background work.
+func (s *Service) Start(context.Context) error { return nil }
+
+func (s *Service) Close(context.Context) error { return nil }

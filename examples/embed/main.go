@@ -35,25 +35,21 @@ type Options struct {
 // newServer builds an http.Handler serving the auth and plans modules and one
 // route of our own, and returns a function that releases it.
 func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
+	sealer, err := secret.New(o.SealKey)
+	if err != nil {
+		return nil, nil, err
+	}
 	bdb, err := db.Open(ctx, db.Options{URL: o.DatabaseURL, DataDir: o.DataDir})
 	if err != nil {
 		return nil, nil, err
 	}
-	sealer, err := secret.New(o.SealKey)
-	if err != nil {
-		bdb.Close()
-		return nil, nil, err
-	}
 	mux := http.NewServeMux()
 	api := humago.New(mux, platform.APIConfig("My platform", "1.0.0"))
-	if err := apidocs.Register(api, apidocs.Options{}); err != nil { // /openapi.json, /docs
-		bdb.Close()
-		return nil, nil, err
-	}
 
 	// Every module is built the same way: New(Deps) validates and applies
-	// defaults, Register adds its routes, Migrations are run once by the
-	// host, and Start/Close run its background work (where it has any).
+	// defaults. Each is a platform.Module: it registers its routes, brings
+	// its migrations, and starts and closes its background work (auth's mail
+	// senders; plans seeds one plan per tier at start).
 	authSvc, err := auth.New(auth.Deps{DB: bdb, Sealer: sealer, JWTSecret: []byte(o.JWTSecret), Logger: o.Log})
 	if err != nil {
 		bdb.Close()
@@ -64,32 +60,19 @@ func newServer(ctx context.Context, o Options) (http.Handler, func(), error) {
 		bdb.Close()
 		return nil, nil, err
 	}
-	for _, register := range []func(huma.API) error{authSvc.Register, plansSvc.Register} {
-		if err := register(api); err != nil {
-			bdb.Close()
-			return nil, nil, err
-		}
-	}
-	// Each module owns its tables; the host runs their migrations once at start.
-	if err := db.Migrate(ctx, bdb, auth.Migrations(), plans.Migrations()); err != nil {
-		bdb.Close()
-		return nil, nil, err
-	}
-	if _, err := plansSvc.Seed(ctx); err != nil {
-		bdb.Close()
-		return nil, nil, err
-	}
-	// auth mails (verification and reset links) go through a background
-	// queue: start its senders, and stop them (sending what is queued) on release.
-	if err := authSvc.Start(ctx); err != nil {
-		bdb.Close()
+	// The assembly registers, migrates and starts the modules in order, and
+	// closes them in reverse (the database last); a failed start closes all.
+	mods, err := platform.Assemble(ctx, api, db.Migrator(bdb),
+		platform.Part{Routes: func(api huma.API) error { return apidocs.Register(api, apidocs.Options{}) }, // /openapi.json, /docs
+			OnClose: func(context.Context) error { return bdb.Close() }},
+		authSvc, plansSvc)
+	if err != nil {
 		return nil, nil, err
 	}
 	release := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = authSvc.Close(cctx)
-		bdb.Close()
+		_ = mods.Close(cctx)
 	}
 
 	// A route of our own, protected by Keelson's bearer authenticator.

@@ -54,12 +54,9 @@ type App struct {
 	ShutdownCtx    context.Context
 	cancelShutdown context.CancelFunc
 
-	mux        *http.ServeMux
-	edges      *edges
-	registrars []func(huma.API) error
-	migrations []db.MigrationSet
-	starters   []func(context.Context) error
-	closers    []func(context.Context) error
+	mux   *http.ServeMux
+	edges *edges
+	mods  platform.Assembly // every module and part, in build order
 
 	// The module services, built in phase one of NewApp (build*).
 	Auth        *auth.Service
@@ -139,33 +136,9 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			a.Close(context.Background())
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, &ConfigError{"KEELSON_DATA_DIR", fmt.Sprintf("cannot create %s: %v", cfg.DataDir, err)}
+	if err := a.openCore(ctx); err != nil {
+		return nil, err
 	}
-	jwtSecret, err := secretSetting(cfg.DataDir, "jwt-secret", cfg.JWTSecret)
-	if err != nil {
-		return nil, &ConfigError{"KEELSON_JWT_SECRET", err.Error()}
-	}
-	a.JWTSecret = []byte(jwtSecret)
-	sealKey, err := secretSetting(cfg.DataDir, "secret-key", cfg.SecretKey)
-	if err != nil {
-		return nil, &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
-	}
-	if a.Sealer, err = secret.New(sealKey); err != nil {
-		return nil, &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
-	}
-	a.DB, err = db.Open(ctx, db.Options{URL: cfg.DatabaseURL, DataDir: cfg.DataDir})
-	if err != nil {
-		return nil, &ConfigError{"KEELSON_DATABASE_URL", err.Error()}
-	}
-	a.closers = append(a.closers, func(context.Context) error { return a.DB.Close() })
-	if cfg.MetricsAddr != "" {
-		if a.metrics, err = newServerMetrics(); err != nil {
-			return nil, err
-		}
-		a.Metrics = a.metrics.handler(log)
-	}
-
 	a.API = humago.New(a.mux, platform.APIConfig("Keelson API", Version))
 	describeAPI(a.API.OpenAPI(), cfg.PublicURL)
 	if err := apidocs.Register(a.API, apidocs.Options{}); err != nil {
@@ -198,76 +171,96 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Phase two: bind the edges that point at later modules.
 	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost}
 
-	for _, register := range a.registrars {
-		if err := register(a.API); err != nil {
-			return nil, err
-		}
-	}
-	if err := db.Migrate(ctx, a.DB, a.migrations...); err != nil {
+	// Then every module's routes are registered, all migrations run, and
+	// the modules start in build order (a failure closes them all).
+	if err := a.mods.Start(ctx, a.API, db.Migrator(a.DB)); err != nil {
 		return nil, err
 	}
-	for _, start := range a.starters {
-		if err := start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	// Bodies: the whole server's body memory is budgeted first
-	// (KEELSON_MAX_BODY_MEMORY_MIB, a share per client address, a minimum
-	// rate), then JSON bodies are checked.
-	budget := httpx.BodyBudget{
-		Bytes:    int64(cmp.Or(cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20,
-		PerAddr:  int64(cmp.Or(cfg.MaxBodyMemoryPerAddrMiB, DefaultMaxBodyMemoryPerAddrMiB)) << 20,
-		MaxBytes: maxBodyBytes,
-		MinRate:  int64(cmp.Or(cfg.MinBodyRateKiB, DefaultMinBodyRateKiB)) << 10,
-		Grace:    BodyGrace,
-		MaxTime:  cmp.Or(cfg.ReadTimeout, DefaultReadTimeout),
-		Addr:     func(r *http.Request) string { return httpx.AddrKey(httpx.RequestClient(r, cfg.TrustedProxies)) },
-	}
-	a.Handler = httpx.Middleware(log, httpx.LimitBodies(budget,
-		httpx.CORS(httpx.CORSConfig{Origin: cfg.FrontendURL},
-			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.mux))))
-	routes := a.mux // what labels a request's route in the metrics
-	if !cfg.ServesAPI() {
-		// A worker (KEELSON_ROLE=worker) answers health checks only; the
-		// modules are built all the same (its deployments read projects).
-		health := http.NewServeMux()
-		health.Handle("GET /healthz", a.mux)
-		health.Handle("GET /readyz", a.mux)
-		a.Handler = httpx.Middleware(log, health)
-		routes = health
-	}
-	if a.metrics != nil {
-		a.Handler = a.metrics.instrument(routes, a.Handler)
-	}
+	a.Handler = a.handler(a.mux)
 	return a, nil
 }
 
-// module adds a built module's routes and migrations to the start-up run.
-func (a *App) module(register func(huma.API) error, migrations db.MigrationSet) {
-	a.registrars = append(a.registrars, register)
-	a.migrations = append(a.migrations, migrations)
+// openCore creates the data directory, reads or generates the secrets, opens
+// the database and sets up the metrics registry.
+func (a *App) openCore(ctx context.Context) error {
+	if err := os.MkdirAll(a.Cfg.DataDir, 0o700); err != nil {
+		return &ConfigError{"KEELSON_DATA_DIR", fmt.Sprintf("cannot create %s: %v", a.Cfg.DataDir, err)}
+	}
+	jwtSecret, err := secretSetting(a.Cfg.DataDir, "jwt-secret", a.Cfg.JWTSecret)
+	if err != nil {
+		return &ConfigError{"KEELSON_JWT_SECRET", err.Error()}
+	}
+	a.JWTSecret = []byte(jwtSecret)
+	sealKey, err := secretSetting(a.Cfg.DataDir, "secret-key", a.Cfg.SecretKey)
+	if err != nil {
+		return &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
+	}
+	if a.Sealer, err = secret.New(sealKey); err != nil {
+		return &ConfigError{"KEELSON_SECRET_KEY", err.Error()}
+	}
+	a.DB, err = db.Open(ctx, db.Options{URL: a.Cfg.DatabaseURL, DataDir: a.Cfg.DataDir})
+	if err != nil {
+		return &ConfigError{"KEELSON_DATABASE_URL", err.Error()}
+	}
+	a.onClose(func(context.Context) error { return a.DB.Close() })
+	if a.Cfg.MetricsAddr != "" {
+		if a.metrics, err = newServerMetrics(); err != nil {
+			return err
+		}
+		a.Metrics = a.metrics.handler(a.Log)
+	}
+	return nil
 }
 
+// handler wraps mux in the server's middleware: the body budget
+// (KEELSON_MAX_BODY_MEMORY_MIB, a share per client address, a minimum rate),
+// JSON checks, CORS, request logs and metrics. A worker serves health only.
+func (a *App) handler(mux *http.ServeMux) http.Handler {
+	budget := httpx.BodyBudget{
+		Bytes:    int64(cmp.Or(a.Cfg.MaxBodyMemoryMiB, DefaultMaxBodyMemoryMiB)) << 20,
+		PerAddr:  int64(cmp.Or(a.Cfg.MaxBodyMemoryPerAddrMiB, DefaultMaxBodyMemoryPerAddrMiB)) << 20,
+		MaxBytes: maxBodyBytes,
+		MinRate:  int64(cmp.Or(a.Cfg.MinBodyRateKiB, DefaultMinBodyRateKiB)) << 10,
+		Grace:    BodyGrace,
+		MaxTime:  cmp.Or(a.Cfg.ReadTimeout, DefaultReadTimeout),
+		Addr:     func(r *http.Request) string { return httpx.AddrKey(httpx.RequestClient(r, a.Cfg.TrustedProxies)) },
+	}
+	h := httpx.Middleware(a.Log, httpx.LimitBodies(budget,
+		httpx.CORS(httpx.CORSConfig{Origin: a.Cfg.FrontendURL},
+			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, mux))))
+	routes := mux // what labels a request's route in the metrics
+	if !a.Cfg.ServesAPI() {
+		// A worker (KEELSON_ROLE=worker) answers health checks only; the
+		// modules are built all the same (its deployments read projects).
+		health := http.NewServeMux()
+		health.Handle("GET /healthz", mux)
+		health.Handle("GET /readyz", mux)
+		h = httpx.Middleware(a.Log, health)
+		routes = health
+	}
+	if a.metrics != nil {
+		h = a.metrics.instrument(routes, h)
+	}
+	return h
+}
+
+// add adds built modules to the assembly: they start in build order and
+// close in reverse.
+func (a *App) add(mods ...platform.Module) { a.mods.Add(mods...) }
+
 // migrate adds migrations that belong to no module's service (pgnotify).
-func (a *App) migrate(set db.MigrationSet) { a.migrations = append(a.migrations, set) }
+func (a *App) migrate(set db.MigrationSet) { a.add(platform.Part{Schema: set}) }
 
 // onStart runs fn after migrations, in build order.
-func (a *App) onStart(fn func(context.Context) error) { a.starters = append(a.starters, fn) }
+func (a *App) onStart(fn func(context.Context) error) { a.add(platform.Part{OnStart: fn}) }
 
 // onClose runs fn at shutdown, in reverse build order.
-func (a *App) onClose(fn func(context.Context) error) { a.closers = append(a.closers, fn) }
+func (a *App) onClose(fn func(context.Context) error) { a.add(platform.Part{OnClose: fn}) }
 
 // Close stops every module (reverse order) and closes the database.
 func (a *App) Close(ctx context.Context) error {
 	a.cancelShutdown()
-	var errs []error
-	for i := len(a.closers) - 1; i >= 0; i-- {
-		if err := a.closers[i](ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	a.closers = nil
-	return errors.Join(errs...)
+	return a.mods.Close(ctx)
 }
 
 type healthOutput struct {

@@ -212,6 +212,27 @@ func (c Config) Validate() error {
 	if len(c.Regions) == 0 {
 		return &ConfigError{"KEELSON_REGIONS", "must list at least one region"}
 	}
+	if c.OAuthRedirectMode != "tokens" && c.OAuthRedirectMode != "code" {
+		return &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
+	}
+	switch c.Runtime {
+	case "", "docker", "process":
+	default:
+		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
+	}
+	if !validDomain(c.AppsDomain) {
+		return &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
+	}
+	for _, check := range []func() error{c.validateLimits, c.validateAddrs, c.validateURLs, c.validateEngine} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateLimits checks the numeric limits and timeouts.
+func (c Config) validateLimits() error {
 	if c.MaxLogStreams < 1 || c.MaxLogStreams > 1_000_000 {
 		return &ConfigError{"KEELSON_MAX_LOG_STREAMS", fmt.Sprintf("%d is not a number from 1 to 1000000", c.MaxLogStreams)}
 	}
@@ -254,6 +275,12 @@ func (c Config) Validate() error {
 	if c.MaxBodyMemoryPerAddrMiB > c.MaxBodyMemoryMiB {
 		return &ConfigError{"KEELSON_MAX_BODY_MEMORY_PER_ADDR_MIB", fmt.Sprintf("%d is more than KEELSON_MAX_BODY_MEMORY_MIB (%d)", c.MaxBodyMemoryPerAddrMiB, c.MaxBodyMemoryMiB)}
 	}
+	return nil
+}
+
+// validateAddrs checks the listeners' addresses: the API, the ingress, and
+// the private metrics and pprof listeners.
+func (c Config) validateAddrs() error {
 	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {
 			return &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
@@ -278,6 +305,11 @@ func (c Config) Validate() error {
 			return &ConfigError{"KEELSON_PPROF_ADDR", fmt.Sprintf("%q is not a loopback host:port (e.g. 127.0.0.1:6060): profiles reveal memory and must not be reachable from outside", c.PprofAddr)}
 		}
 	}
+	return nil
+}
+
+// validateURLs checks the URLs, the database URL, the secrets and SMTP.
+func (c Config) validateURLs() error {
 	for _, u := range []struct{ name, val string }{
 		{"KEELSON_PUBLIC_URL", c.PublicURL}, {"KEELSON_FRONTEND_URL", c.FrontendURL},
 		{"KEELSON_CODEHOST_API_URL", c.CodehostAPIURL}, {"KEELSON_CODEHOST_WEB_URL", c.CodehostWebURL},
@@ -305,20 +337,6 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.SMTPURL); err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Host == "" {
 			return &ConfigError{"KEELSON_SMTP_URL", "must look like smtp://user:pass@host:port"}
 		}
-	}
-	if c.OAuthRedirectMode != "tokens" && c.OAuthRedirectMode != "code" {
-		return &ConfigError{"KEELSON_OAUTH_REDIRECT_MODE", fmt.Sprintf("%q is not tokens or code", c.OAuthRedirectMode)}
-	}
-	switch c.Runtime {
-	case "", "docker", "process":
-	default:
-		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
-	}
-	if err := c.validateEngine(); err != nil {
-		return err
-	}
-	if !validDomain(c.AppsDomain) {
-		return &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}
 	}
 	return nil
 }

@@ -33,11 +33,9 @@ func (a *App) buildAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, auth.Migrations())
 	// The mail senders start after the migrations and stop at shutdown,
 	// sending what is queued (within the shutdown deadline).
-	a.onStart(svc.Start)
-	a.onClose(svc.Close)
+	a.add(svc)
 	a.Auth = svc
 	a.Authn = svc
 	return nil

@@ -69,11 +69,8 @@ func (a *App) buildCodehost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, codehost.Migrations())
+	a.add(svc)
 	a.Codehost = svc
-	// The worker lives until shutdown begins, not as long as NewApp's ctx.
-	a.onStart(func(context.Context) error { return svc.Start(a.ShutdownCtx) })
-	a.onClose(svc.Close)
 	return nil
 }
 

@@ -20,7 +20,7 @@ func (a *App) buildDeployHooks(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, deployhooks.Migrations())
+	a.add(svc)
 	return nil
 }
 

@@ -103,11 +103,9 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		}
 		return err
 	}
-	a.module(svc.Register, deployments.Migrations())
 	// The engine starts after migrations (settling deployments a previous
 	// run left mid-way and starting LIVE apps again).
-	a.onStart(svc.Start)
-	a.onClose(svc.Close)
+	a.add(svc)
 	if a.metrics != nil {
 		var queue interface{ QueueDepth() int }
 		if engine != nil {

@@ -29,7 +29,7 @@ func (a *App) buildOAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, oauth.Migrations())
+	a.add(svc)
 	a.OAuth = svc
 	return nil
 }

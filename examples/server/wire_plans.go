@@ -22,12 +22,8 @@ func (a *App) buildPlans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, plans.Migrations())
+	a.add(svc)
 	a.Plans = svc
-	a.onStart(func(ctx context.Context) error {
-		_, err := svc.Seed(ctx)
-		return err
-	})
 	return nil
 }
 

@@ -31,10 +31,8 @@ func (a *App) buildProjects(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, projects.Migrations())
+	a.add(svc)
 	a.Projects = svc
-	a.onStart(svc.Start)
-	a.onClose(svc.Close)
 	return nil
 }
 

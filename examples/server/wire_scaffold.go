@@ -12,6 +12,6 @@ func (a *App) buildScaffold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.module(svc.Register, scaffold.Migrations())
+	a.add(svc)
 	return nil
 }

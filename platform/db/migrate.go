@@ -5,22 +5,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
 )
 
-// Migration is one schema change of one module. Up must work on both dialects:
-// prefer bun's query builders (NewCreateTable().Model(...)), or branch on
-// IsPostgres for the rare dialect-specific statement.
-type Migration struct {
-	// ID is unique within the module and never changes once released, e.g. "0001_users".
-	ID string
-	Up func(ctx context.Context, db bun.IDB) error
-}
+// Migration and MigrationSet are platform's (the module contract names them).
+type (
+	Migration    = platform.Migration
+	MigrationSet = platform.MigrationSet
+)
 
-// MigrationSet is what a module contributes: its name and its migrations in order.
-type MigrationSet struct {
-	Module     string
-	Migrations []Migration
+// Migrator is Migrate over bdb, the platform.Migrator an Assembly runs.
+func Migrator(bdb *bun.DB) platform.Migrator {
+	return func(ctx context.Context, sets ...MigrationSet) error { return Migrate(ctx, bdb, sets...) }
 }
 
 type migrationRecord struct {
