@@ -83,7 +83,8 @@
 //     revoked keeps the link but loses its repositories until they link
 //     their code-host account again (409, code CODEHOST_RELINK, on the
 //     routes; a private repository of their installations is not cloned).
-//     The token comes from LinkedAccounts at every use.
+//     The token comes from LinkedAccounts at every use (the auth module
+//     renews an expiring GitHub user token with its refresh token).
 //   - The answer of each check is stored (codehost_user_repositories): a
 //     non-admin's delivery log shows a personal installation's deliveries
 //     to its linker (its own account) and an organisation installation's

@@ -71,8 +71,14 @@
 //     ?codehost=error&reason=already_linked when the identity belongs to
 //     someone else (nothing changes then).
 //   - The code host's user access token is stored sealed (Sealer) on the
-//     identity and refreshed at each login; codehostUsername on the profile
+//     identity and replaced at each login; codehostUsername on the profile
 //     follows the code-host login. CodehostAccessToken opens it for callers.
+//     A GitHub App's user token may expire (8 hours, with a single-use
+//     refresh token valid 6 months): its refresh token is stored sealed too,
+//     with its expiry, and CodehostAccessToken renews it (grant_type
+//     refresh_token) when it is within 5 minutes of expiring, once per
+//     identity at a time; a refused refresh answers "" (the user links their
+//     code-host account again; the codehost module says so).
 //   - OIDC: discovery from Issuer happens at first use (bounded by
 //     DiscoveryTimeout), so an idp that is down does not stop start-up; a
 //     failure answers 503 and is retried by the next login. The ID token is

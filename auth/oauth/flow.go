@@ -180,14 +180,12 @@ func (s *Service) finish(ctx context.Context, p provider, st *stateRow, in callb
 	if err != nil {
 		return "", fail(ErrExchangeFailed, err)
 	}
-	sealedToken := ""
-	if pr.AccessToken != "" {
-		if sealedToken, err = s.d.Sealer.Seal(pr.AccessToken); err != nil {
-			return "", err
-		}
+	tk, err := s.sealTokens(pr)
+	if err != nil {
+		return "", err
 	}
 	if st.Mode == modeConnect {
-		if err := s.connect(ctx, p, st.UserID, pr, sealedToken); err != nil {
+		if err := s.connect(ctx, p, st.UserID, pr, tk); err != nil {
 			return "", err
 		}
 		if st.Next != "" {
@@ -195,7 +193,7 @@ func (s *Service) finish(ctx context.Context, p provider, st *stateRow, in callb
 		}
 		return s.d.FrontendURL + "/settings/connected-accounts?" + url.Values{p.name(): {"connected"}}.Encode(), nil
 	}
-	userID, err := s.login(ctx, p, pr, sealedToken)
+	userID, err := s.login(ctx, p, pr, tk)
 	if err != nil {
 		return "", err
 	}
@@ -248,7 +246,7 @@ func (s *Service) failureURL(p provider, mode, code string) string {
 // with email_not_verified, whether or not an account has that address,
 // because an account made from it would let whoever controls the provider
 // account squat (and later take over) the address's Keelson account.
-func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToken string) (string, error) {
+func (s *Service) login(ctx context.Context, p provider, pr *profile, tk sealedTokens) (string, error) {
 	id, err := s.identityBySubject(ctx, p.name(), pr.Issuer, pr.Subject)
 	switch {
 	case err == nil:
@@ -257,11 +255,11 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 			if err := s.identityDelete(ctx, id.ID); err != nil {
 				return "", err
 			}
-			return s.login(ctx, p, pr, sealedToken)
+			return s.login(ctx, p, pr, tk)
 		} else if err != nil {
 			return "", err
 		}
-		if err := s.identityTouch(ctx, id.ID, pr.Login, primaryAddress(pr), sealedToken); err != nil {
+		if err := s.identityTouch(ctx, id.ID, pr.Login, primaryAddress(pr), tk); err != nil {
 			return "", err
 		}
 		return id.UserID, s.setCodehostUsername(ctx, p, id.UserID, pr)
@@ -299,7 +297,7 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 		} else if !errors.Is(err, platform.ErrNotFound) {
 			return "", err
 		}
-		if err := s.link(ctx, p, u.ID, pr, addr, sealedToken); err != nil {
+		if err := s.link(ctx, p, u.ID, pr, addr, tk); err != nil {
 			return "", err
 		}
 		s.log.InfoContext(ctx, "oauth identity linked by verified email", "provider", p.name(), "user_id", u.ID)
@@ -325,7 +323,7 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 	case err != nil:
 		return "", err
 	}
-	if err := s.link(ctx, p, u.ID, pr, verified[0], sealedToken); err != nil {
+	if err := s.link(ctx, p, u.ID, pr, verified[0], tk); err != nil {
 		return "", err
 	}
 	s.log.InfoContext(ctx, "account created by oauth login", "provider", p.name(), "user_id", u.ID)
@@ -333,13 +331,13 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, sealedToke
 }
 
 // connect links the code-host identity to the signed-in user userID.
-func (s *Service) connect(ctx context.Context, p provider, userID string, pr *profile, sealedToken string) error {
+func (s *Service) connect(ctx context.Context, p provider, userID string, pr *profile, tk sealedTokens) error {
 	if _, err := s.d.Accounts.UserByID(ctx, userID); errors.Is(err, platform.ErrNotFound) {
 		return fail(ErrAccountNotFound, nil)
 	} else if err != nil {
 		return err
 	}
-	if err := s.link(ctx, p, userID, pr, primaryAddress(pr), sealedToken); err != nil {
+	if err := s.link(ctx, p, userID, pr, primaryAddress(pr), tk); err != nil {
 		return err
 	}
 	s.log.InfoContext(ctx, "oauth identity connected", "provider", p.name(), "user_id", userID)
@@ -347,11 +345,12 @@ func (s *Service) connect(ctx context.Context, p provider, userID string, pr *pr
 }
 
 // link stores the identity for userID and records the code-host username.
-func (s *Service) link(ctx context.Context, p provider, userID string, pr *profile, addr, sealedToken string) error {
+func (s *Service) link(ctx context.Context, p provider, userID string, pr *profile, addr string, tk sealedTokens) error {
 	now := s.now()
 	err := s.identityLink(ctx, &identityRow{
 		ID: platform.NewID(), Provider: p.name(), Issuer: pr.Issuer, ProviderUserID: pr.Subject, UserID: userID,
-		Login: pr.Login, Email: addr, AccessToken: sealedToken, CreatedAt: now, UpdatedAt: now,
+		Login: pr.Login, Email: addr, AccessToken: tk.Access, RefreshToken: tk.Refresh, TokenExpiresAt: tk.ExpiresAt,
+		CreatedAt: now, UpdatedAt: now,
 	})
 	if errors.Is(err, platform.ErrConflict) {
 		return fail(ErrAlreadyLinked, err)

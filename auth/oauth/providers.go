@@ -38,6 +38,11 @@ type profile struct {
 	Image       string
 	Emails      []email // primary first
 	AccessToken string  // the code host's user token (stored sealed); empty for the idp
+	// RefreshToken renews an expiring AccessToken (stored sealed); "" when
+	// the code host issued none.
+	RefreshToken string
+	// ExpiresIn is AccessToken's lifetime in seconds; 0: it does not expire.
+	ExpiresIn int64
 }
 
 // errIDToken marks an ID token that failed verification.
@@ -82,6 +87,15 @@ func newCodehostProvider(d Deps) *codehostProvider {
 }
 
 func (p *codehostProvider) name() string { return providerCodehost }
+
+// refresh trades a refresh token for a new access token (and a new refresh
+// token: GitHub's are single-use) at the token endpoint, grant_type
+// refresh_token. A refusal is an *oauth2.RetrieveError (GitHub:
+// bad_refresh_token).
+func (p *codehostProvider) refresh(ctx context.Context, refreshToken string) (*oauth2.Token, error) {
+	return p.oc.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, p.client),
+		&oauth2.Token{RefreshToken: refreshToken}).Token()
+}
 
 func (p *codehostProvider) missing() []string {
 	var m []string
@@ -130,6 +144,7 @@ func (p *codehostProvider) exchange(ctx context.Context, code, verifier, _ strin
 	pr := &profile{
 		Issuer: p.cfg.WebURL, Subject: strconv.FormatInt(u.ID, 10), Login: u.Login,
 		Name: u.Name, Image: u.AvatarURL, AccessToken: tok.AccessToken,
+		RefreshToken: tok.RefreshToken, ExpiresIn: tok.ExpiresIn,
 	}
 	for _, primary := range []bool{true, false} {
 		for _, e := range ems {

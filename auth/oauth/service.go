@@ -14,6 +14,7 @@ import (
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
+	"golang.org/x/sync/singleflight"
 )
 
 // Accounts is what the OAuth flows need from the account module. *auth.Service
@@ -181,6 +182,8 @@ type Service struct {
 	log      *slog.Logger
 	codehost *codehostProvider
 	idp      *idpProvider
+	// refreshes renews each identity's code-host token once at a time.
+	refreshes singleflight.Group
 }
 
 // New validates d and builds the service. It contacts no provider: OIDC

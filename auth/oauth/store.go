@@ -19,16 +19,22 @@ import (
 type identityRow struct {
 	bun.BaseModel `bun:"table:oauth_identities"`
 
-	ID             string    `bun:"id,pk,type:varchar(36)"`
-	Provider       string    `bun:"provider,notnull,type:varchar(20)"`
-	Issuer         string    `bun:"issuer,notnull"` // code-host web origin or OIDC issuer
-	ProviderUserID string    `bun:"provider_user_id,notnull"`
-	UserID         string    `bun:"user_id,notnull,type:varchar(36)"`
-	Login          string    `bun:"login,notnull,default:''"`
-	Email          string    `bun:"email,notnull,default:''"`
-	AccessToken    string    `bun:"access_token,notnull,default:''"` // sealed; empty for the idp
-	CreatedAt      time.Time `bun:"created_at,notnull"`
-	UpdatedAt      time.Time `bun:"updated_at,notnull"`
+	ID             string `bun:"id,pk,type:varchar(36)"`
+	Provider       string `bun:"provider,notnull,type:varchar(20)"`
+	Issuer         string `bun:"issuer,notnull"` // code-host web origin or OIDC issuer
+	ProviderUserID string `bun:"provider_user_id,notnull"`
+	UserID         string `bun:"user_id,notnull,type:varchar(36)"`
+	Login          string `bun:"login,notnull,default:''"`
+	Email          string `bun:"email,notnull,default:''"`
+	AccessToken    string `bun:"access_token,notnull,default:''"` // sealed; empty for the idp
+	// RefreshToken (sealed) renews an expiring AccessToken (a GitHub App's
+	// user token lasts 8 hours, its refresh token 6 months); "" when the
+	// code host issued none.
+	RefreshToken string `bun:"refresh_token,notnull,default:''"`
+	// TokenExpiresAt is when AccessToken expires; NULL when it does not.
+	TokenExpiresAt *time.Time `bun:"token_expires_at"`
+	CreatedAt      time.Time  `bun:"created_at,notnull"`
+	UpdatedAt      time.Time  `bun:"updated_at,notnull"`
 }
 
 // stateRow is one started flow, keyed by the SHA-256 of its state. UsedAt is
@@ -88,6 +94,20 @@ func Migrations() db.MigrationSet {
 	}, {
 		ID: "0002_connect_tickets",
 		Up: migrateConnectTickets,
+	}, {
+		// Expiring code-host user tokens are refreshed (issue 23): the
+		// refresh token and the access token's expiry.
+		ID: "0003_token_refresh",
+		Up: db.Steps(
+			db.AddColumn("oauth_identities", "refresh_token", "TEXT NOT NULL DEFAULT ''"),
+			func(ctx context.Context, idb bun.IDB) error {
+				typ := "TIMESTAMP"
+				if db.IsPostgres(idb) {
+					typ = "TIMESTAMPTZ"
+				}
+				return db.AddColumn("oauth_identities", "token_expires_at", typ)(ctx, idb)
+			},
+		),
 	}}}
 }
 
@@ -207,6 +227,7 @@ func (s *Service) identityLink(ctx context.Context, r *identityRow) error {
 		case err == nil:
 			_, err = tx.NewUpdate().Model((*identityRow)(nil)).
 				Set("login = ?", r.Login).Set("email = ?", r.Email).Set("access_token = ?", r.AccessToken).
+				Set("refresh_token = ?", r.RefreshToken).Set("token_expires_at = ?", r.TokenExpiresAt).
 				Set("updated_at = ?", r.UpdatedAt).Where("id = ?", cur.ID).Exec(ctx)
 			return db.Translate(err)
 		case !errors.Is(err, platform.ErrNotFound):
@@ -221,10 +242,11 @@ func (s *Service) identityLink(ctx context.Context, r *identityRow) error {
 	})
 }
 
-// identityTouch refreshes the login, email and token of an existing identity.
-func (s *Service) identityTouch(ctx context.Context, id, login, email, sealedToken string) error {
+// identityTouch refreshes the login, email and tokens of an existing identity.
+func (s *Service) identityTouch(ctx context.Context, id, login, email string, tk sealedTokens) error {
 	_, err := s.db.NewUpdate().Model((*identityRow)(nil)).
-		Set("login = ?", login).Set("email = ?", email).Set("access_token = ?", sealedToken).
+		Set("login = ?", login).Set("email = ?", email).Set("access_token = ?", tk.Access).
+		Set("refresh_token = ?", tk.Refresh).Set("token_expires_at = ?", tk.ExpiresAt).
 		Set("updated_at = ?", s.now()).Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
 }
@@ -245,17 +267,4 @@ func (s *Service) CodehostLogin(ctx context.Context, userID string) (string, err
 		return "", err
 	}
 	return r.Login, nil
-}
-
-// CodehostAccessToken answers the user's code-host access token (opened from
-// its sealed form), or "" when no code-host identity is linked.
-func (s *Service) CodehostAccessToken(ctx context.Context, userID string) (string, error) {
-	r, err := s.identityByUser(ctx, providerCodehost, userID)
-	if errors.Is(err, platform.ErrNotFound) || err == nil && r.AccessToken == "" {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return s.d.Sealer.Open(r.AccessToken)
 }

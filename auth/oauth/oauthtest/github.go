@@ -16,12 +16,14 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // GitHubEmail is one entry of GET /user/emails.
@@ -65,6 +67,18 @@ type GitHub struct {
 	api       http.Handler      // the rest of the REST API (SetAPI)
 	exchanges int
 	jsonAsked int
+	// Expiring user tokens (ExpireTokens): each access token's expiry, and
+	// the unused refresh tokens with the access token they were issued with.
+	ttl       time.Duration
+	now       func() time.Time
+	expiry    map[string]time.Time
+	refreshes map[string]ghRefresh
+	refreshed int
+}
+
+type ghRefresh struct {
+	login, access string
+	expires       time.Time
 }
 
 // NewGitHub starts a fake code host, closed when t ends.
@@ -72,6 +86,7 @@ func NewGitHub(t testing.TB) *GitHub {
 	g := &GitHub{
 		ClientID: "Iv1.fakeclient", ClientSecret: "fake-client-secret-" + randString(8),
 		users: map[string]*GitHubUser{}, grants: map[string]*ghGrant{}, tokens: map[string]string{},
+		expiry: map[string]time.Time{}, refreshes: map[string]ghRefresh{}, now: time.Now,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login/oauth/authorize", g.authorize)
@@ -147,12 +162,63 @@ func (g *GitHub) SetAPI(h http.Handler) {
 	g.api = h
 }
 
-// LoginForToken answers the login an access token this fake issued belongs to.
+// ExpireTokens makes the tokens issued from now on expire after ttl on the
+// clock now, each with a refresh token valid 6 months, as a GitHub App
+// with "expire user authorization tokens" on (GitHub: 8 hours;
+// docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/refreshing-user-access-tokens).
+func (g *GitHub) ExpireTokens(ttl time.Duration, now func() time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ttl, g.now = ttl, now
+}
+
+// Refreshed counts refresh_token grants that issued a new token.
+func (g *GitHub) Refreshed() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refreshed
+}
+
+// RevokeRefreshTokens makes every refresh token issued so far fail
+// (bad_refresh_token), as when the user revokes the app's authorization.
+func (g *GitHub) RevokeRefreshTokens() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.refreshes)
+}
+
+// LoginForToken answers the login an access token this fake issued belongs
+// to, while it has not expired.
 func (g *GitHub) LoginForToken(tok string) (string, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.loginLocked(tok)
+}
+
+func (g *GitHub) loginLocked(tok string) (string, bool) {
 	login, ok := g.tokens[tok]
+	if exp, expires := g.expiry[tok]; ok && expires && !g.now().Before(exp) {
+		return "", false
+	}
 	return login, ok
+}
+
+// issueLocked issues an access token for login (and, with ExpireTokens, its
+// refresh token) and answers the token endpoint's fields.
+func (g *GitHub) issueLocked(login string) map[string]any {
+	tok := "ghu_" + randString(18)
+	g.tokens[tok] = login
+	out := map[string]any{"access_token": tok, "token_type": "bearer", "scope": ""}
+	if g.ttl > 0 {
+		const refreshTTL = 15897600 // seconds, about 6 months, as GitHub
+		rt := "ghr_" + randString(30)
+		g.expiry[tok] = g.now().Add(g.ttl)
+		g.refreshes[rt] = ghRefresh{login: login, access: tok, expires: g.now().Add(refreshTTL * time.Second)}
+		out["expires_in"] = int64(g.ttl / time.Second)
+		out["refresh_token"] = rt
+		out["refresh_token_expires_in"] = refreshTTL
+	}
+	return out
 }
 
 // RevokeToken makes an access token fail from now on (401), as when the user
@@ -243,7 +309,7 @@ func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 // with an "error" field on failure, as JSON when asked, else form-encoded.
 func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 	wantJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
-	reply := func(v map[string]string) {
+	reply := func(v map[string]any) {
 		if wantJSON {
 			w.Header().Set("Content-Type", "application/json; charset=utf-8")
 			_ = json.NewEncoder(w).Encode(v)
@@ -251,13 +317,13 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 		}
 		form := url.Values{}
 		for k, s := range v {
-			form.Set(k, s)
+			form.Set(k, fmt.Sprint(s))
 		}
 		w.Header().Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
 		_, _ = w.Write([]byte(form.Encode()))
 	}
 	fail := func(code, desc string) {
-		reply(map[string]string{"error": code, "error_description": desc, "error_uri": "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors"})
+		reply(map[string]any{"error": code, "error_description": desc, "error_uri": "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors"})
 	}
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "bad form", http.StatusBadRequest)
@@ -276,6 +342,20 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 		fail("incorrect_client_credentials", "The client_id and/or client_secret passed are incorrect.")
 		return
 	}
+	if r.PostForm.Get("grant_type") == "refresh_token" {
+		// "Refreshing user access tokens": a refresh token works once, and
+		// using it ends the access token it came with.
+		rt, ok := g.refreshes[r.PostForm.Get("refresh_token")]
+		if !ok || !g.now().Before(rt.expires) {
+			fail("bad_refresh_token", "The refresh token passed is incorrect or expired.")
+			return
+		}
+		delete(g.refreshes, r.PostForm.Get("refresh_token"))
+		delete(g.tokens, rt.access)
+		g.refreshed++
+		reply(g.issueLocked(rt.login))
+		return
+	}
 	gr, ok := g.grants[r.PostForm.Get("code")]
 	if !ok || gr.used {
 		fail("bad_verification_code", "The code passed is incorrect or expired.")
@@ -290,10 +370,10 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 		fail("bad_verification_code", "The code_verifier does not match the code_challenge.")
 		return
 	}
-	tok := "ghu_" + randString(18)
-	g.tokens[tok] = gr.login
 	g.exchanges++
-	reply(map[string]string{"access_token": tok, "token_type": "bearer", "scope": "read:user,user:email"})
+	out := g.issueLocked(gr.login)
+	out["scope"] = "read:user,user:email"
+	reply(out)
 }
 
 func (g *GitHub) authUser(w http.ResponseWriter, r *http.Request) *GitHubUser {
@@ -301,7 +381,7 @@ func (g *GitHub) authUser(w http.ResponseWriter, r *http.Request) *GitHubUser {
 	tok := strings.TrimPrefix(strings.TrimPrefix(h, "Bearer "), "token ")
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	login, ok := g.tokens[tok]
+	login, ok := g.loginLocked(tok)
 	u := g.users[login]
 	if h == "" || !ok || u == nil {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
