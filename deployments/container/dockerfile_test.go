@@ -1,7 +1,7 @@
 package container
 
 import (
-	"fmt"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -83,15 +83,19 @@ func TestImageRefs(t *testing.T) {
 		"FROM scratch\n" +
 		"copy --from=c789f /e /e\n"
 	var got []string
-	for _, r := range imageRefs(text) {
-		got = append(got, fmt.Sprintf("%d %s %s", r.line, r.what, r.ref))
-	}
-	assert.Equal(t, []string{
-		"4 FROM keelson/abc-p1:cache",
-		"6 FROM busybox:1.37",
-		"12 COPY --from 7",
-		"15 COPY --from c789f",
-	}, got)
+	require.NoError(t, checkDockerfile("Dockerfile", text, func(ref string) error {
+		got = append(got, ref)
+		return nil
+	}))
+	assert.Equal(t, []string{"keelson/abc-p1:cache", "busybox:1.37", "7", "c789f"}, got,
+		"stages (by name or index) and scratch are not images")
+	err := checkDockerfile("Dockerfile", text, func(ref string) error {
+		if ref == "7" {
+			return errors.New(imageRefProblem(ref))
+		}
+		return nil
+	})
+	assert.EqualError(t, err, "Dockerfile line 12 (COPY --from 7): it names an image by a local image id; name it by repository and tag or digest")
 
 	for ref, refused := range map[string]bool{
 		"keelson/abc-p1:cache": true, "docker.io/keelson/x:1": true, "KEELSON/X": true,

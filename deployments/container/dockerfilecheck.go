@@ -3,16 +3,16 @@ package container
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/moby/moby/client"
 
@@ -27,96 +27,151 @@ import (
 // ADD from a URL is refused, and so is an image whose registry is this host
 // or a private address.
 
-// imagePolicy decides whether the engine may fetch an image (see
-// checkDockerfile): nil when it may.
+// imagePolicy decides whether a build may start from, or copy from, an
+// image (see checkDockerfile): nil when it may.
 type imagePolicy func(ref string) error
 
-// checkDockerfile refuses what would make the engine fetch from this host's
-// network: an ADD (or ONBUILD ADD) whose source is a URL, and FROM or COPY
-// --from images that images refuses. name is the Dockerfile's name in
-// messages.
+// checkDockerfile reads a Dockerfile the way the classic builder does and
+// refuses, naming the line: an ADD (or ONBUILD ADD) whose source is a URL,
+// and any image a FROM or COPY --from builds on that images refuses (stages
+// and scratch are not images). name is the Dockerfile's name in messages.
+// No build arguments are ever passed, so a global ARG without a default is
+// empty where a ${NAME:-word} gives a word, and unknown where it is used bare.
 func checkDockerfile(name, text string, images imagePolicy) error {
-	global := map[string]*string{} // ARGs before the first FROM
-	var stage map[string]*string   // ARGs and ENVs of the current stage
-	stages := map[string]bool{}
-	inStage := false
+	w := dockerfileWalk{name: name, images: images, global: map[string]*string{}, stages: map[string]bool{}}
 	for _, in := range parseDockerfile(text) {
-		where := fmt.Sprintf("%s line %d (%s)", name, in.line, short(in.cmd+" "+in.args))
-		vars := stage
-		if !inStage {
-			vars = global
+		if err := w.step(in); err != nil {
+			return err
 		}
-		cmd, args := in.cmd, in.args
-		if cmd == "ONBUILD" {
-			c, a, _ := strings.Cut(strings.TrimSpace(args), " ")
-			cmd, args = strings.ToUpper(c), strings.TrimSpace(a)
-		}
-		switch cmd {
-		case "ARG":
-			for _, w := range strings.Fields(args) {
-				k, v, ok := strings.Cut(w, "=")
-				switch {
-				case ok:
-					v, _ = expandVars(unquote(v), vars)
-					vars[k] = &v
-				case inStage && global[k] != nil:
-					vars[k] = global[k] // a global default, re-declared in the stage
-				default:
-					vars[k] = nil // no default: the value would come from outside
-				}
-			}
-		case "ENV":
-			if !inStage {
-				continue
-			}
+	}
+	return nil
+}
+
+// argUnset is the value of a global ARG without a default.
+var argUnset = new(string)
+
+// dockerfileWalk is checkDockerfile's state between instructions.
+type dockerfileWalk struct {
+	name    string
+	images  imagePolicy
+	global  map[string]*string // ARGs before the first FROM
+	stage   map[string]*string // ARGs and ENVs of the current stage
+	stages  map[string]bool    // stage names, lower case
+	nstages int
+}
+
+func (w *dockerfileWalk) vars() map[string]*string {
+	if w.nstages == 0 {
+		return w.global
+	}
+	return w.stage
+}
+
+func (w *dockerfileWalk) step(in instruction) error {
+	where := fmt.Sprintf("%s line %d (%s)", w.name, in.line, short(in.cmd+" "+in.args))
+	cmd, args := in.cmd, in.args
+	if cmd == "ONBUILD" {
+		c, a, _ := strings.Cut(strings.TrimSpace(args), " ")
+		cmd, args = strings.ToUpper(c), strings.TrimSpace(a)
+	}
+	switch cmd {
+	case "ARG":
+		w.arg(args)
+	case "ENV":
+		if w.nstages > 0 {
 			for k, v := range envPairs(args) {
-				v, _ = expandVars(v, vars)
-				vars[k] = &v
+				v, _ = expandVars(v, w.stage)
+				w.stage[k] = &v
 			}
-		case "FROM":
-			if in.cmd == "ONBUILD" {
-				continue
+		}
+	case "FROM":
+		if in.cmd != "ONBUILD" {
+			return w.from(in.line, args, where)
+		}
+	case "ADD", "COPY":
+		words, flags := splitFlags(args)
+		if from, ok := flags["from"]; ok && in.cmd != "ONBUILD" {
+			if err := w.copyFrom(in.line, cmd, from); err != nil {
+				return err
 			}
-			words := flagsOff(strings.Fields(args))
-			if len(words) == 0 {
-				continue
-			}
-			image, unknown := expandVars(words[0], global)
-			if unknown != "" {
-				return fmt.Errorf("%s: the image name uses $%s, which the Dockerfile gives no default; name the image in full", where, unknown)
-			}
-			if !stages[strings.ToLower(image)] && !strings.EqualFold(image, "scratch") {
-				if err := images(image); err != nil {
-					return fmt.Errorf("%s: %w", where, err)
-				}
-			}
-			if len(words) == 3 && strings.EqualFold(words[1], "as") {
-				stages[strings.ToLower(words[2])] = true
-			}
-			inStage, stage = true, map[string]*string{}
-		case "ADD", "COPY":
-			words, flags := splitFlags(args)
-			if from, ok := flags["from"]; ok && cmd == "COPY" && in.cmd != "ONBUILD" {
-				from, _ = expandVars(from, vars)
-				if _, err := strconv.Atoi(from); err != nil && !stages[strings.ToLower(from)] {
-					if err := images(from); err != nil {
-						return fmt.Errorf("%s: %w", where, err)
-					}
-				}
-			}
-			if cmd != "ADD" || len(words) < 2 {
-				continue
-			}
-			for _, src := range words[:len(words)-1] {
-				s, unknown := expandVars(src, vars)
-				if unknown != "" {
-					return fmt.Errorf("%s: ADD's source uses $%s, which the Dockerfile does not set; name the file, or use COPY", where, unknown)
-				}
-				if remoteSource(s) {
-					return fmt.Errorf("%s: ADD cannot fetch a URL (%s): the build server would download it from its own network; "+
-						"download it in a RUN step (curl, wget) or commit the file and COPY it", where, short(s))
-				}
-			}
+		}
+		if cmd == "ADD" {
+			return addSources(words, w.vars(), where)
+		}
+	}
+	return nil
+}
+
+func (w *dockerfileWalk) arg(args string) {
+	vars := w.vars()
+	for _, a := range strings.Fields(args) {
+		k, v, ok := strings.Cut(a, "=")
+		switch {
+		case ok:
+			v, _ = expandVars(unquote(v), vars)
+			vars[k] = &v
+		case w.nstages == 0:
+			vars[k] = argUnset
+		case w.global[k] != nil:
+			vars[k] = w.global[k] // a global default, re-declared in the stage
+		default:
+			vars[k] = nil // no default: the value would come from outside
+		}
+	}
+}
+
+// from checks a FROM's image and starts a stage.
+func (w *dockerfileWalk) from(line int, args, where string) error {
+	words := flagsOff(strings.Fields(args))
+	if len(words) == 0 {
+		return nil
+	}
+	image, unknown := expandVars(words[0], w.global)
+	if unknown != "" {
+		return fmt.Errorf("%s: the image name uses $%s, which the Dockerfile gives no default; name the image in full", where, unknown)
+	}
+	if !w.stages[strings.ToLower(image)] && !strings.EqualFold(image, "scratch") {
+		if err := w.images(image); err != nil {
+			return fmt.Errorf("%s line %d (FROM %s): %w", w.name, line, image, err)
+		}
+	}
+	if len(words) == 3 && strings.EqualFold(words[1], "as") {
+		w.stages[strings.ToLower(words[2])] = true
+	}
+	w.nstages++
+	w.stage = map[string]*string{}
+	return nil
+}
+
+// copyFrom checks the image of a COPY --from that names no earlier stage
+// (by name, or by an index the builder has).
+func (w *dockerfileWalk) copyFrom(line int, cmd, from string) error {
+	from, _ = expandVars(from, w.vars())
+	if w.stages[strings.ToLower(from)] {
+		return nil
+	}
+	if n, err := strconv.Atoi(from); err == nil && n >= 0 && n < w.nstages {
+		return nil
+	}
+	if err := w.images(from); err != nil {
+		return fmt.Errorf("%s line %d (%s --from %s): %w", w.name, line, cmd, from, err)
+	}
+	return nil
+}
+
+// addSources refuses an ADD source the engine would fetch.
+func addSources(words []string, vars map[string]*string, where string) error {
+	if len(words) < 2 {
+		return nil
+	}
+	for _, src := range words[:len(words)-1] {
+		s, unknown := expandVars(src, vars)
+		if unknown != "" {
+			return fmt.Errorf("%s: ADD's source uses $%s, which the Dockerfile does not set; name the file, or use COPY", where, unknown)
+		}
+		if remoteSource(s) {
+			return fmt.Errorf("%s: ADD cannot fetch a URL (%s): the build server would download it from its own network; "+
+				"download it in a RUN step (curl, wget) or commit the file and COPY it", where, short(s))
 		}
 	}
 	return nil
@@ -251,7 +306,7 @@ func expandVars(s string, vars map[string]*string) (out, unknown string) {
 		v, known := vars[name]
 		switch {
 		case mod == ":-" && (!known || v == nil || *v == ""):
-			if known && v == nil && unknown == "" {
+			if known && v == nil && unknown == "" { // argUnset is empty: no build arguments are passed
 				unknown = name
 			}
 			b.WriteString(word)
@@ -263,7 +318,7 @@ func expandVars(s string, vars map[string]*string) (out, unknown string) {
 			} else if *v != "" {
 				b.WriteString(word)
 			}
-		case !known || v == nil:
+		case !known || v == nil || v == argUnset:
 			if unknown == "" {
 				unknown = name
 			}
@@ -319,27 +374,41 @@ func privateRegistry(host string, lookup func(string) ([]netip.Addr, error), all
 	return nil
 }
 
-// checkRepoDockerfile reads the repository's Dockerfile at src and refuses
-// what the engine would fetch from this host's network (checkDockerfile).
-// A base image the engine does not have is pulled first, so that its ONBUILD
-// triggers are checked before they run. Open egress checks nothing.
-func (r *Runtime) checkRepoDockerfile(ctx context.Context, src string, out *runlog.Output) error {
-	if r.cfg.Egress.Open {
-		return nil
-	}
-	text, err := os.ReadFile(filepath.Join(src, "Dockerfile"))
-	if err != nil {
-		return fmt.Errorf("reading the Dockerfile: %w", err)
-	}
+// checkRepoDockerfile refuses a repository's Dockerfile (its text) that
+// builds on an image of Keelson's own or of another project (always), or
+// that makes the engine fetch from this host's network (with the egress
+// fenced): checkDockerfile with the runtime's image policy. A base image
+// the engine does not have is pulled first, so that its labels and ONBUILD
+// triggers are checked before they run.
+func (r *Runtime) checkRepoDockerfile(ctx context.Context, text string, out *runlog.Output) error {
+	fenced := !r.cfg.Egress.Open
 	lookup := func(host string) ([]netip.Addr, error) {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		return gitclone.LookupIP(lctx, host)
 	}
-	return checkDockerfile("Dockerfile", string(text), func(ref string) error {
+	local := func(ref string, res client.ImageInspectResult) error {
+		if p := localImageProblem(res); p != "" {
+			return errors.New(p)
+		}
+		if fenced {
+			return checkOnBuild(ref, onBuild(res))
+		}
+		return nil
+	}
+	return checkDockerfile("Dockerfile", text, func(ref string) error {
+		if p := imageRefProblem(ref); p != "" {
+			return errors.New(p)
+		}
 		res, err := r.docker.ImageInspect(ctx, ref)
 		if err == nil { // the engine has it: nothing is fetched
-			return checkOnBuild(ref, onBuild(res))
+			return local(ref, res)
+		}
+		if !cerrdefs.IsNotFound(err) {
+			r.cfg.Logger.Warn("container: looking up a base image", "image", ref, "err", err)
+		}
+		if !fenced {
+			return nil // the build pulls it
 		}
 		if err := privateRegistry(registryHost(ref), lookup, r.cfg.Egress.allowed); err != nil {
 			return err
@@ -353,7 +422,7 @@ func (r *Runtime) checkRepoDockerfile(ctx context.Context, src string, out *runl
 			return nil
 		}
 		if res, err = r.docker.ImageInspect(ctx, ref); err == nil {
-			return checkOnBuild(ref, onBuild(res))
+			return local(ref, res)
 		}
 		return nil
 	})

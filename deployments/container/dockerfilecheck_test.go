@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 
+	dockerspec "github.com/moby/docker-image-spec/specs-go/v1"
+	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -87,4 +89,22 @@ func TestPrivateRegistry(t *testing.T) {
 		}
 	}
 	assert.NoError(t, privateRegistry(registryHost("registry.lan/a"), lookup, allowLAN), "an allowed CIDR")
+}
+
+// A local image is refused when Keelson built it, or when its ONBUILD
+// triggers copy from an image a build may not name.
+func TestLocalImageProblem(t *testing.T) {
+	img := func(labels map[string]string, onbuild ...string) client.ImageInspectResult {
+		var res client.ImageInspectResult
+		res.Config = &dockerspec.DockerOCIImageConfig{}
+		res.Config.Labels = labels
+		res.Config.OnBuild = onbuild
+		return res
+	}
+	assert.Empty(t, localImageProblem(client.ImageInspectResult{}))
+	assert.Empty(t, localImageProblem(img(map[string]string{"maintainer": "x"}, "COPY --from=busybox:1 /bin/sh /sh")))
+	assert.Contains(t, localImageProblem(img(map[string]string{LabelProject: "p1"})), "an image Keelson built for a project")
+	assert.Contains(t, localImageProblem(img(map[string]string{LabelKeelson: "1"})), "an image Keelson built for a project")
+	assert.Equal(t, "its ONBUILD trigger copies from keelson/abc-p1:cache, which a build may not use",
+		localImageProblem(img(nil, "RUN true", "COPY --chown=1:1 --from=keelson/abc-p1:cache /a /a")))
 }

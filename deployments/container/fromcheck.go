@@ -1,21 +1,17 @@
 package container
 
 import (
-	"cmp"
-	"context"
-	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
-	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
 )
 
 // Every image on the engine is one image store: a Dockerfile naming
 // another project's image (by Keelson's name for it, by another tag of it,
 // or by a prefix of its id, which the classic builder resolves locally)
-// would build on that project's files. checkImageRefs refuses those before
-// the build starts.
+// would build on that project's files. The image policy of
+// checkRepoDockerfile refuses those before the build starts.
 
 // instruction is one logical line of a Dockerfile.
 type instruction struct {
@@ -87,27 +83,6 @@ func parseDockerfile(text string) []instruction {
 	return out
 }
 
-var argRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+]([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
-
-// expand replaces $NAME, ${NAME} and ${NAME:-default} with the values of
-// the Dockerfile's own ARG defaults (no build arguments are ever passed).
-func expand(s string, args map[string]string) string {
-	return argRef.ReplaceAllStringFunc(s, func(m string) string {
-		sub := argRef.FindStringSubmatch(m)
-		name := cmp.Or(sub[1], sub[3])
-		if v, ok := args[name]; ok && v != "" {
-			if strings.Contains(m, ":+") || strings.Contains(m, "}+") {
-				return sub[2]
-			}
-			return v
-		}
-		if strings.Contains(m, "-") {
-			return sub[2]
-		}
-		return ""
-	})
-}
-
 // localID is what the engine may resolve as (a prefix of) a local image id.
 var localID = regexp.MustCompile(`^(sha256:)?[0-9a-f]{1,64}$`)
 
@@ -129,111 +104,23 @@ func imageRefProblem(ref string) string {
 	return ""
 }
 
-// imageRef is an image a Dockerfile builds on: a FROM that is not a stage,
-// or a COPY/ADD --from that is not a stage.
-type imageRef struct {
-	line int
-	what string // FROM, COPY --from
-	ref  string // after the Dockerfile's own ARG defaults
-}
-
-// imageRefs lists the images dockerfile builds on.
-func imageRefs(dockerfile string) []imageRef {
-	args := map[string]string{}
-	stages := map[string]bool{}
-	nstages := 0
-	var refs []imageRef
-	for _, in := range parseDockerfile(dockerfile) {
-		switch in.cmd {
-		case "ARG":
-			if nstages == 0 { // only ARGs before the first FROM reach FROM lines
-				for _, a := range strings.Fields(in.args) {
-					k, v, _ := strings.Cut(a, "=")
-					args[k] = strings.Trim(v, `"'`)
-				}
-			}
-		case "FROM":
-			f := strings.Fields(in.args)
-			var image, name string
-			for i := 0; i < len(f); i++ {
-				if strings.HasPrefix(f[i], "--") {
-					continue
-				}
-				image = f[i]
-				if i+2 < len(f) && strings.EqualFold(f[i+1], "AS") {
-					name = strings.ToLower(f[i+2])
-				}
-				break
-			}
-			image = expand(image, args)
-			if !stages[strings.ToLower(image)] && !strings.EqualFold(image, "scratch") {
-				refs = append(refs, imageRef{in.line, "FROM", image})
-			}
-			nstages++
-			if name != "" {
-				stages[name] = true
-			}
-		case "COPY", "ADD":
-			for _, f := range strings.Fields(in.args) {
-				if !strings.HasPrefix(f, "--") {
-					break
-				}
-				v, ok := strings.CutPrefix(strings.ToLower(f), "--from=")
-				if !ok || stages[v] {
-					continue
-				}
-				if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < nstages {
-					continue
-				}
-				refs = append(refs, imageRef{in.line, in.cmd + " --from", v})
-			}
-		}
-	}
-	return refs
-}
-
-// checkImageRefs refuses a Dockerfile that starts a stage FROM, or copies
-// --from, an image of Keelson's own or of another project. Names of the
-// engine's local images are looked up too: a tag someone gave a Keelson
-// build still carries its project label.
-func (r *Runtime) checkImageRefs(ctx context.Context, dockerfile string) error {
-	for _, ref := range imageRefs(dockerfile) {
-		problem := imageRefProblem(ref.ref)
-		if problem == "" {
-			problem = r.localImageProblem(ctx, ref.ref)
-		}
-		if problem != "" {
-			return fmt.Errorf("the Dockerfile cannot be built: line %d (%s %s): %s", ref.line, ref.what, ref.ref, problem)
-		}
-	}
-	return nil
-}
-
 // localImageProblem refuses a local image that Keelson built (for any
 // project, on any server sharing the engine), or whose ONBUILD triggers
-// copy from an image by a name the checks above refuse.
-func (r *Runtime) localImageProblem(ctx context.Context, ref string) string {
-	res, err := r.docker.ImageInspect(ctx, ref)
-	if err != nil {
-		if !cerrdefs.IsNotFound(err) {
-			r.cfg.Logger.Warn("container: looking up a base image", "image", ref, "err", err)
-		}
-		return "" // not local: the engine pulls it from its registry
+// copy from an image by a name imageRefProblem refuses.
+func localImageProblem(res client.ImageInspectResult) string {
+	if res.Config == nil {
+		return ""
 	}
-	if res.Config != nil {
-		if res.Config.Labels[LabelKeelson] != "" || res.Config.Labels[LabelProject] != "" {
-			return "it is an image Keelson built for a project; a build may only start from public images"
-		}
-		for _, t := range res.Config.OnBuild {
-			for _, in := range parseDockerfile(t) {
-				if in.cmd != "COPY" && in.cmd != "ADD" {
-					continue
-				}
-				for _, f := range strings.Fields(in.args) {
-					if v, ok := strings.CutPrefix(strings.ToLower(f), "--from="); ok && imageRefProblem(v) != "" {
-						return "its ONBUILD trigger copies from " + v + ", which a build may not use"
-					}
-				}
+	if res.Config.Labels[LabelKeelson] != "" || res.Config.Labels[LabelProject] != "" {
+		return "it is an image Keelson built for a project; a build may only start from public images"
+	}
+	for _, t := range res.Config.OnBuild {
+		for _, in := range parseDockerfile(t) {
+			if in.cmd != "COPY" && in.cmd != "ADD" {
+				continue
+			}
+			if _, flags := splitFlags(in.args); flags["from"] != "" && imageRefProblem(flags["from"]) != "" {
+				return "its ONBUILD trigger copies from " + flags["from"] + ", which a build may not use"
 			}
 		}
 	}

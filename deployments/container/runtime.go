@@ -364,10 +364,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		if err != nil {
 			return "", fmt.Errorf("reading the repository's Dockerfile: %w", err)
 		}
-		if err := r.checkImageRefs(ctx, string(text)); err != nil {
-			return "", err
-		}
-		if err := r.checkRepoDockerfile(ctx, src, out); err != nil {
+		if err := r.checkRepoDockerfile(ctx, string(text), out); err != nil {
 			return "", err
 		}
 		out.System("building the image from the repository's Dockerfile")
