@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/repourl"
 	"github.com/uptrace/bun"
 )
 
@@ -158,19 +159,15 @@ func (s *Service) configured() error {
 	return platform.Unavailable("the code-host app is not configured: set " + strings.Join(s.d.Missing, ", "))
 }
 
-// normalizeRepoURL reduces an http(s) repository URL to scheme://host/path in
-// lower case, without credentials, a trailing slash or ".git". Anything else
-// is "".
+// normalizeRepoURL is an http(s) repository URL as a code host matches it:
+// its key (platform/repourl) in lower case, since owner and repository
+// names match without case. A local repository or a malformed URL is "".
 func normalizeRepoURL(raw string) string {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	k := repourl.Normalize(raw)
+	if strings.HasPrefix(k, "file:") {
 		return ""
 	}
-	p := strings.TrimSuffix(strings.TrimRight(u.Path, "/"), ".git")
-	if p == "" {
-		return ""
-	}
-	return strings.ToLower(u.Scheme + "://" + u.Host + p)
+	return strings.ToLower(k)
 }
 
 var _ platform.Module = (*Service)(nil)

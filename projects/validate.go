@@ -4,13 +4,12 @@ import (
 	"crypto/rand"
 	"net"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/repourl"
 )
 
 // Limits of input sizes (also declared in the OpenAPI document).
@@ -28,10 +27,8 @@ const (
 )
 
 var (
-	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$`)
-	numericRE  = regexp.MustCompile(`^(0x)?[0-9a-f]+$`)
-	branchRE   = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	branchRE = regexp.MustCompile(`^[A-Za-z0-9._/-]+$`)
 )
 
 // DefaultReservedSlugs are slugs no project takes whatever the host adds:
@@ -87,91 +84,17 @@ func noNUL(field, v string) error {
 
 // checkRepoURL validates raw and returns it (trimmed) and its normalized key.
 func checkRepoURL(raw string, allowLocal bool) (repo, key string, err error) {
-	repo = strings.TrimSpace(raw)
-	if repo == "" {
-		return "", "", platform.Invalid("repoUrl: must not be empty")
-	}
-	if strings.IndexFunc(repo, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-		return "", "", platform.Invalid("repoUrl: must not contain spaces or control characters")
-	}
-	if strings.HasPrefix(repo, "/") || strings.HasPrefix(strings.ToLower(repo), "file:") {
-		if !allowLocal {
-			return "", "", platform.Invalid("repoUrl: local repositories are not allowed on this server; use an https URL")
-		}
-		p := repo
-		if strings.HasPrefix(strings.ToLower(repo), "file:") {
-			u, err := url.Parse(repo)
-			if err != nil || (u.Host != "" && u.Host != "localhost") || u.Path == "" {
-				return "", "", platform.Invalid("repoUrl: a file URL must look like file:///absolute/path")
-			}
-			p = u.Path
-		}
-		if !filepath.IsAbs(p) {
-			return "", "", platform.Invalid("repoUrl: a local path must be absolute")
-		}
-		return repo, "file://" + strings.TrimSuffix(strings.TrimSuffix(filepath.Clean(p), "/"), ".git"), nil
-	}
-	u, err := url.Parse(repo)
+	u, err := repourl.Parse(raw, repourl.Allow{Local: allowLocal})
 	if err != nil {
-		return "", "", platform.Invalid("repoUrl: not a valid URL")
+		return "", "", platform.Invalid("repoUrl: " + err.Error())
 	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && allowLocal:
-	default:
-		return "", "", platform.Invalid("repoUrl: must be an https URL, e.g. https://github.com/owner/repo")
-	}
-	if u.User != nil {
-		return "", "", platform.Invalid("repoUrl: must not contain credentials; private repositories authenticate through the code-host app")
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return "", "", platform.Invalid("repoUrl: must not have a query or fragment")
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "" {
-		return "", "", platform.Invalid("repoUrl: must have a host")
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		if !allowLocal && !publicIP(ip) {
-			return "", "", platform.Invalid("repoUrl: host must not be a loopback, private or link-local address")
-		}
-	} else {
-		if !hostnameRE.MatchString(host) {
-			return "", "", platform.Invalid("repoUrl: host is not a valid host name")
-		}
-		labels := strings.Split(strings.TrimSuffix(host, "."), ".")
-		local := host == "localhost" || strings.HasSuffix(strings.TrimSuffix(host, "."), ".localhost") ||
-			numericRE.MatchString(labels[len(labels)-1]) // 2130706433, 0x7f.1: IPs in disguise
-		if local && !allowLocal {
-			return "", "", platform.Invalid("repoUrl: host must be a public domain name or IP address, not localhost")
-		}
-	}
-	path := strings.TrimRight(u.EscapedPath(), "/")
-	if path == "" {
-		return "", "", platform.Invalid("repoUrl: must include the repository path, e.g. https://github.com/owner/repo")
-	}
-	hostport := host
-	if port := u.Port(); port != "" {
-		hostport = net.JoinHostPort(host, port)
-	}
-	return repo, u.Scheme + "://" + hostport + strings.TrimRight(strings.TrimSuffix(path, ".git"), "/"), nil
+	return u.Raw, u.Key, nil
 }
 
 // NormalizeRepoURL is the key ProjectsForRepository matches on: lower-case
 // scheme and host, no trailing ".git" or "/". It returns "" for a URL it
 // cannot parse.
-func NormalizeRepoURL(raw string) string {
-	_, key, err := checkRepoURL(raw, true)
-	if err != nil {
-		return ""
-	}
-	return key
-}
-
-func publicIP(ip net.IP) bool {
-	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified())
-}
+func NormalizeRepoURL(raw string) string { return repourl.Normalize(raw) }
 
 // checkBranch accepts git branch names that cannot be mistaken for options.
 func checkBranch(field, b string) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/platform/repourl"
 )
 
 // The clone is deployments/internal/gitclone's, shared with the container
@@ -20,7 +21,7 @@ type repoSource = gitclone.Source
 // parseRepo validates a job's repository URL: https always; http://, file://
 // and absolute paths only when local repos are allowed.
 func parseRepo(raw string, allowLocal bool) (repoSource, error) {
-	return gitclone.ParseRepo(raw, allowLocal)
+	return gitclone.ParseRepo(raw, repourl.Allow{Local: allowLocal})
 }
 
 func (r *Runtime) gitPolicy() gitclone.Policy {

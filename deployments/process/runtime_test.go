@@ -344,20 +344,20 @@ func TestRepositoryURLsAreChecked(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.AllowLocalRepos = false })
 	repo, _ := newRepo(t, map[string]string{"README": "x"})
 	for url, want := range map[string]string{
-		repo:                                   "local repository paths are not allowed",
-		"file://" + repo:                       "file:// repositories are not allowed",
-		"ssh://git@example.com/a/b.git":        `scheme "ssh" is not supported`,
-		"ext::sh -c touch% /tmp/pwned":         "not supported",
-		"git@example.com:a/b.git":              "not supported",
-		"http://example.com/a/b.git":           "http:// repositories are not allowed",
+		repo:                                   "local repositories are not allowed",
+		"file://" + repo:                       "local repositories are not allowed",
+		"ssh://git@example.com/a/b.git":        "must be an https URL",
+		"ext::sh -c touch% /tmp/pwned":         "must not contain spaces",
+		"git@example.com:a/b.git":              "not a valid URL; use an https URL",
+		"http://example.com/a/b.git":           "must be an https URL",
 		"https://user:tok@example.com/a/b.git": "must not contain credentials",
-		"https://localhost/a/b.git":            "resolves to a non-public address (127.0.0.1)",
-		"https://127.0.0.1:8443/a/b.git":       "is a non-public address",
-		"https://[::1]/a/b.git":                "is a non-public address",
-		"https://169.254.169.254/latest":       "is a non-public address",
-		"https://10.1.2.3/a/b.git":             "is a non-public address",
+		"https://localhost/a/b.git":            "not localhost",
+		"https://127.0.0.1:8443/a/b.git":       "must not be a loopback, private or link-local address",
+		"https://[::1]/a/b.git":                "must not be a loopback, private or link-local address",
+		"https://169.254.169.254/latest":       "must not be a loopback, private or link-local address",
+		"https://10.1.2.3/a/b.git":             "must not be a loopback, private or link-local address",
 		"https://no-such-host.invalid/a.git":   "does not resolve",
-		"":                                     "repository URL is empty",
+		"":                                     "repository URL: must not be empty",
 	} {
 		job := deployments.Job{DeploymentID: platform.NewID(), RepoURL: url, Framework: "static"}
 		_, err := e.rt.Build(context.Background(), job, nil)

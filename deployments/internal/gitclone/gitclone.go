@@ -9,18 +9,16 @@ package gitclone
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/platform/repourl"
 )
 
 var (
@@ -28,69 +26,19 @@ var (
 	branchPattern = regexp.MustCompile(`^[A-Za-z0-9._/+@-]{1,255}$`)
 )
 
-// Source is a validated repository location.
-type Source struct {
-	URL    string // what git fetches from
-	Origin string // scheme://host[:port]/ for http(s), "" for local repos
-	Host   string // the URL's host name (no port) for network repos
-	Port   string // the URL's port, defaulted from the scheme
-	Local  bool
-}
+// Source is a validated repository location: the projects module's
+// repository URL, parsed by the same rules (platform/repourl).
+type Source = repourl.URL
 
 // ParseRepo validates a job's repository URL: https always; http://, file://
-// and absolute paths only when local repos are allowed.
-func ParseRepo(raw string, allowLocal bool) (Source, error) {
-	if raw == "" {
-		return Source{}, errors.New("repository URL is empty")
-	}
-	if strings.ContainsAny(raw, "\x00\r\n") {
-		return Source{}, errors.New("repository URL contains control characters")
-	}
-	if filepath.IsAbs(raw) {
-		if !allowLocal {
-			return Source{}, errors.New("local repository paths are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
-		}
-		return Source{URL: filepath.Clean(raw), Local: true}, nil
-	}
-	u, err := url.Parse(raw)
+// and absolute paths only when local repos are allowed; private hosts'
+// addresses when allowed (Policy.Pin also checks what host names resolve to).
+func ParseRepo(raw string, allow repourl.Allow) (Source, error) {
+	u, err := repourl.Parse(raw, allow)
 	if err != nil {
-		return Source{}, errors.New("repository URL is not supported; use https://")
+		return Source{}, fmt.Errorf("repository URL: %w", err)
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "https", "http":
-		scheme, port := strings.ToLower(u.Scheme), "443"
-		if scheme == "http" {
-			// Plain http only in dev and test set-ups (a local git server), like file://.
-			if !allowLocal {
-				return Source{}, errors.New("http:// repositories are not allowed on this server; use https:// (KEELSON_ALLOW_LOCAL_REPOS=true allows http for development)")
-			}
-			port = "80"
-		}
-		if u.Host == "" {
-			return Source{}, errors.New("repository URL has no host")
-		}
-		if u.User != nil {
-			return Source{}, errors.New("repository URL must not contain credentials; connect the code host instead")
-		}
-		return Source{URL: u.String(), Origin: scheme + "://" + u.Host + "/", Host: u.Hostname(), Port: portOr(u.Port(), port)}, nil
-	case "file":
-		if !allowLocal {
-			return Source{}, errors.New("file:// repositories are not allowed on this server (set KEELSON_ALLOW_LOCAL_REPOS=true to allow them)")
-		}
-		if u.Host != "" && u.Host != "localhost" || !filepath.IsAbs(u.Path) {
-			return Source{}, errors.New("file:// repository URL must name an absolute local path")
-		}
-		return Source{URL: "file://" + filepath.Clean(u.Path), Local: true}, nil
-	default:
-		return Source{}, fmt.Errorf("repository URL scheme %q is not supported; use https://", u.Scheme)
-	}
-}
-
-func portOr(p, def string) string {
-	if p == "" {
-		return def
-	}
-	return p
+	return u, nil
 }
 
 // Policy is what a server allows a clone.
@@ -104,7 +52,7 @@ type Policy struct {
 
 // Check validates the job's repository URL, branch and commit under p.
 func (p Policy) Check(job deployments.Job) (Source, error) {
-	src, err := ParseRepo(job.RepoURL, p.AllowLocalRepos)
+	src, err := ParseRepo(job.RepoURL, repourl.Allow{Local: p.AllowLocalRepos, PrivateHosts: p.AllowPrivateHosts})
 	if err != nil {
 		return Source{}, err
 	}

@@ -2,6 +2,7 @@ package gitclone
 
 import (
 	"context"
+	"github.com/keelson-dev/keelson/platform/repourl"
 	"net/netip"
 	"strings"
 	"testing"
@@ -23,20 +24,21 @@ func TestParseRepo(t *testing.T) {
 		{raw: "http://git.local/a.git", allowLocal: true, want: Source{URL: "http://git.local/a.git", Origin: "http://git.local/", Host: "git.local", Port: "80"}},
 		{raw: "file:///srv/a.git", allowLocal: true, want: Source{URL: "file:///srv/a.git", Local: true}},
 		{raw: "/srv/../srv/a.git", allowLocal: true, want: Source{URL: "/srv/a.git", Local: true}},
-		{raw: "http://git.local/a.git", err: "http:// repositories are not allowed"},
+		{raw: "http://git.local/a.git", err: "repository URL: must be an https URL"},
 		{raw: "http://u:p@git.local/a.git", allowLocal: true, err: "must not contain credentials"},
-		{raw: "https:///a.git", err: "has no host"},
-		{raw: "file:///srv/a.git", err: "file:// repositories are not allowed"},
-		{raw: "/srv/a.git", err: "local repository paths are not allowed"},
+		{raw: "https:///a.git", err: "must have a host"},
+		{raw: "file:///srv/a.git", err: "local repositories are not allowed on this server (KEELSON_ALLOW_LOCAL_REPOS)"},
+		{raw: "/srv/a.git", err: "local repositories are not allowed"},
 		{raw: "https://example.com/a\n.git", err: "control characters"},
 	} {
-		got, err := ParseRepo(c.raw, c.allowLocal)
+		got, err := ParseRepo(c.raw, repourl.Allow{Local: c.allowLocal})
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("ParseRepo(%q, %v): %v, want %q", c.raw, c.allowLocal, err, c.err)
 			}
 			continue
 		}
+		got.Raw, got.Key = "", "" // the projects module's; repourl's test checks them
 		if err != nil || got != c.want {
 			t.Errorf("ParseRepo(%q, %v) = %+v, %v; want %+v", c.raw, c.allowLocal, got, err, c.want)
 		}
