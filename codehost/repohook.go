@@ -159,34 +159,9 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	if len(urls) == 0 && repoID == "" {
 		return reject("payload names no repository")
 	}
-	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
+	signed, err := s.repoHookSigners(ctx, in, source, urls, repoID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, wrap("repository webhook: projects", err))
-	}
-	// At most maxRepoHookSigners candidates, each one HMAC of the body: the
-	// work before authentication does not grow with the projects using a
-	// repository (anyone may point a project at a public repository).
-	var candidates []RepoProject
-	for _, proj := range projects {
-		if proj.HasWebhookSecret && (in.ProjectID == "" || proj.ProjectID == in.ProjectID) {
-			candidates = append(candidates, proj)
-		}
-	}
-	if len(candidates) > maxRepoHookSigners {
-		candidates = candidates[:maxRepoHookSigners]
-	}
-	var signed []RepoProject
-	for _, proj := range candidates {
-		secret, err := s.d.Secrets.WebhookSecret(ctx, proj.ProjectID)
-		if errors.Is(err, platform.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, platform.HTTPError(ctx, wrap("repository webhook: project secret", err))
-		}
-		if in.verifiedBy(source, secret, in.RawBody) {
-			signed = append(signed, proj)
-		}
+		return nil, platform.HTTPError(ctx, err)
 	}
 	if len(signed) == 0 {
 		return reject("no project's webhookSecret authenticates it")
@@ -228,23 +203,47 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	return out, nil
 }
 
+// repoHookSigners returns the projects using the payload's repository whose
+// webhookSecret authenticates the delivery. At most maxRepoHookSigners
+// candidates are tried, each one HMAC of the body: the work before
+// authentication does not grow with the projects using a repository
+// (anyone may point a project at a public repository).
+func (s *Service) repoHookSigners(ctx context.Context, in *webhookInput, source string, urls []string, repoID string) ([]RepoProject, error) {
+	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
+	if err != nil {
+		return nil, wrap("repository webhook: projects", err)
+	}
+	var candidates []RepoProject
+	for _, proj := range projects {
+		if proj.HasWebhookSecret && (in.ProjectID == "" || proj.ProjectID == in.ProjectID) {
+			candidates = append(candidates, proj)
+		}
+	}
+	if len(candidates) > maxRepoHookSigners {
+		candidates = candidates[:maxRepoHookSigners]
+	}
+	var signed []RepoProject
+	for _, proj := range candidates {
+		secret, err := s.d.Secrets.WebhookSecret(ctx, proj.ProjectID)
+		if errors.Is(err, platform.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, wrap("repository webhook: project secret", err)
+		}
+		if in.verifiedBy(source, secret, in.RawBody) {
+			signed = append(signed, proj)
+		}
+	}
+	return signed, nil
+}
+
 // processRepoHook decides what a repository webhook delivery does for the one
 // project whose secret authenticated it.
 func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 	var p hookPayload
 	if err := json.Unmarshal(row.Payload, &p); err != nil {
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload", s.now())
-	}
-	existing, err := s.store.decisionsOf(ctx, row.ID)
-	if err != nil {
-		return err
-	}
-	if len(existing) > 0 {
-		d := existing[0]
-		if err := s.settleInterrupted(ctx, &d); err != nil {
-			return err
-		}
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "1 project matched ("+d.Decision+")", s.now())
 	}
 	dec := &decisionRow{ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: row.ProjectID, OwnerID: row.OwnerID, CreatedAt: s.now()}
 	if row.Event != EventPush {
@@ -281,29 +280,11 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 		}
 		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
 	}
-	decision, err := s.decideRepoPush(ctx, dec, push, *proj, row.Source)
+	detail, err := s.deployPush(ctx, &pushDelivery{row: row, push: push, source: row.Source, projects: []RepoProject{*proj}})
 	if err != nil {
 		return err
 	}
-	return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "1 project matched ("+decision+")", s.now())
-}
-
-// decideRepoPush records the decision for the project and triggers its
-// deployment when every condition holds. The secret took the place of the
-// app's installation link, so there is no link to check; a push must name a
-// commit instead.
-func (s *Service) decideRepoPush(ctx context.Context, dec *decisionRow, p *Push, proj RepoProject, source string) (string, error) {
-	var blocked, why string
-	if !commitRE.MatchString(p.After) {
-		blocked, why = DecisionFailed, "the push names no commit to deploy"
-	}
-	branch := decide(dec, p, proj, blocked, why)
-	if dec.Decision != "" {
-		return s.recordDecision(ctx, dec)
-	}
-	reason := fmt.Sprintf("push to %s (%s, %s webhook)", branch, shortSHA(p.After), source)
-	decision, _, err := s.claimAndTrigger(ctx, dec, proj, branch, p.After, reason)
-	return decision, err
+	return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, detail, s.now())
 }
 
 // commitRE is a full or abbreviated commit id, as deployments accepts it.

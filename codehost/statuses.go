@@ -71,21 +71,20 @@ const maxStatusAttempts = 3
 // statusStarted posts "pending" for a push deployment of an app installation
 // and remembers to post how it ends. Failing to post is logged; it never
 // fails the deployment.
-func (s *Service) statusStarted(ctx context.Context, ev *Event, ownerID, deploymentID string) {
-	if s.d.Statuses == nil || ev == nil || ev.Push == nil || ev.InstallationID <= 0 || deploymentID == "" {
+func (s *Service) statusStarted(ctx context.Context, installationID int64, p *Push, ownerID, deploymentID string) {
+	if s.d.Statuses == nil || p == nil || installationID <= 0 || deploymentID == "" {
 		return
 	}
-	p := ev.Push
 	if p.Repository.FullName == "" || !commitRE.MatchString(p.After) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	row := &statusRow{ID: platform.NewID(), DeploymentID: deploymentID, OwnerID: ownerID, InstallationID: ev.InstallationID,
+	row := &statusRow{ID: platform.NewID(), DeploymentID: deploymentID, OwnerID: ownerID, InstallationID: installationID,
 		Repository: clean(p.Repository.FullName, 255), CommitSHA: p.After, CreatedAt: s.now()}
 	if _, err := s.d.DB.NewInsert().Model(row).Exec(ctx); err != nil {
 		s.d.Log.ErrorContext(ctx, "codehost: remember commit status", "deployment_id", deploymentID, "err", db.Translate(err))
 	}
-	err := s.d.Statuses.PostCommitStatus(ctx, ev.InstallationID, p.Repository.FullName, p.After, CommitStatus{
+	err := s.d.Statuses.PostCommitStatus(ctx, installationID, p.Repository.FullName, p.After, CommitStatus{
 		State: StatePending, Description: "Deploying " + shortSHA(p.After) + " on Keelson", Context: StatusContext,
 	})
 	if err != nil {

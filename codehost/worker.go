@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -229,79 +228,7 @@ func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (
 	if len(projects) == 0 {
 		return "no project uses this repository", nil
 	}
-	sort.Slice(projects, func(i, j int) bool { return projects[i].ProjectID < projects[j].ProjectID })
-	existing, err := s.store.decisionsOf(ctx, row.ID)
-	if err != nil {
-		return "", err
-	}
-	decided := map[string]decisionRow{}
-	for _, d := range existing {
-		decided[d.ProjectID] = d
-	}
-	counts := map[string]int{}
-	for _, proj := range projects {
-		if d, ok := decided[proj.ProjectID]; ok {
-			// Processed before a restart.
-			if err := s.settleInterrupted(ctx, &d); err != nil {
-				return "", err
-			}
-			counts[d.Decision]++
-			continue
-		}
-		decision, err := s.decideAndDeploy(ctx, row, ev, proj)
-		if err != nil {
-			return "", err
-		}
-		counts[decision]++
-	}
-	var parts []string
-	for _, k := range []string{DecisionDeployed, DecisionAlreadyDeployed, DecisionBranchMismatch, DecisionAutoDeployOff, DecisionSkipMessage,
-		DecisionBranchDeleted, DecisionNotLinked, DecisionNoAccess, DecisionQuotaExceeded, DecisionFailed} {
-		if counts[k] > 0 {
-			parts = append(parts, fmt.Sprintf("%s: %d", k, counts[k]))
-		}
-	}
-	return fmt.Sprintf("%d project(s) matched (%s)", len(projects), strings.Join(parts, ", ")), nil
-}
-
-// decideAndDeploy records the decision for one matched project, triggering a
-// deployment when every condition holds.
-func (s *Service) decideAndDeploy(ctx context.Context, row *deliveryRow, ev *Event, proj RepoProject) (string, error) {
-	p := ev.Push
-	dec := &decisionRow{
-		ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID, CreatedAt: s.now(),
-	}
-	linked, err := s.ownerUsesInstallation(ctx, proj.OwnerID, ev.InstallationID)
-	if err != nil {
-		return "", err
-	}
-	var blocked, why string
-	if !linked {
-		blocked, why = DecisionNotLinked, "the project's owner has not connected the code-host installation this push came from"
-	}
-	branch := decide(dec, p, proj, blocked, why)
-	if dec.Decision == "" {
-		// It would deploy: only if the code host, asked with the owner's own
-		// token now, lets the owner access the pushed repository.
-		why, err := s.pushAccess(ctx, proj.OwnerID, ev.InstallationID, p.Repository)
-		if err != nil {
-			return "", err
-		}
-		if why != "" {
-			dec.Decision, dec.Detail = DecisionNoAccess, why
-		}
-	}
-	if dec.Decision != "" {
-		return s.recordDecision(ctx, dec)
-	}
-	decision, depID, err := s.claimAndTrigger(ctx, dec, proj, branch, p.After, fmt.Sprintf("push to %s (%s)", branch, shortSHA(p.After)))
-	if err != nil {
-		return "", err
-	}
-	if decision == DecisionDeployed {
-		s.statusStarted(ctx, ev, proj.OwnerID, depID)
-	}
-	return decision, nil
+	return s.deployPush(ctx, &pushDelivery{row: row, push: p, installationID: ev.InstallationID, projects: projects})
 }
 
 // decide is the one ladder of what a push does for a project, for app
