@@ -37,6 +37,10 @@
 //     stored for the same deployment, and Logs.LinesStored /
 //     DeploymentEnded / Resync, fed by deployments/pgnotify (LISTEN/NOTIFY),
 //     bring those lines to this process's streams in order.
+//   - Log storage: per-deployment caps (LogsConfig), retention of ended
+//     deployments' logs (Deps.LogRetention), and a per-account budget
+//     (LogsConfig.AccountBudget, logs_budget.go) that deletes the oldest
+//     ended deployments' logs first and never a LIVE or running one's.
 //   - Deleting a deployment cancels it if it runs, stops its app, removes its
 //     route (only if the route still points at it), its workspace, its logs
 //     and its record. TeardownProject does that for every deployment of a project.

@@ -43,6 +43,15 @@ type LogsConfig struct {
 	// kept: older ones are deleted as new ones arrive (a system line says so
 	// once). Default DefaultMaxAppLines.
 	MaxAppLines int
+	// AccountBudget is how many bytes of log messages one account's
+	// deployments may keep together; past it the logs of the account's
+	// oldest ended deployments are deleted (see logs_budget.go: never those
+	// of a LIVE deployment or of one still in its workflow). Default
+	// DefaultAccountLogBudget; negative: no budget.
+	AccountBudget int64
+	// BudgetCheckEvery is how often at most the accounts whose deployments
+	// stored lines are checked against AccountBudget. Default 10s.
+	BudgetCheckEvery time.Duration
 }
 
 // Defaults of the log caps (operator settings, not plan quotas).
@@ -90,6 +99,14 @@ type Logs struct {
 	// sequence number published to them. Only the writer raises it.
 	published map[string]int64
 	remote    map[string]remoteWork // what other processes reported, for the writer
+
+	// The account log budget (logs_budget.go): deployments whose lines were
+	// stored since the last check, and the goroutine checking their accounts.
+	bmu        sync.Mutex
+	grown      map[string]struct{}
+	budgetWake chan struct{} // buffered 1
+	budgetStop context.CancelFunc
+	budgetDone chan struct{}
 }
 
 type logItem struct {
@@ -118,6 +135,8 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	cfg.MaxBuildLines = cmp.Or(cfg.MaxBuildLines, DefaultMaxBuildLines)
 	cfg.MaxBuildBytes = cmp.Or(cfg.MaxBuildBytes, DefaultMaxBuildBytes)
 	cfg.MaxAppLines = cmp.Or(cfg.MaxAppLines, DefaultMaxAppLines)
+	cfg.AccountBudget = cmp.Or(cfg.AccountBudget, DefaultAccountLogBudget)
+	cfg.BudgetCheckEvery = cmp.Or(cfg.BudgetCheckEvery, 10*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -129,33 +148,46 @@ func NewLogs(store *Store, cfg LogsConfig) *Logs {
 	}
 	l := &Logs{
 		store: store, log: cfg.Logger, cfg: cfg,
-		queue:     make(chan logItem, cfg.QueueSize),
-		wake:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		sinks:     map[string]*Sink{},
-		subs:      map[string]map[*Subscription]struct{}{},
-		published: map[string]int64{},
-		remote:    map[string]remoteWork{},
+		queue:      make(chan logItem, cfg.QueueSize),
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		sinks:      map[string]*Sink{},
+		subs:       map[string]map[*Subscription]struct{}{},
+		published:  map[string]int64{},
+		remote:     map[string]remoteWork{},
+		grown:      map[string]struct{}{},
+		budgetWake: make(chan struct{}, 1),
+		budgetDone: make(chan struct{}),
 	}
 	go l.run()
+	ctx, stop := context.WithCancel(context.Background())
+	l.budgetStop = stop
+	if cfg.AccountBudget >= 0 {
+		go l.runBudget(ctx)
+	} else {
+		close(l.budgetDone)
+	}
 	return l
 }
 
 func (l *Logs) now() time.Time { return l.cfg.Clock.Now().UTC().Truncate(time.Microsecond) }
 
-// Close stores what is queued, ends every subscription and stops the writer.
-// Lines logged after Close are dropped.
+// Close stores what is queued, ends every subscription and stops the writer
+// and the budget checks. Lines logged after Close are dropped.
 func (l *Logs) Close() {
 	l.qmu.Lock()
 	if l.closed {
 		l.qmu.Unlock()
 		<-l.done
+		<-l.budgetDone
 		return
 	}
 	l.closed = true
 	close(l.queue)
 	l.qmu.Unlock()
 	<-l.done
+	l.budgetStop()
+	<-l.budgetDone
 	l.mu.Lock()
 	for id, subs := range l.subs {
 		for s := range subs {

@@ -104,6 +104,7 @@ func (l *Logs) mark(it logItem) {
 	}
 	if it.end != "" {
 		l.publish(it.end, LogEvent{Done: true})
+		l.grew(it.end) // its logs may go for the budget now
 	}
 }
 
@@ -150,6 +151,11 @@ func (l *Logs) write(batch []logItem) []logItem {
 	}
 	if len(stored) > 0 {
 		l.cfg.Metrics.LogLinesStored(len(stored))
+	}
+	for i, it := range stored {
+		if i == 0 || it.line.DeploymentID != stored[i-1].line.DeploymentID {
+			l.grew(it.line.DeploymentID)
+		}
 	}
 	for _, it := range stored {
 		it.line.frame = appendLogFrame(nil, it.line)

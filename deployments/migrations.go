@@ -1,6 +1,11 @@
 package deployments
 
-import "github.com/keelson-dev/keelson/platform/db"
+import (
+	"context"
+
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
 
 // Migrations returns the deployments module's schema, for db.Migrate.
 func Migrations() db.MigrationSet {
@@ -22,6 +27,19 @@ func Migrations() db.MigrationSet {
 			Up: db.Steps(
 				db.CreateTables((*BuildSlot)(nil)),
 				db.CreateIndex((*BuildSlot)(nil), "deployment_build_slots_owner_idx", false, "owner_id"),
+			),
+		}, {
+			// Each deployment's stored log bytes, for the account log budget
+			// (logs_budget.go), counted once from the lines already stored.
+			ID: "0003_log_bytes",
+			Up: db.Steps(
+				db.AddColumn("deployments", "log_bytes", "BIGINT NOT NULL DEFAULT 0"),
+				func(ctx context.Context, idb bun.IDB) error {
+					_, err := idb.NewUpdate().Model((*Deployment)(nil)).
+						Set("log_bytes = COALESCE((SELECT SUM(" + messageBytes(idb) + ") FROM deployment_logs AS l WHERE l.deployment_id = ?TableAlias.id), 0)").
+						Where("TRUE").Exec(ctx)
+					return err
+				},
 			),
 		}},
 	}

@@ -143,7 +143,11 @@ type Deployment struct {
 	ReplacedAt      time.Time `bun:"replaced_at,nullzero"`
 	CancelRequested bool      `bun:"cancel_requested,notnull"`
 	// Attempt counts the runs of the workflow: 1, or 2 once resumed after a restart.
-	Attempt    int       `bun:"attempt,notnull"`
+	Attempt int `bun:"attempt,notnull"`
+	// LogBytes is the size of the deployment's stored log messages, kept by
+	// the store as lines are stored and deleted (the account log budget
+	// counts it; see logs_budget.go). Never written from this struct.
+	LogBytes   int64     `bun:"log_bytes,notnull,default:0"`
 	CreatedAt  time.Time `bun:"created_at,notnull"`
 	UpdatedAt  time.Time `bun:"updated_at,notnull"`
 	FinishedAt time.Time `bun:"finished_at,nullzero"`

@@ -10,7 +10,9 @@ import (
 // Log retention: Start runs purges at once and then every hour until Close.
 // Logs of deployments that ended FAILED or CANCELLED more than
 // Deps.LogRetention ago are deleted; LIVE deployments keep theirs (their app
-// still logs). SQLite's freed pages go back to the file system.
+// still logs). Then every account over the account log budget is brought
+// within it (EnforceLogBudgets). SQLite's freed pages go back to the file
+// system.
 
 // retentionInterval is how often expired logs are looked for.
 const retentionInterval = time.Hour
@@ -29,9 +31,10 @@ func (s *Service) PurgeLogs(ctx context.Context) (int64, error) {
 	return n, db.ReclaimSpace(ctx, s.d.DB)
 }
 
-// startRetention runs PurgeLogs now and hourly until stopRetention.
+// startRetention runs PurgeLogs and EnforceLogBudgets now and hourly until
+// stopRetention.
 func (s *Service) startRetention() {
-	if s.d.LogRetention < 0 {
+	if s.d.LogRetention < 0 && s.logs.cfg.AccountBudget < 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,6 +47,9 @@ func (s *Service) startRetention() {
 		for {
 			if _, err := s.PurgeLogs(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("delete expired deployment logs", "err", err)
+			}
+			if _, err := s.EnforceLogBudgets(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("delete deployment logs over the account budget", "err", err)
 			}
 			select {
 			case <-ctx.Done():

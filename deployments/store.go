@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -228,12 +230,29 @@ func (s *Store) UsageByOwner(ctx context.Context, ownerID, month string) (map[st
 	return out, nil
 }
 
-// LogInsert stores lines in one statement.
+// LogInsert stores lines in one statement and adds their message bytes to
+// their deployments' LogBytes, in one transaction. Each deployment's row is
+// updated before the lines are inserted (in id order), so a prune or trim,
+// which also updates the row first, never misses lines stored meanwhile.
 func (s *Store) LogInsert(ctx context.Context, lines []LogLine) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	_, err := s.db.NewInsert().Model(&lines).Exec(ctx)
+	grown := map[string]int64{}
+	for _, l := range lines {
+		grown[l.DeploymentID] += int64(len(l.Message))
+	}
+	ids := slices.Sorted(maps.Keys(grown))
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("log_bytes = log_bytes + ?", grown[id]).
+				Where("id = ?", id).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.NewInsert().Model(&lines).Exec(ctx)
+		return err
+	})
 	return db.Translate(err)
 }
 
@@ -262,25 +281,50 @@ func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogLine, error)
 // CANCELLED before before (LIVE ones keep theirs: their app still logs), and
 // returns how many lines went.
 func (s *Store) LogDeleteFinished(ctx context.Context, before time.Time) (int64, error) {
-	ended := s.db.NewSelect().Model((*Deployment)(nil)).Column("id").
-		Where("status IN (?)", bun.In([]Status{StatusFailed, StatusCancelled})).
-		Where("finished_at IS NOT NULL AND finished_at < ?", before.UTC())
-	res, err := s.db.NewDelete().Model((*LogLine)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
-	if err != nil {
-		return 0, db.Translate(err)
-	}
-	n, _ := res.RowsAffected()
-	return n, nil
+	var n int64
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		ended := tx.NewSelect().Model((*Deployment)(nil)).Column("id").
+			Where("status IN (?)", bun.In(prunable)).
+			Where("finished_at IS NOT NULL AND finished_at < ?", before.UTC())
+		if _, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("log_bytes = 0").
+			Where("id IN (?)", ended).Exec(ctx); err != nil {
+			return err
+		}
+		res, err := tx.NewDelete().Model((*LogLine)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, db.Translate(err)
 }
 
-// LogTrimApp deletes the deployment's app output lines but the newest keep.
+// LogTrimApp deletes the deployment's app output lines but the newest keep,
+// and takes their bytes off its LogBytes.
 func (s *Store) LogTrimApp(ctx context.Context, deploymentID string, keep int) error {
-	cutoff := s.db.NewSelect().Model((*LogLine)(nil)).Column("seq").
+	var cutoff []int64
+	if err := s.db.NewSelect().Model((*LogLine)(nil)).Column("seq").
 		Where("deployment_id = ? AND stream = ?", deploymentID, StreamApp).
-		Order("seq DESC").Limit(1).Offset(int64(keep))
-	_, err := s.db.NewDelete().Model((*LogLine)(nil)).
-		Where("deployment_id = ? AND stream = ?", deploymentID, StreamApp).
-		Where("seq <= (?)", cutoff).Exec(ctx)
+		Order("seq DESC").Limit(1).Offset(int64(keep)).Scan(ctx, &cutoff); err != nil {
+		return db.Translate(err)
+	}
+	if len(cutoff) == 0 {
+		return nil // no more than keep lines
+	}
+	// A fixed cutoff: lines stored meanwhile are newer and stay.
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		gone := tx.NewSelect().Model((*LogLine)(nil)).ColumnExpr("COALESCE(SUM("+messageBytes(tx)+"), 0)").
+			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, StreamApp, cutoff[0])
+		if _, err := tx.NewUpdate().Model((*Deployment)(nil)).
+			Set("log_bytes = CASE WHEN log_bytes > (?) THEN log_bytes - (?) ELSE 0 END", gone, gone).
+			Where("id = ?", deploymentID).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*LogLine)(nil)).
+			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, StreamApp, cutoff[0]).Exec(ctx)
+		return err
+	})
 	return db.Translate(err)
 }
 

@@ -145,6 +145,13 @@ type counter map[string]int
 
 func (c counter) DeploymentsThisMonth(context.Context, string) (map[string]int, error) { return c, nil }
 
+// logBytes answers each owner's stored log bytes against a budget of 1 MiB.
+type logBytes map[string]int64
+
+func (l logBytes) LogUsage(_ context.Context, owner string) (int64, int64, error) {
+	return l[owner], 1 << 20, nil
+}
+
 type env struct {
 	t        *testing.T
 	bdb      *bun.DB
@@ -160,6 +167,7 @@ type opts struct {
 	allowLocal  bool
 	regions     []string
 	deployments projects.DeploymentCounter
+	logs        projects.LogCounter
 	listCache   int64    // Deps.ListCacheBytes (0: the default, on)
 	planChannel string   // Deps.PlanChannel
 	reserved    []string // Deps.ReservedSlugs
@@ -183,7 +191,7 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	e := &env{t: t, bdb: bdb, api: api, plans: newPlanBook(), teardown: newTeardown(), logs: logs, sealer: sealer}
 	e.svc, err = projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
-		Deployments: o.deployments, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
+		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
 	})
 	if err != nil {

@@ -134,7 +134,8 @@ func (s *Service) Register(api huma.API) error {
 	})
 
 	usage := op("get-usage", http.MethodGet, "/usage", "The caller's use of their plan's quotas",
-		"Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.")
+		"Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, "+
+			"and the account's stored deployment logs against its log budget.")
 	usage.Tags = []string{"Plans"}
 	huma.Register(api, usage, func(ctx context.Context, _ *struct{}) (*usageOutput, error) {
 		u, err := s.Usage(ctx, caller(ctx))

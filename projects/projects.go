@@ -109,6 +109,12 @@ type DeploymentCounter interface {
 	DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error)
 }
 
+// LogCounter reports the size of an account's stored deployment logs and its
+// log budget (0: none), for GET /usage. The deployments module implements it.
+type LogCounter interface {
+	LogUsage(ctx context.Context, ownerID string) (used, budget int64, err error)
+}
+
 // ErrNotCounted is what a DeploymentCounter returns (wrapped or not) when it
 // cannot count on this server; GET /usage then says deploymentsCounted false.
 var ErrNotCounted = errors.New("projects: deployments are not counted on this server")
@@ -127,6 +133,9 @@ type Deps struct {
 	Teardown Teardown
 	// Deployments counts this month's deployments for GET /usage. Optional.
 	Deployments DeploymentCounter
+	// Logs reports stored log bytes against the account log budget for GET
+	// /usage. Optional: without it the report has no logs field.
+	Logs LogCounter
 	// Regions a project may choose; the first is the default. Default ["local"].
 	Regions []string
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or

@@ -717,7 +717,7 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
 		c := counter{}
-		e := setup(t, bdb, opts{deployments: c})
+		e := setup(t, bdb, opts{deployments: c, logs: logBytes{users["alice"]: 4096}})
 		a := e.create("alice", validCreate("a"))
 		b := e.create("alice", validCreate("b"))
 		e.create("bob", validCreate("c"))
@@ -730,8 +730,11 @@ func TestUsage(t *testing.T) {
 		if u.Plan.Name != "free" || u.Projects != (projects.Quota{Used: 2, Limit: 3}) || !u.Counted || len(u.Deployments) != 2 ||
 			u.Deployments[0] != (projects.ProjectDeploys{ProjectID: a.ID, Slug: "a", PlanName: "free", Used: 7, Limit: 100}) ||
 			u.Deployments[1].ProjectID != b.ID || u.Deployments[1].Used != 0 || u.PeriodStart.Day() != 1 ||
-			!u.PeriodEnd.After(u.PeriodStart) {
+			!u.PeriodEnd.After(u.PeriodStart) || u.Logs == nil || *u.Logs != (projects.LogQuota{UsedBytes: 4096, LimitBytes: 1 << 20}) {
 			t.Fatalf("usage: %+v", u)
+		}
+		if !strings.Contains(resp.Body.String(), `"logs":{"usedBytes":4096,"limitBytes":1048576}`) {
+			t.Fatalf("usage body: %s", resp.Body)
 		}
 		if resp := e.api.Get("/usage"); resp.Code != 401 {
 			t.Fatalf("usage without token: %d", resp.Code)

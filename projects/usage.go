@@ -14,6 +14,13 @@ type Usage struct {
 	Projects    Quota            `json:"projects" doc:"Projects owned (not deleted) against maxProjects"`
 	Deployments []ProjectDeploys `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
 	Counted     bool             `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
+	Logs        *LogQuota        `json:"logs,omitempty" doc:"Stored deployment logs against the account's log budget (absent when this server does not count them)"`
+}
+
+// LogQuota is an account's stored log bytes against its log budget.
+type LogQuota struct {
+	UsedBytes  int64 `json:"usedBytes" doc:"Bytes of log messages stored for all the account's deployments (build, app and system lines)"`
+	LimitBytes int64 `json:"limitBytes" doc:"The account log budget; past it the logs of the oldest ended deployments are deleted (never those of a LIVE deployment or a running build). 0 means no limit"`
 }
 
 // UsagePlan is the account plan in a usage report. Limits of 0 mean no limit.
@@ -77,6 +84,13 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 		Projects:    Quota{Used: len(rows), Limit: acct.MaxProjects},
 		Deployments: make([]ProjectDeploys, 0, len(rows)),
 		Counted:     counted,
+	}
+	if s.d.Logs != nil {
+		used, budget, err := s.d.Logs.LogUsage(ctx, owner)
+		if err != nil {
+			return nil, wrap("log usage", err)
+		}
+		u.Logs = &LogQuota{UsedBytes: used, LimitBytes: budget}
 	}
 	plans := map[string]*Plan{}
 	for _, r := range rows {

@@ -784,6 +784,15 @@ type HealthResponse struct {
 	Status string `json:"status"`
 }
 
+// LogQuota defines model for LogQuota.
+type LogQuota struct {
+	// LimitBytes The account log budget; past it the logs of the oldest ended deployments are deleted (never those of a LIVE deployment or a running build). 0 means no limit
+	LimitBytes int64 `json:"limitBytes"`
+
+	// UsedBytes Bytes of log messages stored for all the account's deployments (build, app and system lines)
+	UsedBytes int64 `json:"usedBytes"`
+}
+
 // LogTokenResponse defines model for LogTokenResponse.
 type LogTokenResponse struct {
 	ExpiresAt time.Time `json:"expiresAt"`
@@ -1212,6 +1221,9 @@ type Usage struct {
 
 	// DeploymentsCounted false when this server cannot count deployments (counts are then 0)
 	DeploymentsCounted bool `json:"deploymentsCounted"`
+
+	// Logs Stored deployment logs against the account's log budget (absent when this server does not count them)
+	Logs *LogQuota `json:"logs,omitempty"`
 
 	// PeriodEnd Start of the next calendar month (UTC)
 	PeriodEnd time.Time `json:"periodEnd"`
@@ -2682,7 +2694,7 @@ type ClientInterface interface {
 
 	// GetUsage The caller's use of their plan's quotas
 	//
-	// Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.
+	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
 	//
 	// Corresponds with GET /usage (the `GetUsage` operationId).
 	GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4697,7 +4709,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // GetUsage The caller's use of their plan's quotas
 //
-// Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.
+// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
 //
 // Corresponds with GET /usage (the `GetUsage` operationId).
 func (c *Client) GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9866,7 +9878,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetUsageWithResponse The caller's use of their plan's quotas
 	//
-	// Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.
+	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16272,7 +16284,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // GetUsageWithResponse The caller's use of their plan's quotas
 //
-// Account plan, projects used against maxProjects, and deployments started this calendar month (UTC) per project against its plan's maxDeployments.
+// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
 //
 // Returns a wrapper object for the known response body format(s).
 //

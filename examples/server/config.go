@@ -122,6 +122,10 @@ type Config struct {
 	// FAILED or CANCELLED longer ago are deleted (hourly; SQLite gives the
 	// space back). Default 30 days.
 	LogRetention time.Duration
+	// LogBudgetMB is KEELSON_LOG_BUDGET_MB: the log messages one account's
+	// deployments keep together, in MiB; past it the logs of its oldest
+	// ended deployments are deleted. 0: no budget. Default 512.
+	LogBudgetMB int
 }
 
 // Defaults of the connection settings.
@@ -135,6 +139,7 @@ const (
 	DefaultBuildsPerUser     = 2
 	DefaultBuildPidsLimit    = 1024
 	DefaultLogRetention      = deployments.DefaultLogRetention
+	DefaultLogBudgetMB       = int(deployments.DefaultAccountLogBudget >> 20)
 	// DefaultMaxConnsPerAddr lets one office behind NAT hold a good share
 	// and no single address most of DefaultMaxConns.
 	DefaultMaxConnsPerAddr         = 256
@@ -266,6 +271,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_BUILD_LOG_MAX_MB", c.BuildLogMaxMB, 1},
 		{"KEELSON_APP_LOG_MAX_LINES", c.AppLogMaxLines, 100},
 		{"KEELSON_BUILDS_PER_USER", c.BuildsPerUser, 1},
+		{"KEELSON_LOG_BUDGET_MB", c.LogBudgetMB, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {

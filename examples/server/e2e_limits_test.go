@@ -355,6 +355,62 @@ func TestFairBuilds(t *testing.T) {
 	})
 }
 
+// TestLogBudget: with KEELSON_LOG_BUDGET_MB=1, a running build that prints
+// 1.2 MiB puts alice over her budget: the logs of her older FAILED
+// deployment are deleted (one line says why), the running build's are all
+// kept, and GET /usage shows her stored log bytes against the budget.
+func TestLogBudget(t *testing.T) {
+	t.Parallel()
+	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_LOG_BUDGET_MB": "-1"}[k] }); err == nil ||
+		!strings.HasPrefix(err.Error(), "KEELSON_LOG_BUDGET_MB: ") {
+		t.Fatalf("KEELSON_LOG_BUDGET_MB=-1: %v", err)
+	}
+	ts := startServer(t, "", func(c *Config) { c.LogBudgetMB = 1 })
+	alice := ts.signup(t, "alice@example.com")
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	deploy := func(name, build string) string {
+		var p e2eProject
+		ts.doJSON(t, http.StatusCreated, "POST", "/projects", alice, map[string]any{"name": name, "repoUrl": work, "framework": "go", "port": 8080}, &p)
+		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", alice, map[string]any{
+			"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": build}, nil)
+		var trig struct{ DeploymentID string }
+		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": p.ID}, &trig)
+		t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", alice, nil) })
+		return trig.DeploymentID
+	}
+	type usage struct {
+		Logs struct{ UsedBytes, LimitBytes int64 }
+	}
+	failed := deploy("Old", `head -c 300000 /dev/zero | tr '\0' a | fold -w 200; exit 1`)
+	if st, _ := waitDeployment(t, ts, alice, failed); st.Status != "FAILED" {
+		t.Fatalf("status %s", st.Status)
+	}
+	var u usage
+	ts.doJSON(t, http.StatusOK, "GET", "/usage", alice, nil, &u)
+	if u.Logs.LimitBytes != 1<<20 || u.Logs.UsedBytes < 300_000 || u.Logs.UsedBytes > 1<<20 {
+		t.Fatalf("usage after the failed build: %+v", u)
+	}
+	running := deploy("Loud", `head -c 1200000 /dev/zero | tr '\0' b | fold -w 200; sleep 120`)
+	owner := ownerOf(t, ts, alice)
+	platformtest.Eventually(t, time.Minute, "the failed deployment's logs to go for the budget", func() bool {
+		lines, err := ts.App.Deployments.LogLines(context.Background(), owner, failed, 0, 10)
+		return err == nil && len(lines) == 1 && strings.Contains(lines[0].Message, "budget of 1 MiB")
+	})
+	lines, err := ts.App.Deployments.LogLines(context.Background(), owner, running, 0, 100_000)
+	if err != nil || len(lines) < 6000 {
+		t.Fatalf("the running build kept %d lines (%v), want its 6,000 output lines", len(lines), err)
+	}
+	var st e2eStatus
+	ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+running+"/status", alice, nil, &st)
+	if st.Status != "BUILDING" {
+		t.Fatalf("the loud build is %s, want BUILDING", st.Status)
+	}
+	ts.doJSON(t, http.StatusOK, "GET", "/usage", alice, nil, &u)
+	if u.Logs.LimitBytes != 1<<20 || u.Logs.UsedBytes < 1_200_000 {
+		t.Fatalf("usage with the running build: %+v (over the budget: its logs stay)", u)
+	}
+}
+
 // TestLogRetentionReclaimsSpace: the logs of a finished (FAILED) deployment
 // older than KEELSON_LOG_RETENTION are deleted and the SQLite file gives the
 // pages back (auto_vacuum=INCREMENTAL, PRAGMA incremental_vacuum).

@@ -47,7 +47,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Git: codehostGit{a.edges},
 		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention,
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
-			MaxAppLines: a.Cfg.AppLogMaxLines},
+			MaxAppLines: a.Cfg.AppLogMaxLines, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
 	}
 	if a.metrics != nil { // not a typed nil in the interface
 		d.Metrics = a.metrics
@@ -130,6 +130,14 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	}
 	a.Deployments = svc
 	return nil
+}
+
+// logBudget is KEELSON_LOG_BUDGET_MB in bytes, or -1 (none) for 0.
+func logBudget(mb int) int64 {
+	if mb == 0 {
+		return -1
+	}
+	return int64(mb) << 20
 }
 
 // listenLogs feeds the log hub what other processes store (Postgres

@@ -22,6 +22,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		Plans:           planSource{a.Plans},
 		Teardown:        projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
 		Deployments:     deploymentCounter{a.edges},
+		Logs:            deploymentCounter{a.edges},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
 		ReservedSlugs:   projects.HostSlugs(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
@@ -84,6 +85,11 @@ func toProjectsPlan(p *plans.Plan) *projects.Plan {
 // deploymentCounter answers GET /usage's monthly counts through the
 // deployments module.
 type deploymentCounter struct{ e *edges }
+
+// LogUsage answers GET /usage's log figures through the deployments module.
+func (c deploymentCounter) LogUsage(ctx context.Context, ownerID string) (int64, int64, error) {
+	return c.e.deployments.LogUsage(ctx, ownerID)
+}
 
 func (c deploymentCounter) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error) {
 	return c.e.deployments.DeploymentsThisMonth(ctx, ownerID)
