@@ -19,9 +19,9 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // app is one deployment's container and its supervisor.
@@ -32,7 +32,7 @@ type app struct {
 	port  network.Port // the container port (PORT)
 	memMi int
 	out   *runlog.Output
-	job   deployments.Job // to create the container again if it is gone
+	job   rt.Job // to create the container again if it is gone
 	env   []string
 
 	ctx    context.Context // ends the supervisor's engine calls
@@ -62,7 +62,7 @@ func (a *app) getUpstream() string {
 // Start runs the deployment's image as its container (or adopts the
 // container a previous server left running), waits until it answers HTTP and
 // returns its upstream (127.0.0.1:<published port>).
-func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
 	if err := checkID(job.DeploymentID); err != nil {
 		return "", err
 	}
@@ -109,7 +109,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	actx, acancel := context.WithCancel(context.WithoutCancel(r.base))
 	a := &app{
 		r: r, id: job.DeploymentID, memMi: memMi, slug: job.ProjectSlug,
-		out: runlog.New(logs, deployments.StreamApp, runlog.Masker(job)),
+		out: runlog.New(logs, rt.StreamApp, runlog.Masker(job)),
 		ctx: actx, cancel: acancel,
 		ready: make(chan struct{}), stopCh: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -139,7 +139,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 
 // launch adopts the deployment's running container or creates and starts
 // one; it returns a channel that yields the container's exit.
-func (a *app) launch(ctx context.Context, job deployments.Job, env []string) (<-chan exit, error) {
+func (a *app) launch(ctx context.Context, job rt.Job, env []string) (<-chan exit, error) {
 	r := a.r
 	name := r.containerName(a.id)
 	if res, err := r.docker.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {

@@ -13,12 +13,12 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // setUpBuildCgroup makes the build's cgroup parent with the pids limit. The
 // build must not run without it: an error here fails the build.
-func (r *Runtime) setUpBuildCgroup(ctx context.Context, job deployments.Job) (*buildCgroup, error) {
+func (r *Runtime) setUpBuildCgroup(ctx context.Context, job rt.Job) (*buildCgroup, error) {
 	r.mu.Lock()
 	driver := r.cgroupDriver
 	r.mu.Unlock()
@@ -79,7 +79,7 @@ type diskWatch struct {
 // watchDisk starts a diskWatch for the build of job whose checkout is at
 // root, or returns nil when the plan sets no storage limit. An error means
 // the checkout alone is over the limit.
-func (r *Runtime) watchDisk(ctx context.Context, job deployments.Job, root string, trace *buildTrace, cancel context.CancelCauseFunc) (*diskWatch, error) {
+func (r *Runtime) watchDisk(ctx context.Context, job rt.Job, root string, trace *buildTrace, cancel context.CancelCauseFunc) (*diskWatch, error) {
 	gi := job.Limits.StorageGi
 	if gi <= 0 {
 		return nil, nil

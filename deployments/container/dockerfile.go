@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // Images names the images the presets build with and run on. Each is
@@ -52,7 +52,7 @@ const unprivileged = "65534:65534"
 
 // dockerfileFor returns the Dockerfile for a checkout: "" when the
 // repository's own Dockerfile is used, else the generated text.
-func dockerfileFor(job deployments.Job, src string, img Images) (string, error) {
+func dockerfileFor(job rt.Job, src string, img Images) (string, error) {
 	fw := strings.ToLower(strings.TrimSpace(job.Framework))
 	if fi, err := os.Lstat(filepath.Join(src, "Dockerfile")); err == nil {
 		if !fi.Mode().IsRegular() {
@@ -112,7 +112,7 @@ func dockerfileFor(job deployments.Job, src string, img Images) (string, error) 
 }
 
 // customDockerfile runs the project's own commands in the preset's builder image.
-func customDockerfile(image string, job deployments.Job, defaultStart string) (string, error) {
+func customDockerfile(image string, job rt.Job, defaultStart string) (string, error) {
 	for _, c := range []string{job.BuildCommand, job.StartCommand} {
 		if strings.ContainsAny(c, "\n\r\x00") {
 			return "", fmt.Errorf("build and start commands must be one line")

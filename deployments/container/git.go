@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // The clone is the process runtime's (deployments/internal/gitclone): the
@@ -20,7 +20,7 @@ import (
 // directory, in its own process group.
 
 // clone fetches the job's commit into <root>/src and returns the commit.
-func (r *Runtime) clone(ctx context.Context, job deployments.Job, root string, out *runlog.Output) (string, error) {
+func (r *Runtime) clone(ctx context.Context, job rt.Job, root string, out *runlog.Output) (string, error) {
 	policy := gitclone.Policy{AllowLocalRepos: r.cfg.AllowLocalRepos, AllowPrivateHosts: r.cfg.AllowPrivateHosts, CAFile: r.cfg.GitCAFile}
 	src, err := policy.Check(job)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // The classic builder labels only the final image (ImageBuildOptions.Labels
@@ -91,7 +91,7 @@ func (r *Runtime) stageTag(projectID string, n int) string {
 
 // keepStages tags the last image of each earlier stage of a successful
 // build as the project's stage cache, in place of the previous build's.
-func (r *Runtime) keepStages(ctx context.Context, job deployments.Job, t *buildTrace) {
+func (r *Runtime) keepStages(ctx context.Context, job rt.Job, t *buildTrace) {
 	finals := t.stageFinals()
 	for n := 0; ; n++ {
 		tag := r.stageTag(job.ProjectID, n)

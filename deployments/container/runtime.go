@@ -25,11 +25,11 @@ import (
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // Labels on everything this runtime creates.
@@ -147,7 +147,7 @@ type Runtime struct {
 	locks        idlock.Locks
 }
 
-var _ deployments.Runtime = (*Runtime)(nil)
+var _ rt.Runtime = (*Runtime)(nil)
 
 // NewClient returns a client for DOCKER_HOST (or the default socket) and
 // checks that an engine answers within timeout.
@@ -293,26 +293,26 @@ func (r *Runtime) appNetwork() string                     { return "keelson-" + 
 func (r *Runtime) repo(projectID string) string {
 	return "keelson/" + r.cfg.Instance + "-" + strings.ToLower(projectID)
 }
-func (r *Runtime) imageTag(job deployments.Job) string {
+func (r *Runtime) imageTag(job rt.Job) string {
 	return r.repo(job.ProjectID) + ":" + strings.ToLower(job.DeploymentID)
 }
 func (r *Runtime) cacheTag(projectID string) string { return r.repo(projectID) + ":cache" }
 
-func (r *Runtime) labels(job deployments.Job, role string) map[string]string {
+func (r *Runtime) labels(job rt.Job, role string) map[string]string {
 	return map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
 		LabelDeployment: job.DeploymentID, LabelProject: job.ProjectID, LabelRole: role}
 }
 
 func (r *Runtime) workdir(id string) string { return filepath.Join(r.cfg.DataDir, "containers", id) }
 
-func (r *Runtime) limits(l deployments.Limits) (memBytes, nanoCPUs int64, memMi int) {
+func (r *Runtime) limits(l rt.Limits) (memBytes, nanoCPUs int64, memMi int) {
 	memMi = cmp.Or(l.MemoryMi, r.cfg.DefaultMemoryMi)
 	cpu := cmp.Or(l.CPUMillis, r.cfg.DefaultCPUMillis)
 	return int64(memMi) << 20, int64(cpu) * 1_000_000, memMi
 }
 
 // Build clones the job's repository on the host and builds its image.
-func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
 	if err := checkID(job.DeploymentID); err != nil {
 		return "", err
 	}
@@ -342,7 +342,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 		r.mu.Unlock()
 	}()
 
-	out := runlog.New(logs, deployments.StreamBuild, runlog.Masker(job))
+	out := runlog.New(logs, rt.StreamBuild, runlog.Masker(job))
 	root := r.workdir(job.DeploymentID)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", fmt.Errorf("creating the workspace: %w", err)
@@ -405,7 +405,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 // buildImage sends the checkout (root/src) as a build context and streams
 // the output. The build runs under its own cgroup parent (the pids limit) and
 // a diskWatch (the plan's storage limit).
-func (r *Runtime) buildImage(ctx context.Context, job deployments.Job, root, dockerfile string, out *runlog.Output) error {
+func (r *Runtime) buildImage(ctx context.Context, job rt.Job, root, dockerfile string, out *runlog.Output) error {
 	src := filepath.Join(root, "src")
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)

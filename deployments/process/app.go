@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // app is one deployment's running app and its supervisor.
@@ -58,7 +58,7 @@ func (a *app) setSlug(slug string) {
 // Start starts the built app with PORT set, waits until it answers HTTP and
 // returns its upstream address. Starting a deployment that already runs
 // returns its upstream.
-func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
 	ws, err := r.workspace(job.DeploymentID)
 	if err != nil {
 		return "", err
@@ -101,7 +101,7 @@ func (r *Runtime) Start(ctx context.Context, job deployments.Job, logs deploymen
 	}
 	a := &app{
 		r: r, id: job.DeploymentID, dir: ws.src, env: append(r.baseEnv(ws), env...), cmdline: cmdline,
-		out:   runlog.New(logs, deployments.StreamApp, runlog.Masker(job)),
+		out:   runlog.New(logs, rt.StreamApp, runlog.Masker(job)),
 		ready: make(chan struct{}), stopCh: make(chan struct{}), done: make(chan struct{}),
 		slug: job.ProjectSlug, port: port,
 	}

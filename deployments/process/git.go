@@ -6,9 +6,9 @@ import (
 	"net/netip"
 	"os/exec"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform/repourl"
 )
 
@@ -31,12 +31,12 @@ func (r *Runtime) gitPolicy() gitclone.Policy {
 
 // gitEnv is the whole environment of a git command (gitclone.Policy.Env) in
 // the workspace ws.
-func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *deployments.GitAuth, extra ...[2]string) []string {
+func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *rt.GitAuth, extra ...[2]string) []string {
 	return r.gitPolicy().Env(r.cfg.Path, ws.home, ws.tmp, src, auth, extra...)
 }
 
 // clone fetches the job's commit into ws.src and returns the commit it checked out.
-func (r *Runtime) clone(ctx context.Context, job deployments.Job, ws workspace, out *runlog.Output) (string, error) {
+func (r *Runtime) clone(ctx context.Context, job rt.Job, ws workspace, out *runlog.Output) (string, error) {
 	policy := r.gitPolicy()
 	src, err := policy.Check(job)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // preset is what a framework runs when the project sets no command.
@@ -31,7 +31,7 @@ func presetFor(framework string) (preset, bool) {
 }
 
 // buildCommand is the job's build command, or its preset's ("" = no build).
-func buildCommand(job deployments.Job) (string, error) {
+func buildCommand(job rt.Job) (string, error) {
 	if job.BuildCommand != "" {
 		return job.BuildCommand, nil
 	}
@@ -44,7 +44,7 @@ func buildCommand(job deployments.Job) (string, error) {
 
 // startCommand is the job's start command or its preset's; static reports that
 // the in-process file server should serve the workspace instead.
-func startCommand(job deployments.Job) (cmd string, static bool, err error) {
+func startCommand(job rt.Job) (cmd string, static bool, err error) {
 	if job.StartCommand != "" {
 		return job.StartCommand, false, nil
 	}

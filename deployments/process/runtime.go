@@ -17,12 +17,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // Config configures a Runtime.
@@ -102,7 +102,7 @@ type Runtime struct {
 	lookupIP func(ctx context.Context, host string) ([]netip.Addr, error) // resolves repository hosts (a seam for tests)
 }
 
-var _ deployments.Runtime = (*Runtime)(nil)
+var _ rt.Runtime = (*Runtime)(nil)
 
 // New returns a Runtime. It creates the data and cache directories.
 func New(cfg Config) (*Runtime, error) {
@@ -187,7 +187,7 @@ func (r *Runtime) baseEnv(ws workspace) []string {
 }
 
 // jobEnv checks the job's variables and returns them as KEY=value.
-func jobEnv(job deployments.Job) ([]string, error) {
+func jobEnv(job rt.Job) ([]string, error) {
 	env := make([]string, 0, len(job.Env))
 	for _, v := range job.Env {
 		if v.Key == "" || strings.ContainsAny(v.Key, "=\x00") {
@@ -203,7 +203,7 @@ func jobEnv(job deployments.Job) ([]string, error) {
 
 // Build clones the job's repository into its workspace and runs the build
 // command there. It returns the commit it built.
-func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
+func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
 	commit, _, err := r.build(ctx, job, logs)
 	return commit, err
 }
@@ -211,7 +211,7 @@ func (r *Runtime) Build(ctx context.Context, job deployments.Job, logs deploymen
 // buildTimes splits a build for the benchmark.
 type buildTimes struct{ clone, build time.Duration }
 
-func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, buildTimes, error) {
+func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (string, buildTimes, error) {
 	var times buildTimes
 	ws, err := r.workspace(job.DeploymentID)
 	if err != nil {
@@ -254,7 +254,7 @@ func (r *Runtime) build(ctx context.Context, job deployments.Job, logs deploymen
 			return "", times, fmt.Errorf("creating the workspace: %w", err)
 		}
 	}
-	out := runlog.New(logs, deployments.StreamBuild, runlog.Masker(job))
+	out := runlog.New(logs, rt.StreamBuild, runlog.Masker(job))
 
 	start := time.Now()
 	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform/repourl"
 )
 
@@ -51,7 +51,7 @@ type Policy struct {
 }
 
 // Check validates the job's repository URL, branch and commit under p.
-func (p Policy) Check(job deployments.Job) (Source, error) {
+func (p Policy) Check(job rt.Job) (Source, error) {
 	src, err := ParseRepo(job.RepoURL, repourl.Allow{Local: p.AllowLocalRepos, PrivateHosts: p.AllowPrivateHosts})
 	if err != nil {
 		return Source{}, err
@@ -81,7 +81,7 @@ func (p Policy) Pin(ctx context.Context, src Source) ([][2]string, error) {
 // credential helper, no prompt, and only the allowed transports. The
 // credential, if any, is an extra header scoped to the repository's origin,
 // passed as environment config (never argv). extra is more git config.
-func (p Policy) Env(path, home, tmp string, src Source, auth *deployments.GitAuth, extra ...[2]string) []string {
+func (p Policy) Env(path, home, tmp string, src Source, auth *rt.GitAuth, extra ...[2]string) []string {
 	protocols := "https"
 	if p.AllowLocalRepos {
 		protocols = "https:http:file"
@@ -124,7 +124,7 @@ func (p Policy) Env(path, home, tmp string, src Source, auth *deployments.GitAut
 }
 
 // BasicToken is the base64 of an HTTP basic credential.
-func BasicToken(a *deployments.GitAuth) string {
+func BasicToken(a *rt.GitAuth) string {
 	return base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))
 }
 
@@ -139,7 +139,7 @@ type Log interface {
 // caller clears it) and returns the commit it checked out. git runs git with
 // args in dir with the clone's environment, its output logged; revParse runs
 // git -C src rev-parse HEAD the same way and returns its output.
-func Fetch(ctx context.Context, job deployments.Job, src Source, log Log,
+func Fetch(ctx context.Context, job rt.Job, src Source, log Log,
 	git func(args ...string) error, revParse func() ([]byte, error)) (string, error) {
 	ref := "HEAD"
 	switch {

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // MaxLine caps one log line; longer output is split into several lines
-// (never through a secret: see deployments.LineSplitter).
+// (never through a secret: see rt.LineSplitter).
 const MaxLine = 8 << 10
 
 const tailLines = 30
@@ -22,9 +22,9 @@ const tailLines = 30
 // Output turns build, git and app output into masked log lines and keeps the
 // last few for error messages.
 type Output struct {
-	sink   deployments.LogSink
+	sink   rt.LogSink
 	stream string
-	Mask   *deployments.Masker
+	Mask   *rt.Masker
 
 	mu   sync.Mutex
 	tail []string // ring of the last tailLines lines
@@ -32,7 +32,7 @@ type Output struct {
 }
 
 // New returns the output of one stream into sink (nil: discarded), masked with mask.
-func New(sink deployments.LogSink, stream string, mask *deployments.Masker) *Output {
+func New(sink rt.LogSink, stream string, mask *rt.Masker) *Output {
 	if sink == nil {
 		sink = discardSink{}
 	}
@@ -57,7 +57,7 @@ func (o *Output) line(s string) {
 }
 
 // System logs a runtime message (masked) on the system stream.
-func (o *Output) System(msg string) { o.sink.Log(deployments.StreamSystem, o.Mask.Mask(msg)) }
+func (o *Output) System(msg string) { o.sink.Log(rt.StreamSystem, o.Mask.Mask(msg)) }
 
 // Tail returns the last lines seen, oldest first, joined by newlines.
 func (o *Output) Tail() string {
@@ -86,12 +86,12 @@ func (o *Output) Pump(r io.Reader) {
 
 // Writer returns an io.Writer that emits masked lines to o (for stdcopy and
 // exec); call Flush at the end of the output.
-func (o *Output) Writer() *deployments.LineSplitter {
-	return &deployments.LineSplitter{MaxLine: MaxLine, Mask: o.Mask, Emit: o.line}
+func (o *Output) Writer() *rt.LineSplitter {
+	return &rt.LineSplitter{MaxLine: MaxLine, Mask: o.Mask, Emit: o.line}
 }
 
 // Masker masks the job's secret values (and its git credential) as ***.
-func Masker(job deployments.Job) *deployments.Masker {
+func Masker(job rt.Job) *rt.Masker {
 	var secrets []string
 	for _, v := range job.Env {
 		if v.Secret && v.Value != "" {
@@ -101,7 +101,7 @@ func Masker(job deployments.Job) *deployments.Masker {
 	if a := job.GitAuth; a != nil && a.Password != "" {
 		secrets = append(secrets, a.Password, gitclone.BasicToken(a))
 	}
-	return deployments.NewMasker(secrets...)
+	return rt.NewMasker(secrets...)
 }
 
 // maskedError is err with the job's secrets masked in its text; errors.Is
@@ -115,7 +115,7 @@ func (e *maskedError) Error() string { return e.msg }
 func (e *maskedError) Unwrap() error { return e.cause }
 
 // MaskErr is err with mask's secrets masked in its text (nil for nil).
-func MaskErr(mask *deployments.Masker, err error) error {
+func MaskErr(mask *rt.Masker, err error) error {
 	if err == nil {
 		return nil
 	}

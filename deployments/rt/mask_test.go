@@ -1,10 +1,10 @@
-package deployments_test
+package rt_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // What an attacker's build prints to get a secret into the stored log.
@@ -13,7 +13,7 @@ func TestLineSplitterMasksEveryWayASecretIsPrinted(t *testing.T) {
 	const token = "tok-S3cr3tValueXYZ123456"
 	pem := "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n-----END PRIVATE KEY-----\n"
 	withNL := "newline-secret-value\n"
-	m := deployments.NewMasker(token, pem, withNL, "x", "short7!")
+	m := rt.NewMasker(token, pem, withNL, "x", "short7!")
 	const maxLine = 64
 	cases := map[string][]string{
 		// The secret straddles the cut of an over-long line, in one write or byte by byte.
@@ -29,7 +29,7 @@ func TestLineSplitterMasksEveryWayASecretIsPrinted(t *testing.T) {
 	secrets := []string{token, "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "BKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj", "newline-secret-value", "S3cr3tValue"}
 	for name, writes := range cases {
 		var lines []string
-		ls := &deployments.LineSplitter{MaxLine: maxLine, Mask: m, Emit: func(l string) { lines = append(lines, l) }}
+		ls := &rt.LineSplitter{MaxLine: maxLine, Mask: m, Emit: func(l string) { lines = append(lines, l) }}
 		for _, w := range writes {
 			ls.Write([]byte(w))
 		}
@@ -51,7 +51,7 @@ func TestLineSplitterMasksEveryWayASecretIsPrinted(t *testing.T) {
 	}
 	// Values too short to mask are never masked: "x" does not eat the output.
 	var lines []string
-	ls := &deployments.LineSplitter{MaxLine: maxLine, Mask: m, Emit: func(l string) { lines = append(lines, l) }}
+	ls := &rt.LineSplitter{MaxLine: maxLine, Mask: m, Emit: func(l string) { lines = append(lines, l) }}
 	ls.Write([]byte("export x=1; short7! stays\n"))
 	if len(lines) != 1 || lines[0] != "export x=1; short7! stays" {
 		t.Errorf("short values were masked: %q", lines)

@@ -1,0 +1,103 @@
+// Package rt is what a runtime needs of the deployments module: the job it
+// builds and runs (environment, git credential, plan limits), the log sink it
+// writes to, the masking of secrets in that log, and the Runtime interface it
+// implements. Runtimes (deployments/process, deployments/container) import
+// this package, not the module; the module re-exports every name.
+package rt
+
+import (
+	"context"
+	"time"
+)
+
+// Job is everything a Runtime needs to build and run one deployment. It is
+// assembled by the engine from the project (through ProjectSource) when a step
+// starts; it is never stored with its secrets.
+type Job struct {
+	DeploymentID string
+	ProjectID    string
+	ProjectSlug  string // URL-safe, unique; the ingress host is <slug>.<apps-domain>
+	RepoURL      string // https URL, or file:// / local path when local repos are allowed
+	Branch       string // empty: the repository's default branch
+	CommitSHA    string // empty: the head of Branch; set for push-triggered deployments
+	Framework    string // preset key when a command is empty: "go", "node", "static", ...
+	BuildCommand string // empty: the framework preset
+	StartCommand string // empty: the framework preset
+	Port         int    // the project's declared port (informational; the app gets PORT)
+	Env          []EnvVar
+	Limits       Limits
+	// GitAuth, when set, authenticates the clone (private repositories). It is
+	// passed to git through the environment, never written to the workspace or logs.
+	GitAuth *GitAuth
+}
+
+// EnvVar is one environment variable of the app and its build. Secret values are
+// masked as *** in every stored or streamed log line.
+type EnvVar struct {
+	Key    string
+	Value  string
+	Secret bool
+}
+
+// GitAuth is an HTTP basic credential for git (e.g. x-access-token + an
+// installation token).
+type GitAuth struct {
+	Username string
+	Password string
+}
+
+// Limits come from the project's plan.
+type Limits struct {
+	BuildTimeout time.Duration // kill the build after this; 0 means 10 minutes
+	MemoryMi     int           // 0: unlimited
+	CPUMillis    int           // 0: unlimited
+	StorageGi    int           // 0: unlimited
+	Priority     bool          // priorityBuilds
+}
+
+// Log streams of a LogSink line.
+const (
+	StreamSystem = "system" // step changes and engine messages
+	StreamBuild  = "build"  // clone and build output
+	StreamApp    = "app"    // the running app's stdout/stderr
+)
+
+// LogSink receives a deployment's log lines. The deployments module's sink
+// masks secret values, stamps a per-deployment sequence number and time,
+// stores the line and fans it out to live streams. Log must be safe for
+// concurrent use and must not block for long (a slow reader never stalls a build).
+type LogSink interface {
+	Log(stream, line string)
+}
+
+// Runtime does the work of the BUILD, PROVISION and DNS steps; an Engine
+// orchestrates them. The process runtime (deployments/process) is the default;
+// containers or a cluster can implement the same interface.
+type Runtime interface {
+	// Build clones job.RepoURL at job.Branch / job.CommitSHA into the
+	// deployment's workspace and runs the build command with job.Env, killed
+	// at job.Limits.BuildTimeout. It returns the commit it built.
+	Build(ctx context.Context, job Job, logs LogSink) (commit string, err error)
+	// Start starts the built app with PORT set to a free port and job.Env,
+	// waits until it answers HTTP on that port, and returns its upstream
+	// address (host:port). The app keeps running after Start returns, its
+	// output still flowing to logs, restarted if it dies, until Stop.
+	Start(ctx context.Context, job Job, logs LogSink) (upstream string, err error)
+	// Route points <slug>.<apps-domain> at upstream in the ingress, atomically
+	// replacing any previous route of that slug, and returns the public URL.
+	Route(ctx context.Context, slug, deploymentID, upstream string) (url string, err error)
+	// Unroute removes the route of slug if it still points at deploymentID.
+	Unroute(ctx context.Context, slug, deploymentID string) error
+	// Stop stops the app of deploymentID if it runs. Idempotent.
+	Stop(ctx context.Context, deploymentID string) error
+	// Cleanup removes the deployment's workspace. Idempotent.
+	Cleanup(ctx context.Context, deploymentID string) error
+}
+
+// ProjectCleaner is implemented by runtimes that keep something per project
+// beyond its deployments (the docker runtime's layer-cache image).
+// Service.TeardownProject calls it once every deployment of a deleted project
+// was released.
+type ProjectCleaner interface {
+	CleanupProject(ctx context.Context, projectID string) error
+}
