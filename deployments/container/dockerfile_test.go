@@ -1,7 +1,6 @@
 package container
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,46 +62,4 @@ func TestDockerfileFor(t *testing.T) {
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(d, "Dockerfile")))
 	_, err = dockerfileFor(job("go"), d, imgs)
 	assert.ErrorContains(t, err, "not a regular file")
-}
-
-// The images a Dockerfile builds on, read as the classic builder reads it.
-func TestImageRefs(t *testing.T) {
-	text := "# escape=`\n" +
-		"ARG BASE=keelson/abc-p1:cache\n" +
-		"ARG TAG\n" +
-		"FROM ${BASE} AS one\n" +
-		"# a comment\n" +
-		"FROM --platform=linux/amd64 busybox:${TAG:-1.37} AS Two\n" +
-		"COPY --from=one /a /a\n" +
-		"COPY --chown=1:1 `\n" +
-		"  # a comment inside the continuation\n" +
-		"  --from=two /b /b\n" +
-		"COPY --from=1 /c /c\n" +
-		"COPY --from=7 /d /d\n" +
-		"FROM one\n" +
-		"FROM scratch\n" +
-		"copy --from=c789f /e /e\n"
-	var got []string
-	require.NoError(t, checkDockerfile("Dockerfile", text, func(ref string) error {
-		got = append(got, ref)
-		return nil
-	}))
-	assert.Equal(t, []string{"keelson/abc-p1:cache", "busybox:1.37", "7", "c789f"}, got,
-		"stages (by name or index) and scratch are not images")
-	err := checkDockerfile("Dockerfile", text, func(ref string) error {
-		if ref == "7" {
-			return errors.New(imageRefProblem(ref))
-		}
-		return nil
-	})
-	assert.EqualError(t, err, "Dockerfile line 12 (COPY --from 7): it names an image by a local image id; name it by repository and tag or digest")
-
-	for ref, refused := range map[string]bool{
-		"keelson/abc-p1:cache": true, "docker.io/keelson/x:1": true, "KEELSON/X": true,
-		"c789f": true, "sha256:c789f89c": true, "0": true, "a${X}": true,
-		"busybox:1.37": false, "golang:1.26-alpine": false, "ghcr.io/keelson/x:1": false,
-		"cafe:1": false, "node@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": false,
-	} {
-		assert.Equal(t, refused, imageRefProblem(ref) != "", ref)
-	}
 }
