@@ -59,7 +59,7 @@ type envOpts struct {
 	noStart   bool
 	maxConc   int
 	perUser   int
-	shares    local.Shares
+	shares    deployments.Shares
 	metrics   deployments.Metrics
 	streams   deployments.StreamGate
 }

@@ -65,8 +65,99 @@ func TestOneTenantCannotHoldEveryBuildSlot(t *testing.T) {
 // priorityShares gives the listed owners priority; everyone's cap is one.
 type priorityShares map[string]bool
 
-func (p priorityShares) BuildShare(_ context.Context, owner string) (int, bool, error) {
-	return 1, p[owner], nil
+func (p priorityShares) BuildShare(_ context.Context, owner string) (deployments.Share, error) {
+	return deployments.Share{Max: 1, Priority: p[owner]}, nil
+}
+
+// planShares answers the listed owners' shares; others are on a paid plan
+// running two at once.
+type planShares map[string]deployments.Share
+
+func (p planShares) BuildShare(_ context.Context, owner string) (deployments.Share, error) {
+	if sh, ok := p[owner]; ok {
+		return sh, nil
+	}
+	return deployments.Share{Max: 2}, nil
+}
+
+// holdAll holds the next build of each slug and triggers a deployment of a
+// new project of owner for each; the holds are released when t ends.
+func (e *env) holdAll(owner string, slugs ...string) (ids []string, holds []*deploytest.Hold) {
+	for _, slug := range slugs {
+		holds = append(holds, e.rt.HoldBuild(slug))
+		ids = append(ids, e.trigger(owner, e.project(owner, slug)))
+	}
+	e.t.Cleanup(func() {
+		for _, h := range holds {
+			select {
+			case <-h.Entered():
+				h.Release(nil)
+			default:
+			}
+		}
+	})
+	return ids, holds
+}
+
+// TestFreeAccountsCannotHoldEveryBuildSlot: two FREE accounts with builds
+// that never end hold 3 of the 4 slots (the FREE pool), not 4: bob's second
+// waits with a line saying why, and carol, on a paid plan, builds and goes
+// LIVE meanwhile. When one FREE build ends, bob's starts.
+func TestFreeAccountsCannotHoldEveryBuildSlot(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		alice, bob, carol := platform.NewID(), platform.NewID(), platform.NewID()
+		free := deployments.Share{Max: 2, Free: true}
+		e := newEnv(t, bdb, envOpts{maxConc: 4, shares: planShares{alice: free, bob: free}})
+		_, as := e.holdAll(alice, "a1", "a2")
+		<-as[0].Entered()
+		<-as[1].Entered()
+		bobs, bs := e.holdAll(bob, "b1", "b2")
+		<-bs[0].Entered()
+		platformtest.Eventually(t, 30*time.Second, "bob's second deployment to say why it waits", func() bool {
+			return strings.Contains(e.logText(bobs[1]), "queued: free-plan builds hold 3 of the 4 build slots")
+		})
+		carols := e.trigger(carol, e.project(carol, "c1"))
+		e.waitStatus(carols, deployments.StatusLive)
+		assert.Equal(t, deployments.StatusQueued, e.get(bobs[1]).Status)
+		select {
+		case <-bs[1].Entered():
+			t.Fatal("a fourth FREE build started")
+		default:
+		}
+		as[0].Release(nil)
+		<-bs[1].Entered() // a FREE slot freed: bob's second starts
+	})
+}
+
+// TestWaitingAccountGoesBeforeExtraBuilds: with both slots held by alice
+// and her third deployment queued first, bob's deployment queued after it
+// takes the first slot that frees; hers waits with its position.
+func TestWaitingAccountGoesBeforeExtraBuilds(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		alice, bob := platform.NewID(), platform.NewID()
+		e := newEnv(t, bdb, envOpts{maxConc: 2, shares: planShares{alice: {Max: 3}}})
+		alices, as := e.holdAll(alice, "a1", "a2", "a3")
+		<-as[0].Entered()
+		<-as[1].Entered()
+		platformtest.Eventually(t, 30*time.Second, "alice's third deployment to wait for a slot", func() bool {
+			return strings.Contains(e.logText(alices[2]), "queued: position 1 for the next free build slot (2 run at once)")
+		})
+		bobs, bh := e.holdAll(bob, "b1")
+		platformtest.Eventually(t, 30*time.Second, "bob's deployment to queue ahead of alice's third", func() bool {
+			return strings.Contains(e.logText(bobs[0]), "queued: position 1 for the next free build slot")
+		})
+		as[0].Release(nil)
+		<-bh[0].Entered()
+		assert.Equal(t, []string{alices[0], alices[1], bobs[0]}, e.rt.Builds(), "bob's build before alice's older third")
+		platformtest.Eventually(t, 30*time.Second, "alice's third deployment to be next", func() bool {
+			return strings.Contains(e.logText(alices[2]), "queued: position 1 for the next free build slot (2 run at once)") &&
+				strings.Count(e.logText(alices[2]), "queued: position") == 3
+		})
+		as[1].Release(nil)
+		<-as[2].Entered()
+	})
 }
 
 // TestPriorityBuildsGoFirst: with one slot taken, a deployment of a priority

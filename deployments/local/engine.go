@@ -9,11 +9,16 @@
 // QUEUED); different projects run concurrently up to Config.MaxConcurrent.
 // The loop wakes on every trigger and finished run, and also polls.
 //
-// Fairness: one owner runs at most their share of deployments at once
-// (Config.Shares, plan-driven; Config.PerUser by default), so one tenant
-// cannot hold every slot; owners whose plan has priority builds are picked
-// first, then everyone oldest first. A deployment that waits says why in its
-// log: its owner's share is in use, or its position for a free slot.
+// Fairness (deployments.SlotPolicy, the Temporal engine's rules too): one
+// owner runs at most their share of deployments at once (Config.Shares,
+// plan-driven; Config.PerUser by default); owners on a FREE plan together
+// hold at most Config.FreeSlots of the MaxConcurrent slots (all but one by
+// default), so FREE builds cannot hold every slot; a free slot goes to a
+// priority owner first, then to the owner with the fewest deployments
+// running, then to the oldest, so another owner's waiting build is taken
+// before an owner's extra ones. A deployment that waits says why in its
+// log: its owner's share is in use, the FREE builds hold their part, or its
+// position for a free slot.
 //
 // Replaced deployments: when a deployment goes LIVE (routed), the project's
 // previous LIVE deployment is stopped and ends CANCELLED with supersededBy set
@@ -40,9 +45,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -60,23 +63,17 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxAttempts is how many runs a deployment gets when restarts interrupt it. Default 2.
 	MaxAttempts int
+	// FreeSlots is how many of the MaxConcurrent slots deployments of owners
+	// on a FREE plan may hold together. Default (and at most) MaxConcurrent-1;
+	// with one slot, that slot.
+	FreeSlots int
 	// PerUser caps one owner's deployments running at once when Shares is
 	// nil or fails. Default 2.
 	PerUser int
-	// Shares gives each owner's cap and priority (from their plan); optional.
-	Shares Shares
-}
-
-// Shares says how many deployments an owner may run at once and whether
-// their deployments go first. The reference server answers from the owner's
-// account plan (priorityBuilds).
-type Shares interface {
-	BuildShare(ctx context.Context, ownerID string) (max int, priority bool, err error)
-}
-
-type share struct {
-	max      int
-	priority bool
+	// Shares gives each owner's share, priority and FREE tier (from their
+	// plan); optional: without it, or when it fails, an owner gets PerUser
+	// and counts as FREE.
+	Shares deployments.Shares
 }
 
 // Store is what the engine reads of the deployments (a *deployments.Store).
@@ -91,6 +88,7 @@ type Engine struct {
 	acts  *deployments.Activities
 	log   *slog.Logger
 	max   int
+	slots deployments.SlotPolicy
 	poll  time.Duration
 	tries int
 
@@ -103,7 +101,7 @@ type Engine struct {
 	ready bool            // recovery done: a non-terminal deployment not running here is orphaned
 	runs  map[string]*run // by deployment ID
 	per   int
-	sh    Shares
+	sh    deployments.Shares
 	noted map[string]string         // what a waiting deployment's log last said about its wait
 	busy  map[string]bool           // projects with a run
 	depth int                       // QUEUED deployments left waiting by the last scheduling pass
@@ -118,6 +116,7 @@ const (
 
 type run struct {
 	owner  string // "" for an app restart (not a build)
+	free   bool   // a build of an owner on a FREE plan
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -137,6 +136,7 @@ func New(cfg Config) (*Engine, error) {
 		runs: map[string]*run{}, busy: map[string]bool{}, noted: map[string]string{},
 		per: cmp.Or(cfg.PerUser, 2), sh: cfg.Shares,
 	}
+	e.slots = deployments.SlotPolicy{Slots: e.max, FreeSlots: cfg.FreeSlots}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -291,9 +291,9 @@ func (e *Engine) loop() {
 	}
 }
 
-// schedule launches what may run now: app restarts first, then the oldest
-// QUEUED deployment of each idle project, priority owners first, each owner
-// up to their share, up to the global cap.
+// schedule launches what may run now: app restarts first, then, by the
+// fair-share rules (deployments.SlotPolicy), the oldest QUEUED deployment of
+// each idle project, up to the global cap; the others say why they wait.
 func (e *Engine) schedule() {
 	queued, err := e.store.DeploymentListByStatus(e.ctx, deployments.StatusQueued)
 	if err != nil {
@@ -303,16 +303,6 @@ func (e *Engine) schedule() {
 		return
 	}
 	shares := e.shares(queued)
-	slices.SortStableFunc(queued, func(a, b *deployments.Deployment) int {
-		pa, pb := shares[a.OwnerID].priority, shares[b.OwnerID].priority
-		switch {
-		case pa == pb:
-			return 0
-		case pa:
-			return -1
-		}
-		return 1
-	})
 	notes := map[string]string{}
 	defer func() {
 		for id, msg := range notes {
@@ -324,71 +314,74 @@ func (e *Engine) schedule() {
 	if e.state != started {
 		return
 	}
-	waiting := map[string]bool{} // projects whose turn is taken
+	waiting := e.restartLives() // projects whose turn is taken
+	use := deployments.SlotUse{Busy: len(e.runs), Owners: map[string]int{}}
+	for _, r := range e.runs {
+		if r.owner != "" {
+			use.Owners[r.owner]++
+			if r.free {
+				use.Free++
+			}
+		}
+	}
+	var cands []*deployments.Deployment
+	var ws []deployments.SlotWaiter
+	for _, d := range queued {
+		if !waiting[d.ProjectID] && !e.busy[d.ProjectID] {
+			cands = append(cands, d)
+			ws = append(ws, deployments.SlotWaiter{ID: d.ID, Owner: d.OwnerID, Share: shares[d.OwnerID]})
+		}
+		waiting[d.ProjectID] = true
+	}
+	start, why := e.slots.Assign(&use, ws)
+	launched := map[string]bool{}
+	for _, i := range start {
+		launched[cands[i].ID] = true
+		e.launch(cands[i], cands[i].OwnerID, ws[i].Share.Free, e.deploy)
+	}
+	for i, d := range cands {
+		if launched[d.ID] {
+			continue
+		}
+		if msg := why(i).Note(e.slots); e.noted[d.ID] != msg {
+			e.noted[d.ID], notes[d.ID] = msg, msg
+		}
+	}
+	e.depth = 0
+	inQueue := map[string]bool{}
+	for _, d := range queued {
+		inQueue[d.ID] = true
+		if e.runs[d.ID] == nil {
+			e.depth++
+		}
+	}
+	for id := range e.noted {
+		if !inQueue[id] || launched[id] {
+			delete(e.noted, id)
+		}
+	}
+}
+
+// restartLives launches the app restarts Start left, as slots allow, and
+// returns their projects (a queued deployment of theirs waits its turn).
+// Called with mu held.
+func (e *Engine) restartLives() map[string]bool {
+	projects := map[string]bool{}
 	rest := e.lives[:0]
 	for _, d := range e.lives {
-		waiting[d.ProjectID] = true
+		projects[d.ProjectID] = true
 		if e.busy[d.ProjectID] || len(e.runs) >= e.max {
 			rest = append(rest, d)
 			continue
 		}
-		e.launch(d, "", func(ctx context.Context, id string) {
+		e.launch(d, "", false, func(ctx context.Context, id string) {
 			if err := e.acts.RestartLive(ctx, id); err != nil && ctx.Err() == nil {
 				e.log.Error("restart live deployment", "deployment", id, "err", err)
 			}
 		})
 	}
 	e.lives = rest
-	running := map[string]int{}
-	for _, r := range e.runs {
-		if r.owner != "" {
-			running[r.owner]++
-		}
-	}
-	note := func(id, msg string) {
-		if e.noted[id] != msg {
-			e.noted[id] = msg
-			notes[id] = msg
-		}
-	}
-	inQueue := map[string]bool{}
-	for _, d := range queued {
-		inQueue[d.ID] = true
-	}
-	for id := range e.noted {
-		if !inQueue[id] {
-			delete(e.noted, id)
-		}
-	}
-	position := 0
-	for _, d := range queued {
-		if waiting[d.ProjectID] {
-			continue
-		}
-		waiting[d.ProjectID] = true
-		if e.busy[d.ProjectID] {
-			continue
-		}
-		sh := shares[d.OwnerID]
-		if running[d.OwnerID] >= sh.max {
-			note(d.ID, fmt.Sprintf("queued: %d of your deployments are running, as many as your plan runs at once; this one starts when one of them ends", running[d.OwnerID]))
-			continue
-		}
-		if len(e.runs) >= e.max {
-			position++
-			note(d.ID, fmt.Sprintf("queued: position %d for the next free build slot (%d run at once on this server)", position, e.max))
-			continue
-		}
-		delete(e.noted, d.ID)
-		running[d.OwnerID]++
-		e.launch(d, d.OwnerID, e.deploy)
-	}
-	e.depth = 0
-	for _, d := range queued {
-		if e.runs[d.ID] == nil {
-			e.depth++
-		}
-	}
+	return projects
 }
 
 // QueueDepth is how many QUEUED deployments wait for a turn (their project's,
@@ -403,17 +396,18 @@ func (e *Engine) QueueDepth() int {
 }
 
 // shares reads the share of each owner with a queued deployment (outside mu:
-// it may read the database).
-func (e *Engine) shares(queued []*deployments.Deployment) map[string]share {
-	out := map[string]share{}
+// it may read the database). Without Shares, or when it fails, an owner
+// gets the default share, counted as FREE.
+func (e *Engine) shares(queued []*deployments.Deployment) map[string]deployments.Share {
+	out := map[string]deployments.Share{}
 	for _, d := range queued {
 		if _, ok := out[d.OwnerID]; ok {
 			continue
 		}
-		sh := share{max: e.per}
+		sh := deployments.DefaultShare(e.per)
 		if e.sh != nil {
-			if m, p, err := e.sh.BuildShare(e.ctx, d.OwnerID); err == nil {
-				sh = share{max: max(m, 1), priority: p}
+			if got, err := e.sh.BuildShare(e.ctx, d.OwnerID); err == nil {
+				sh = got
 			} else if e.ctx.Err() == nil {
 				e.log.Warn("read build share; using the default", "owner", d.OwnerID, "err", err)
 			}
@@ -423,10 +417,11 @@ func (e *Engine) shares(queued []*deployments.Deployment) map[string]share {
 	return out
 }
 
-// launch runs fn for d on a goroutine holding d's project. Called with mu held.
-func (e *Engine) launch(d *deployments.Deployment, owner string, fn func(ctx context.Context, id string)) {
+// launch runs fn for d on a goroutine holding d's project (and, for a build,
+// one of owner's slots, counted as FREE when free). Called with mu held.
+func (e *Engine) launch(d *deployments.Deployment, owner string, free bool, fn func(ctx context.Context, id string)) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &run{owner: owner, cancel: cancel, done: make(chan struct{})}
+	r := &run{owner: owner, free: free, cancel: cancel, done: make(chan struct{})}
 	e.runs[d.ID], e.busy[d.ProjectID] = r, true
 	e.wg.Add(1)
 	go func() {

@@ -58,7 +58,7 @@ type cluster struct {
 	queue    string
 	// shares and slotLease are the build shares and slot lease of the
 	// workers startWorker starts (nil, 0: the defaults).
-	shares    Shares
+	shares    deployments.Shares
 	slotLease time.Duration
 }
 

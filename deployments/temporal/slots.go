@@ -161,12 +161,12 @@ func (a *activities) share(ctx context.Context, owner string) int {
 	if a.shares == nil {
 		return a.perUser
 	}
-	n, _, err := a.shares.BuildShare(ctx, owner)
+	sh, err := a.shares.BuildShare(ctx, owner)
 	if err != nil {
 		a.log.Warn("read build share; using the default", "owner", owner, "err", err)
 		return a.perUser
 	}
-	return max(n, 1)
+	return max(sh.Max, 1)
 }
 
 // reap checks the slots of held whose lease ran out: one whose workflow no

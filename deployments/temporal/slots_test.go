@@ -20,12 +20,12 @@ import (
 // others (whose deployments then get the workers' PerUser default).
 type planShares map[string]int
 
-func (p planShares) BuildShare(_ context.Context, owner string) (int, bool, error) {
+func (p planShares) BuildShare(_ context.Context, owner string) (deployments.Share, error) {
 	n, ok := p[owner]
 	if !ok {
-		return 0, false, errors.New("plans: account not found")
+		return deployments.Share{}, errors.New("plans: account not found")
 	}
-	return n, false, nil
+	return deployments.Share{Max: n}, nil
 }
 
 // slotsOf lists the build slots held, by deployment.

@@ -31,18 +31,11 @@ type WorkerConfig struct {
 	// worker, when Shares is nil or fails. Default 2.
 	PerUser int
 	// Shares gives each owner's cap (from their plan); optional.
-	Shares Shares
+	Shares deployments.Shares
 	// SlotLease is how long a build slot counts as held before the worker
 	// that finds its owner at the cap asks Temporal whether the holder's
 	// workflow still runs (a terminated one never released it). Default 1m.
 	SlotLease time.Duration
-}
-
-// Shares says how many deployments an owner may run at once (the reference
-// server answers from the owner's account plan). The priority the embedded
-// engine also reads is not used: Temporal's task queue has no order to change.
-type Shares interface {
-	BuildShare(ctx context.Context, ownerID string) (max int, priority bool, err error)
 }
 
 // WorkerStore is what a worker reads and writes of the deployments directly

@@ -34,7 +34,7 @@ type fixture struct {
 	projects *deploytest.Projects
 	project  string
 	slug     string
-	shares   Shares // the workers' build shares; nil: 2 each
+	shares   deployments.Shares // the workers' build shares; nil: 2 each
 }
 
 func newFixture(t *testing.T, store *deployments.Store) *fixture {

@@ -115,6 +115,12 @@ type Config struct {
 	// BuildsPerUser is KEELSON_BUILDS_PER_USER: deployments one owner runs at
 	// once, on either engine (twice that on a priorityBuilds plan). Default 2.
 	BuildsPerUser int
+	// BuildSlots is KEELSON_BUILD_SLOTS: builds at once, on the local engine
+	// in this server, on the Temporal engine across every worker. Default 4.
+	BuildSlots int
+	// FreeBuildSlots is KEELSON_FREE_BUILD_SLOTS: how many of BuildSlots the
+	// builds of accounts on a FREE plan hold together. 0: BuildSlots-1.
+	FreeBuildSlots int
 	// BuildPidsLimit is KEELSON_BUILD_PIDS_LIMIT: processes one build runs at
 	// once on the docker runtime. Default 1024.
 	BuildPidsLimit int
@@ -137,6 +143,7 @@ const (
 	DefaultIngressMaxConns   = 8192
 	DefaultMaxBodyMemoryMiB  = 64
 	DefaultBuildsPerUser     = 2
+	DefaultBuildSlots        = 4
 	DefaultBuildPidsLimit    = 1024
 	DefaultLogRetention      = deployments.DefaultLogRetention
 	DefaultLogBudgetMB       = int(deployments.DefaultAccountLogBudget >> 20)
@@ -271,12 +278,17 @@ func (c Config) validateLimits() error {
 		{"KEELSON_BUILD_LOG_MAX_MB", c.BuildLogMaxMB, 1},
 		{"KEELSON_APP_LOG_MAX_LINES", c.AppLogMaxLines, 100},
 		{"KEELSON_BUILDS_PER_USER", c.BuildsPerUser, 1},
+		{"KEELSON_BUILD_SLOTS", c.BuildSlots, 1},
+		{"KEELSON_FREE_BUILD_SLOTS", c.FreeBuildSlots, 0},
 		{"KEELSON_LOG_BUDGET_MB", c.LogBudgetMB, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}
 		}
+	}
+	if c.BuildSlots > 1 && c.FreeBuildSlots >= c.BuildSlots {
+		return &ConfigError{"KEELSON_FREE_BUILD_SLOTS", fmt.Sprintf("%d is not less than KEELSON_BUILD_SLOTS (%d): FREE builds may not hold every slot", c.FreeBuildSlots, c.BuildSlots)}
 	}
 	if c.MaxBodyMemoryPerAddrMiB > c.MaxBodyMemoryMiB {
 		return &ConfigError{"KEELSON_MAX_BODY_MEMORY_PER_ADDR_MIB", fmt.Sprintf("%d is more than KEELSON_MAX_BODY_MEMORY_MIB (%d)", c.MaxBodyMemoryPerAddrMiB, c.MaxBodyMemoryMiB)}

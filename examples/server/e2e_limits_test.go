@@ -316,6 +316,29 @@ func TestLoudBuildStopsAtTheLogCap(t *testing.T) {
 	}
 }
 
+// slowDeploy creates a project of token whose build sleeps 120 s and
+// deploys it (cancelled when t ends); it returns the deployment.
+func slowDeploy(t *testing.T, ts *testServer, token, name string) string {
+	t.Helper()
+	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
+	var p e2eProject
+	ts.doJSON(t, http.StatusCreated, "POST", "/projects", token, map[string]any{"name": name, "repoUrl": work, "framework": "go", "port": 8080}, &p)
+	ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", token, map[string]any{
+		"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "sleep 120"}, nil)
+	var trig struct{ DeploymentID string }
+	ts.doJSON(t, http.StatusCreated, "POST", "/deployments", token, map[string]any{"projectId": p.ID}, &trig)
+	t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", token, nil) })
+	return trig.DeploymentID
+}
+
+// statusOf reads a deployment's status through the status route.
+func statusOf(t *testing.T, ts *testServer, token, id string) string {
+	t.Helper()
+	var st e2eStatus
+	ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+id+"/status", token, nil, &st)
+	return st.Status
+}
+
 // TestFairBuilds: alice's slow builds fill her share (KEELSON_BUILDS_PER_USER
 // = 2); her third waits QUEUED with a line saying why, and bob's deployment
 // starts building meanwhile.
@@ -323,36 +346,63 @@ func TestFairBuilds(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, "", nil)
 	alice, bob := ts.signup(t, "alice@example.com"), ts.signup(t, "bob@example.com")
-	work, _ := newRepo(t, map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": "package main\n\nfunc main() {}\n"})
-	deploy := func(token, name string) string {
-		var p e2eProject
-		ts.doJSON(t, http.StatusCreated, "POST", "/projects", token, map[string]any{"name": name, "repoUrl": work, "framework": "go", "port": 8080}, &p)
-		ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+p.ID+"/settings", token, map[string]any{
-			"region": "local", "planName": "free", "envVars": []any{}, "buildCommand": "sleep 120"}, nil)
-		var trig struct{ DeploymentID string }
-		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", token, map[string]any{"projectId": p.ID}, &trig)
-		t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", token, nil) })
-		return trig.DeploymentID
-	}
-	status := func(token, id string) string {
-		var st e2eStatus
-		ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+id+"/status", token, nil, &st)
-		return st.Status
-	}
-	a1, a2, a3 := deploy(alice, "A1"), deploy(alice, "A2"), deploy(alice, "A3")
+	a1, a2, a3 := slowDeploy(t, ts, alice, "A1"), slowDeploy(t, ts, alice, "A2"), slowDeploy(t, ts, alice, "A3")
 	platformtest.Eventually(t, time.Minute, "two of alice's builds to run", func() bool {
-		return status(alice, a1) == "BUILDING" && status(alice, a2) == "BUILDING"
+		return statusOf(t, ts, alice, a1) == "BUILDING" && statusOf(t, ts, alice, a2) == "BUILDING"
 	})
-	b1 := deploy(bob, "B1")
+	b1 := slowDeploy(t, ts, bob, "B1")
 	platformtest.Eventually(t, time.Minute, "bob's build to start while alice holds her share", func() bool {
-		return status(bob, b1) == "BUILDING"
+		return statusOf(t, ts, bob, b1) == "BUILDING"
 	})
-	if st := status(alice, a3); st != "QUEUED" {
+	if st := statusOf(t, ts, alice, a3); st != "QUEUED" {
 		t.Fatalf("alice's third deployment is %s, want QUEUED", st)
 	}
 	platformtest.Eventually(t, 30*time.Second, "alice's third deployment to say why it waits", func() bool {
 		return strings.Contains(logText(t, ts, alice, a3), "queued: 2 of your deployments are running")
 	})
+}
+
+// TestFreeBuildsCannotHoldEverySlot: the attack. Two FREE accounts
+// whose builds sleep hold 3 of the 4 build slots (KEELSON_FREE_BUILD_SLOTS
+// by default), not 4: bob's second waits QUEUED and says why, and carol, on
+// the STARTER plan, builds meanwhile.
+func TestFreeBuildsCannotHoldEverySlot(t *testing.T) {
+	t.Parallel()
+	if _, err := LoadConfig(func(k string) string { return map[string]string{"KEELSON_FREE_BUILD_SLOTS": "4"}[k] }); err == nil ||
+		!strings.HasPrefix(err.Error(), "KEELSON_FREE_BUILD_SLOTS: 4 is not less than KEELSON_BUILD_SLOTS (4)") {
+		t.Fatalf("KEELSON_FREE_BUILD_SLOTS=4: %v", err)
+	}
+	ts := startServer(t, "", nil)
+	admin, alice, _, byName := planAccounts(t, ts)
+	bob, carol := ts.signup(t, "bob@example.com"), ts.signup(t, "carol@example.com")
+	var me struct{ ID string }
+	ts.doJSON(t, http.StatusOK, "GET", "/auth/me", carol, nil, &me)
+	ts.doJSON(t, http.StatusNoContent, "PUT", "/plans/"+byName["starter"].ID+"/accounts/"+me.ID, admin, nil, nil)
+	a1, a2 := slowDeploy(t, ts, alice, "A1"), slowDeploy(t, ts, alice, "A2")
+	b1, b2 := slowDeploy(t, ts, bob, "B1"), slowDeploy(t, ts, bob, "B2")
+	platformtest.Eventually(t, time.Minute, "three FREE builds to run", func() bool {
+		n := 0
+		for _, d := range [][2]string{{alice, a1}, {alice, a2}, {bob, b1}, {bob, b2}} {
+			if statusOf(t, ts, d[0], d[1]) == "BUILDING" {
+				n++
+			}
+		}
+		return n == 3
+	})
+	waiting := b2
+	if statusOf(t, ts, bob, b1) == "QUEUED" {
+		waiting = b1
+	}
+	platformtest.Eventually(t, 30*time.Second, "bob's waiting deployment to say why", func() bool {
+		return strings.Contains(logText(t, ts, bob, waiting), "queued: free-plan builds hold 3 of the 4 build slots")
+	})
+	c1 := slowDeploy(t, ts, carol, "C1")
+	platformtest.Eventually(t, time.Minute, "carol's build to take the slot FREE builds may not", func() bool {
+		return statusOf(t, ts, carol, c1) == "BUILDING"
+	})
+	if st := statusOf(t, ts, bob, waiting); st != "QUEUED" {
+		t.Fatalf("bob's second deployment is %s, want QUEUED", st)
+	}
 }
 
 // TestLogBudget: with KEELSON_LOG_BUDGET_MB=1, a running build that prints

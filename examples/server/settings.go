@@ -181,8 +181,14 @@ var settings = []setting{
 		doc:   "log messages (build, app and system lines) all of one account's deployments keep together, in MiB; `0`: no budget. Past it, the logs of the account's oldest ended deployments (FAILED or CANCELLED, replaced ones included) are deleted first, whole, each leaving one line saying why, until the account is within it; checked as lines are stored and hourly. The logs of a LIVE deployment or of a running build are never deleted for it (the caps above bound those), so an account can stay over while they hold more. `GET /usage` shows `logs.usedBytes` against `logs.limitBytes`",
 		parse: number(func(c *Config) *int { return &c.LogBudgetMB })},
 	{name: "KEELSON_BUILDS_PER_USER", def: strconv.Itoa(DefaultBuildsPerUser),
-		doc:   "deployments one owner runs at once: on the local engine (of the server's 4), and on the Temporal engine across every worker; an owner whose account plan has `priorityBuilds` gets twice as many (and, on the local engine, is picked first). A deployment past its owner's share stays `QUEUED` with a log line saying so; one waiting for a free slot of the local engine logs its position",
+		doc:   "deployments one account runs at once, on either engine (across every worker of the Temporal engine); an account whose plan has `priorityBuilds` gets twice as many, and its builds are taken first. A deployment past its account's share stays `QUEUED` with a log line saying so",
 		parse: number(func(c *Config) *int { return &c.BuildsPerUser })},
+	{name: "KEELSON_BUILD_SLOTS", def: strconv.Itoa(DefaultBuildSlots),
+		doc:   "builds (deployments from BUILD until LIVE or ended) running at once on the local engine. A free slot goes to a waiting deployment of a `priorityBuilds` account first, then of the account with the fewest running, then the oldest, so another account's waiting build goes before an account's extra ones; a deployment waiting for a slot logs its position",
+		parse: number(func(c *Config) *int { return &c.BuildSlots })},
+	{name: "KEELSON_FREE_BUILD_SLOTS", def: "0", shown: "`0`: `KEELSON_BUILD_SLOTS` - 1",
+		doc:   "how many of the local engine's build slots the builds of accounts on a FREE-tier plan (or whose plan cannot be read) hold together, so FREE accounts cannot hold every slot; less than `KEELSON_BUILD_SLOTS` (with one slot, FREE builds may take it). A FREE deployment past it stays `QUEUED` with a line saying so",
+		parse: number(func(c *Config) *int { return &c.FreeBuildSlots })},
 }
 
 // Parsers of the kinds of values settings hold.

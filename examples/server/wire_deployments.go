@@ -91,7 +91,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		d.Runtime = rt
 		d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
 			e, err := local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
-				PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
+				MaxConcurrent: a.Cfg.BuildSlots, FreeSlots: a.Cfg.FreeBuildSlots, PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
 			engine = e
 			return e, err
 		}
@@ -273,20 +273,22 @@ func (d dockerRuntime) Close(ctx context.Context) error {
 
 // buildShares gives the engines each owner's share of the build slots from
 // their account plan: KEELSON_BUILDS_PER_USER at once, twice that on a plan
-// with priorityBuilds (the local engine also picks those owners first).
+// with priorityBuilds (whose builds are also taken first); an account on a
+// FREE-tier plan counts against KEELSON_FREE_BUILD_SLOTS. An engine that
+// cannot read the plan uses the default share, counted as FREE.
 type buildShares struct {
 	plans *plans.Service
 	per   int // KEELSON_BUILDS_PER_USER or its default
 }
 
-func (b buildShares) BuildShare(ctx context.Context, ownerID string) (int, bool, error) {
-	per := b.per
+func (b buildShares) BuildShare(ctx context.Context, ownerID string) (deployments.Share, error) {
 	p, err := b.plans.AccountPlan(ctx, ownerID)
 	if err != nil {
-		return 0, false, err
+		return deployments.Share{}, err
 	}
+	sh := deployments.Share{Max: b.per, Priority: p.PriorityBuilds, Free: p.Tier == plans.TierFree}
 	if p.PriorityBuilds {
-		return 2 * per, true, nil
+		sh.Max = 2 * b.per
 	}
-	return per, false, nil
+	return sh, nil
 }
