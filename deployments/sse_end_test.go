@@ -35,7 +35,9 @@ func TestIdleStreamHeartbeatsDoNotQueryAndEndsAreNoticed(t *testing.T) {
 	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
 		reads := &deploymentReads{}
 		bdb.AddQueryHook(reads)
-		e := newEnv(t, bdb, envOpts{heartbeat: 5 * time.Millisecond, logsCfg: deployments.LogsConfig{EndCheckEvery: time.Hour}})
+		// No other reader of the table: the writer's end checks and the log
+		// budget's checks (both read deployments after lines are stored).
+		e := newEnv(t, bdb, envOpts{heartbeat: 5 * time.Millisecond, logsCfg: deployments.LogsConfig{EndCheckEvery: time.Hour, AccountBudget: -1}})
 		alice := platform.NewID()
 		hold := e.rt.HoldBuild("quiet")
 		id := e.trigger(alice, e.project(alice, "quiet"))
