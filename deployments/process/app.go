@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -14,45 +13,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/internal/supervise"
 	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
-// app is one deployment's running app and its supervisor.
-type app struct {
+// launcher is one deployment's app as a process (or, for the static preset,
+// an in-process file server) on a loopback port.
+type launcher struct {
 	r       *Runtime
 	id      string
 	dir     string   // working directory (the checkout)
 	env     []string // everything but PORT
 	cmdline string   // "" for the in-process static server
+	static  bool
 	out     *runlog.Output
-
-	ready  chan struct{} // closed once it answered HTTP
-	stopCh chan struct{} // closed by Stop
-	done   chan struct{} // closed when nothing of it runs any more and nobody will restart it
-
-	mu       sync.Mutex
-	slug     string
-	port     int
-	proc     *proc
-	static   *http.Server
-	stopping bool
-}
-
-func (a *app) upstream() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return "127.0.0.1:" + strconv.Itoa(a.port)
-}
-
-func (a *app) setSlug(slug string) {
-	a.mu.Lock()
-	a.slug = slug
-	a.mu.Unlock()
+	port    int // the port it was last given; launches are never concurrent
 }
 
 // Start starts the built app with PORT set, waits until it answers HTTP and
@@ -77,240 +55,121 @@ func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err := checkOutputDir(ws.src); err != nil {
 		return "", err
 	}
-
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return "", errors.New("runtime is shut down")
-	}
-	if a := r.apps[job.DeploymentID]; a != nil {
-		r.mu.Unlock()
-		switch restart, err := lifecycle.Await(ctx, job.DeploymentID, a.ready, a.done); {
-		case err != nil:
-			return "", err
-		case restart:
-			r.forget(a)
-			return r.Start(ctx, job, logs)
-		}
-		return a.upstream(), nil
-	}
-	port, err := r.pickPortLocked(job.DeploymentID)
-	if err != nil {
-		r.mu.Unlock()
-		return "", err
-	}
-	a := &app{
-		r: r, id: job.DeploymentID, dir: ws.src, env: append(r.baseEnv(ws), env...), cmdline: cmdline,
-		out:   runlog.New(logs, rt.StreamApp, runlog.Masker(job)),
-		ready: make(chan struct{}), stopCh: make(chan struct{}), done: make(chan struct{}),
-		slug: job.ProjectSlug, port: port,
-	}
-	r.apps[a.id] = a
-	r.mu.Unlock()
-
-	if static {
-		return a.startStatic()
-	}
-	a.out.System(fmt.Sprintf("starting app: %s (PORT=%d)", cmdline, port))
-	var p *proc
-	a.mu.Lock()
-	if a.stopping {
-		err = errors.New("the app was stopped while starting")
-	} else {
-		p, err = a.spawnLocked(port)
-	}
-	a.mu.Unlock()
-	if err == nil {
-		err = a.waitHealthy(ctx, p)
-	}
-	if err != nil {
-		if p != nil {
-			p.terminate(r.cfg.StopGrace)
-		}
-		r.forget(a)
-		close(a.done)
-		err = runlog.MaskErr(a.out.Mask, err)
-		a.out.System(err.Error())
-		return "", err
-	}
-	a.out.System("app answers HTTP on " + a.upstream())
-	close(a.ready)
-	go a.supervise(p)
-	return a.upstream(), nil
+	return r.sup.Start(ctx, job, logs, func(out *runlog.Output) supervise.Launcher {
+		return &launcher{r: r, id: job.DeploymentID, dir: ws.src, env: append(r.baseEnv(ws), env...),
+			cmdline: cmdline, static: static, out: out}
+	})
 }
 
-// spawnLocked starts the app's command on port. Caller holds a.mu.
-func (a *app) spawnLocked(port int) (*proc, error) {
-	cmd := exec.Command("/bin/sh", "-c", a.cmdline)
-	cmd.Dir = a.dir
-	cmd.Env = append(slices.Clip(a.env), "PORT="+strconv.Itoa(port))
-	p, err := a.r.startProc(cmd, a.out, a.id, "app")
+// Launch picks a port for the first launch, and another for a restart when
+// the app's port was taken meanwhile; then it starts the app's command (or
+// serves the static site) on it.
+func (l *launcher) Launch(_ context.Context, restart bool) (supervise.Instance, error) {
+	r := l.r
+	r.mu.Lock()
+	var err error
+	switch {
+	case !restart:
+		l.port, err = r.pickPortLocked(l.id)
+	case !r.portFree(l.port):
+		if np, err := r.pickPortLocked(l.id); err == nil {
+			delete(r.ports, l.port)
+			l.port = np
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if l.static {
+		return l.serveStatic()
+	}
+	if !restart {
+		l.out.System(fmt.Sprintf("starting app: %s (PORT=%d)", l.cmdline, l.port))
+	}
+	cmd := exec.Command("/bin/sh", "-c", l.cmdline)
+	cmd.Dir = l.dir
+	cmd.Env = append(slices.Clip(l.env), "PORT="+strconv.Itoa(l.port))
+	p, err := r.startProc(cmd, l.out, l.id, "app")
 	if err != nil {
 		return nil, fmt.Errorf("starting the app: %w", err)
 	}
-	a.proc, a.port = p, port
-	return p, nil
+	return &instance{p: p, port: l.port}, nil
 }
 
-// waitHealthy polls http://127.0.0.1:PORT/ until the app answers anything.
-func (a *app) waitHealthy(ctx context.Context, p *proc) error {
-	client := a.r.health
-	timeout := a.r.cfg.HealthTimeout
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	url := "http://" + a.upstream() + "/"
-	interval := 10 * time.Millisecond
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if res, err := client.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-			res.Body.Close()
-			return nil
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-p.exited:
-			t.Stop()
-			return fmt.Errorf("the app exited before answering HTTP (%s); last output:\n%s", exitText(p.err), p.out.Tail())
-		case <-a.stopCh:
-			t.Stop()
-			return errors.New("the app was stopped while starting")
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-deadline.C:
-			t.Stop()
-			return fmt.Errorf("the app did not answer HTTP on port %d within %s; last output:\n%s",
-				a.port, timeout, p.out.Tail())
-		case <-t.C:
-		}
-		interval = min(2*interval, 250*time.Millisecond)
+func (l *launcher) upstream() string { return "127.0.0.1:" + strconv.Itoa(l.port) }
+
+// Release gives the app's port back.
+func (l *launcher) Release(context.Context) error {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	if l.r.ports[l.port] == l.id {
+		delete(l.r.ports, l.port)
 	}
+	return nil
 }
 
-// supervise restarts the app when it exits on its own, with backoff, until
-// Stop or too many crashes.
-func (a *app) supervise(p *proc) {
-	defer close(a.done)
-	cfg := a.r.cfg
-	var crashes []time.Time
-	for {
-		if p != nil {
-			select {
-			case <-a.stopCh:
-				return
-			case <-p.exited:
-			}
-			a.mu.Lock()
-			stopping := a.stopping
-			a.mu.Unlock()
-			if stopping {
-				return
-			}
-			a.out.System(fmt.Sprintf("the app exited (%s)", exitText(p.err)))
-		}
-		now := time.Now()
-		crashes = slices.DeleteFunc(crashes, func(t time.Time) bool { return now.Sub(t) > cfg.RestartWindow })
-		crashes = append(crashes, now)
-		if len(crashes) > cfg.MaxRestarts {
-			a.out.System(fmt.Sprintf("the app crashed %d times within %s; not restarting it", len(crashes), cfg.RestartWindow))
-			cfg.Logger.Error("process: app keeps crashing, gave up restarting it", "deployment", a.id, "crashes", len(crashes))
-			// Stopped for good: its host no longer leads to a port it freed.
-			a.mu.Lock()
-			slug := a.slug
-			a.mu.Unlock()
-			if cfg.Ingress.Remove(slug, a.id) {
-				a.out.System("its route is removed")
-			}
-			return
-		}
-		delay := min(cfg.RestartBackoff<<(len(crashes)-1), 30*time.Second)
-		a.out.System(fmt.Sprintf("restarting the app in %s", delay))
-		cfg.Logger.Warn("process: app exited, restarting", "deployment", a.id, "in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-a.stopCh:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-
-		a.mu.Lock()
-		if a.stopping {
-			a.mu.Unlock()
-			return
-		}
-		port, moved := a.port, false
-		if !a.r.portFree(port) {
-			a.r.mu.Lock()
-			np, err := a.r.pickPortLocked(a.id)
-			if err == nil {
-				delete(a.r.ports, port)
-				port, moved = np, true
-			}
-			a.r.mu.Unlock()
-		}
-		np, err := a.spawnLocked(port)
-		slug := a.slug
-		a.mu.Unlock()
-		if err != nil {
-			a.out.System(err.Error())
-			p = nil
-			continue
-		}
-		p = np
-		if moved {
-			a.out.System("the app now listens on " + a.upstream())
-			if _, err := cfg.Ingress.Update(slug, a.id, a.upstream()); err != nil {
-				cfg.Logger.Error("process: rerouting a restarted app", "deployment", a.id, "err", err)
-			}
-		}
-	}
+// instance is one run of the app's command.
+type instance struct {
+	p    *proc
+	port int
 }
 
-// startStatic serves the checkout (or its dist/public/build) in-process. The
+func (i *instance) Upstream() string        { return "127.0.0.1:" + strconv.Itoa(i.port) }
+func (i *instance) Port() int               { return i.port }
+func (i *instance) Exited() <-chan struct{} { return i.p.exited }
+func (i *instance) Exit() supervise.Exit    { return supervise.Exit{Text: exitText(i.p.err)} }
+
+// Stop sends SIGTERM to its process group, and SIGKILL after grace.
+func (i *instance) Stop(_ context.Context, grace time.Duration) { i.p.terminate(grace) }
+
+// serveStatic serves the checkout (or its dist/public/build) in-process. The
 // checkout is opened as an os.Root and the served directory is opened inside
 // it, so neither the choice of directory (a repository's `dist -> /`) nor any
 // file served (a symlink to the data dir) can leave the checkout.
-func (a *app) startStatic() (string, error) {
-	fail := func(err error) (string, error) {
-		a.r.forget(a)
-		close(a.done)
-		a.out.System(err.Error())
-		return "", err
-	}
-	root, dir, err := openStaticRoot(a.dir)
+func (l *launcher) serveStatic() (supervise.Instance, error) {
+	root, dir, err := openStaticRoot(l.dir)
 	if err != nil {
-		return fail(fmt.Errorf("static site: %w", err))
+		return nil, fmt.Errorf("static site: %w", err)
 	}
-	l, err := net.Listen("tcp", a.upstream())
+	ln, err := net.Listen("tcp", l.upstream())
 	if err != nil {
 		root.Close()
-		return fail(fmt.Errorf("static site: %w", err))
+		return nil, fmt.Errorf("static site: %w", err)
 	}
-	srv := &http.Server{Handler: staticHandler(root), ReadHeaderTimeout: 10 * time.Second}
-	a.mu.Lock()
-	stopping := a.stopping
-	if !stopping {
-		a.static = srv
-	}
-	a.mu.Unlock()
-	if stopping {
-		l.Close()
-		root.Close()
-		return fail(errors.New("the app was stopped while starting"))
-	}
+	s := &staticSite{srv: &http.Server{Handler: staticHandler(root), ReadHeaderTimeout: 10 * time.Second},
+		port: l.port, dir: dir, ended: make(chan struct{})}
 	go func() {
-		defer close(a.done)
+		defer close(s.ended)
 		defer root.Close()
-		_ = srv.Serve(l)
+		_ = s.srv.Serve(ln)
 	}()
-	a.out.System(fmt.Sprintf("serving %s in-process on %s", dir, a.upstream()))
-	close(a.ready)
-	return a.upstream(), nil
+	return s, nil
+}
+
+// staticSite is the static preset's in-process server.
+type staticSite struct {
+	srv   *http.Server
+	port  int
+	dir   string
+	ended chan struct{}
+}
+
+func (s *staticSite) Upstream() string        { return "127.0.0.1:" + strconv.Itoa(s.port) }
+func (s *staticSite) Port() int               { return s.port }
+func (s *staticSite) Exited() <-chan struct{} { return s.ended }
+func (s *staticSite) Exit() supervise.Exit    { return supervise.Exit{Text: "the server ended"} }
+func (s *staticSite) Serving() string {
+	return fmt.Sprintf("serving %s in-process on %s", s.dir, s.Upstream())
+}
+
+// Stop shuts the server down, waiting up to grace for requests in flight.
+func (s *staticSite) Stop(ctx context.Context, grace time.Duration) {
+	sctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		s.srv.Close()
+	}
 }
 
 // openStaticRoot opens the first of dist/, public/, build/ that is a directory
@@ -365,57 +224,8 @@ func staticHandler(root *os.Root) http.Handler {
 // ingress still has in flight to it, sends SIGTERM to its process group, and
 // SIGKILL after StopGrace. Stopping an app that does not run is a no-op.
 func (r *Runtime) Stop(ctx context.Context, deploymentID string) error {
-	r.mu.Lock()
-	a := r.apps[deploymentID]
-	r.mu.Unlock()
-	if a == nil {
-		return nil
-	}
-	a.mu.Lock()
-	if !a.stopping {
-		a.stopping = true
-		close(a.stopCh)
-	}
-	p, static := a.proc, a.static
-	a.mu.Unlock()
-
-	grace := r.cfg.StopGrace
-	dctx, cancel := context.WithTimeout(ctx, grace)
-	_ = r.cfg.Ingress.Drain(dctx, deploymentID)
-	cancel()
-	if p != nil {
-		p.terminate(grace)
-	}
-	if static != nil {
-		sctx, cancel := context.WithTimeout(ctx, grace)
-		if err := static.Shutdown(sctx); err != nil {
-			static.Close()
-		}
-		cancel()
-	}
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		return fmt.Errorf("stopping deployment %s: %w", deploymentID, context.Cause(ctx))
-	}
-	r.forget(a)
-	return nil
-}
-
-// forget drops a from the table of running apps (if it is still there) and
-// releases its port.
-func (r *Runtime) forget(a *app) {
-	a.mu.Lock()
-	port := a.port
-	a.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.apps[a.id] == a {
-		delete(r.apps, a.id)
-	}
-	if r.ports[port] == a.id {
-		delete(r.ports, port)
-	}
+	_, err := r.sup.Stop(ctx, deploymentID)
+	return err
 }
 
 // pickPortLocked finds a free loopback port no other app of ours holds. Caller

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,7 +21,9 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/internal/supervise"
 	"github.com/keelson-dev/keelson/deployments/rt"
+	"github.com/keelson-dev/keelson/platform"
 )
 
 // Config configures a Runtime.
@@ -65,6 +66,9 @@ type Config struct {
 	// RestartBackoff is the first delay before restarting a crashed app; it
 	// doubles per crash in the window, up to 30s. Default 500ms.
 	RestartBackoff time.Duration
+	// Clock times the crash window and the restart backoff (see
+	// supervise.Config.Clock). Default: the wall clock.
+	Clock platform.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -91,15 +95,14 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	closed   bool
-	apps     map[string]*app                                              // deploymentID -> running app
 	builds   map[string]context.CancelFunc                                // deploymentID -> running build
 	locks    idlock.Locks                                                 // deploymentID -> workspace lock
 	ports    map[int]string                                               // ports handed to apps -> deploymentID
-	health   *http.Client                                                 // probes started apps
 	portFree func(port int) bool                                          // whether a restarted app may keep its port (a seam for tests)
 	contain  *containment                                                 // finds and kills what builds and apps start
 	running  runCount                                                     // started process groups not yet ended
 	lookupIP func(ctx context.Context, host string) ([]netip.Addr, error) // resolves repository hosts (a seam for tests)
+	sup      *supervise.Supervisor                                        // starts, supervises and stops the apps
 }
 
 var _ rt.Runtime = (*Runtime)(nil)
@@ -144,14 +147,19 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
 		cfg: cfg, base: base, cancel: cancel, contain: contain,
-		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
-		ports: map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
-		health: &http.Client{
-			// No keep-alive: no connection (or goroutine) outlives a probe.
-			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
-			Timeout:       5 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		builds: map[string]context.CancelFunc{},
+		ports:  map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
+		sup: supervise.New(supervise.Config{
+			Name: "process", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
+			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
+			RestartWindow: cfg.RestartWindow, RestartBackoff: cfg.RestartBackoff, GaveUp: "crashed",
+			Relaunched: func(upstream string, moved bool) string {
+				if !moved {
+					return ""
+				}
+				return "the app now listens on " + upstream
+			},
+		}),
 	}, nil
 }
 
@@ -237,7 +245,7 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 		r.mu.Unlock()
 		return "", times, errors.New("runtime is shut down")
 	}
-	if r.apps[job.DeploymentID] != nil {
+	if r.sup.Running(job.DeploymentID) {
 		r.mu.Unlock()
 		return "", times, fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
 	}
@@ -309,22 +317,12 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 
 // Route points the slug's host at upstream and returns the public URL.
 func (r *Runtime) Route(ctx context.Context, slug, deploymentID, upstream string) (string, error) {
-	if err := r.cfg.Ingress.Set(slug, deploymentID, upstream); err != nil {
-		return "", err
-	}
-	r.mu.Lock()
-	a := r.apps[deploymentID]
-	r.mu.Unlock()
-	if a != nil {
-		a.setSlug(slug) // a restart on another port must move this route
-	}
-	return r.cfg.Ingress.URL(slug), nil
+	return r.sup.Route(ctx, slug, deploymentID, upstream)
 }
 
 // Unroute removes the slug's route if it still points at deploymentID.
 func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error {
-	r.cfg.Ingress.Remove(slug, deploymentID)
-	return nil
+	return r.sup.Unroute(ctx, slug, deploymentID)
 }
 
 // Cleanup stops the deployment's app if it runs (it runs from the workspace),
@@ -355,11 +353,8 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	ids := make([]string, 0, len(r.apps))
-	for id := range r.apps {
-		ids = append(ids, id)
-	}
 	r.mu.Unlock()
+	ids := r.sup.Shut()
 	r.cancel()
 	errs := lifecycle.StopAll(ctx, ids, r.Stop)
 	// Cancelled builds end on their own; wait for their groups to be killed.
