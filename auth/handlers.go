@@ -132,7 +132,7 @@ type userOutput struct{ Body *User }
 
 func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userOutput, error) {
 	if err := s.allow(ctx, ipFrom(ctx), "register-ip:", s.d.Limits.RegisterPerIP); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	b := in.Body
 	u, err := s.CreateUser(ctx, CreateUserParams{
@@ -140,7 +140,7 @@ func (s *Service) handleRegister(ctx context.Context, in *registerInput) (*userO
 		Location: b.Location, Website: b.Website, CodehostUsername: b.CodehostUsername, Image: b.Image,
 	})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	// The verification mail is queued; a full queue, or an address that
 	// was sent enough mail, does not undo the account (POST
@@ -181,7 +181,7 @@ func (s *Service) handleLogin(ctx context.Context, in *loginInput) (*loginOutput
 	res, err := s.Login(ctx, LoginParams{Email: in.Body.Email, Password: in.Body.Password,
 		TwoFactorCode: in.Body.TwoFactorCode, IP: ipFrom(ctx), Device: device})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &loginOutput{Body: res, SetCookie: http.Cookie{
 		Name: DeviceCookie, Value: res.DeviceToken, Path: "/auth", MaxAge: int(deviceTTL / time.Second),
@@ -201,7 +201,7 @@ type refreshInput struct {
 func (s *Service) handleRefresh(ctx context.Context, in *refreshInput) (*tokenOutput, error) {
 	pair, err := s.Refresh(ctx, in.Body.RefreshToken)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &tokenOutput{Body: pair}, nil
 }
@@ -228,7 +228,7 @@ type forgotInput struct{ Body forgotBody }
 
 func (s *Service) handleForgot(ctx context.Context, in *forgotInput) (*ackOutput, error) {
 	if err := s.ForgotPassword(ctx, in.Body.Email, ipFrom(ctx)); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &ackOutput{Body: Ack{OK: true, Message: "If an account exists for this email, a password reset link has been sent."}}, nil
 }
@@ -250,7 +250,7 @@ type resetInput struct{ Body resetBody }
 
 func (s *Service) handleReset(ctx context.Context, in *resetInput) (*ackOutput, error) {
 	if err := s.ResetPassword(ctx, in.Body.Token, in.Body.NewPassword); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &ackOutput{Body: Ack{OK: true, Message: "Password changed. Log in with the new password."}}, nil
 }
@@ -266,7 +266,7 @@ type verifyEmailInput struct {
 func (s *Service) handleVerifyEmail(ctx context.Context, in *verifyEmailInput) (*ackOutput, error) {
 	kind, err := s.VerifyEmail(ctx, in.Body.Token)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	msg := "Email address verified."
 	if kind == emailKindChange {
@@ -277,7 +277,7 @@ func (s *Service) handleVerifyEmail(ctx context.Context, in *verifyEmailInput) (
 
 func (s *Service) handleResendVerification(ctx context.Context, _ *struct{}) (*ackOutput, error) {
 	if err := s.ResendVerification(ctx, principal(ctx).UserID); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &ackOutput{Body: Ack{OK: true, Message: "A verification link is on its way to your address."}}, nil
 }
@@ -294,7 +294,7 @@ type twoFactorLoginInput struct {
 func (s *Service) handleTwoFactorLogin(ctx context.Context, in *twoFactorLoginInput) (*tokenOutput, error) {
 	pair, err := s.CompleteTwoFactorLogin(ctx, in.Body.Challenge, in.Body.Code, ipFrom(ctx))
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &tokenOutput{Body: pair}, nil
 }
@@ -304,7 +304,7 @@ type setupOutput struct{ Body TwoFactorSetup }
 func (s *Service) handleSetup(ctx context.Context, _ *struct{}) (*setupOutput, error) {
 	out, err := s.SetupTwoFactor(ctx, principal(ctx).UserID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &setupOutput{Body: out}, nil
 }
@@ -325,7 +325,7 @@ type verifyOutput struct{ Body TwoFactorEnabled }
 func (s *Service) handleVerify(ctx context.Context, in *codeInput) (*verifyOutput, error) {
 	out, err := s.VerifyTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx))
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &verifyOutput{Body: out}, nil
 }
@@ -343,7 +343,7 @@ func (disabledBody) SchemaName() string { return "TwoFactorDisabled" }
 
 func (s *Service) handleDisable(ctx context.Context, in *codeInput) (*disableOutput, error) {
 	if err := s.DisableTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx)); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &disableOutput{}, nil
 }
@@ -353,7 +353,7 @@ func (s *Service) handleDisable(ctx context.Context, in *codeInput) (*disableOut
 func (s *Service) handleMe(ctx context.Context, _ *struct{}) (*userOutput, error) {
 	u, err := s.UserByID(ctx, principal(ctx).UserID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &userOutput{Body: u}, nil
 }
@@ -398,7 +398,7 @@ func (s *Service) handleUpdateMe(ctx context.Context, in *patchInput) (*userOutp
 		CurrentPassword: b.CurrentPassword, TwoFactorCode: b.TwoFactorCode, Session: session,
 	})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &userOutput{Body: u}, nil
 }
@@ -412,7 +412,7 @@ type logoutInput struct {
 func (s *Service) handleLogout(ctx context.Context, in *logoutInput) (*ackOutput, error) {
 	if in.Body != nil && in.Body.RefreshToken != "" {
 		if err := s.RevokeSession(ctx, principal(ctx).UserID, in.Body.RefreshToken); err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 	}
 	return &ackOutput{Body: Ack{OK: true, Message: "Logged out."}}, nil

@@ -138,7 +138,7 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	source := in.source()
 	reject := func(why string) (*webhookOutput, error) {
 		log.WarnContext(ctx, "codehost: repository webhook not authenticated", "source", source, "why", why, "bytes", len(in.RawBody))
-		return nil, platform.HTTPError(ctx, errRepoHookAuth)
+		return nil, errRepoHookAuth
 	}
 	if s.d.Secrets == nil {
 		return reject("no project secrets wired")
@@ -161,14 +161,14 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	}
 	signed, err := s.repoHookSigners(ctx, in, source, urls, repoID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	if len(signed) == 0 {
 		return reject("no project's webhookSecret authenticates it")
 	}
 	event := in.eventName(source)
 	if !validEvent.MatchString(event) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("event header (X-GitHub-Event, X-Gitea-Event or X-Gitlab-Event): required, an event name"))
+		return nil, platform.Invalid("event header (X-GitHub-Event, X-Gitea-Event or X-Gitlab-Event): required, an event name")
 	}
 	deliveryID := in.deliveryID(source)
 	if deliveryID == "" {
@@ -176,7 +176,7 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 		deliveryID = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	if !validDelivery.MatchString(deliveryID) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("delivery id header (X-GitHub-Delivery, X-Gitea-Delivery or X-Gitlab-Event-UUID): at most 100 letters, digits, '.', '_', ':' or '-'"))
+		return nil, platform.Invalid("delivery id header (X-GitHub-Delivery, X-Gitea-Delivery or X-Gitlab-Event-UUID): at most 100 letters, digits, '.', '_', ':' or '-'")
 	}
 	stored := false
 	for _, proj := range signed {
@@ -190,7 +190,7 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 		case isConflict(err):
 			// A redelivery for this project: acknowledged, not processed again.
 		case err != nil:
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		default:
 			stored = true
 		}

@@ -94,17 +94,17 @@ func (connectBody) SchemaName() string { return "CodeHostInstallLink" }
 
 func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, error) {
 	if err := s.configured(); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	p, _ := platform.PrincipalFrom(ctx)
 	linked, err := s.identityUsable(ctx, p.UserID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	now := s.now()
 	state, err := newState(s.d.StateKey, p.UserID, now, s.d.StateTTL)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &connectOutput{CacheControl: "no-store"}
 	out.Body.InstallURL = s.d.Provider.InstallURL(state)
@@ -113,12 +113,12 @@ func (s *Service) connect(ctx context.Context, _ *struct{}) (*connectOutput, err
 		// Only the user's own code-host token can tell which installations
 		// they may link: get one first, then go on to the install page.
 		if s.d.Connector == nil {
-			return nil, platform.HTTPError(ctx, platform.Conflict(
-				"link your code-host account first (POST /auth/codehost/connect, then open its connectUrl), then call GET /codehost/connect again"))
+			return nil, platform.Conflict(
+				"link your code-host account first (POST /auth/codehost/connect, then open its connectUrl), then call GET /codehost/connect again")
 		}
 		u, cookie, err := s.d.Connector.ConnectFirst(ctx, p.UserID, out.Body.InstallURL)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		out.Body.InstallURL, out.Body.LinkFirst = u, true
 		if cookie != nil {
@@ -182,7 +182,7 @@ const (
 
 func (s *Service) callback(ctx context.Context, in *callbackInput) (*redirectOutput, error) {
 	if err := s.configured(); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	reason := s.link(ctx, in.InstallationID, in.State)
 	target := s.d.FrontendURL + "/settings/connected-accounts?codehost=connected"
@@ -334,19 +334,19 @@ const errNoInstallation = "no code-host installation linked; connect one with GE
 
 func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesOutput, error) {
 	if err := s.configured(); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	p, _ := platform.PrincipalFrom(ctx)
 	insts, err := s.store.userInstallations(ctx, p.UserID, InstallationActive)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	if len(insts) == 0 {
-		return nil, platform.HTTPError(ctx, platform.NotFound(errNoInstallation))
+		return nil, platform.NotFound(errNoInstallation)
 	}
 	tok, err := s.userToken(ctx, p.UserID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &repositoriesOutput{Body: []RepositoryOut{}}
 	usable := 0
@@ -358,10 +358,10 @@ func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesO
 		case errors.Is(err, errAccessLost):
 			continue
 		case errors.Is(err, errRelink):
-			return nil, platform.HTTPError(ctx, relinkError())
+			return nil, relinkError()
 		case err != nil:
 			platform.Logger(ctx).ErrorContext(ctx, "codehost: list the user's repositories", "installation_id", in.InstallationID, "err", err)
-			return nil, platform.HTTPError(ctx, unavailable("the repository listing", err))
+			return nil, unavailable("the repository listing", err)
 		}
 		usable++
 		for _, r := range repos {
@@ -372,7 +372,7 @@ func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesO
 		}
 	}
 	if usable == 0 {
-		return nil, platform.HTTPError(ctx, platform.NotFound(errNoInstallation))
+		return nil, platform.NotFound(errNoInstallation)
 	}
 	sort.SliceStable(out.Body, func(i, j int) bool {
 		if out.Body[i].FullName != out.Body[j].FullName {
@@ -420,22 +420,22 @@ type deliveriesOutput struct {
 func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliveriesOutput, error) {
 	p, _ := platform.PrincipalFrom(ctx)
 	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("query.projectId: not a valid id"))
+		return nil, platform.Invalid("query.projectId: not a valid id")
 	}
 	if in.ProjectID != "" && !p.IsAdmin() {
 		// Someone else's (or no) project is a 404, like every route naming a
 		// project the caller cannot see.
 		own, err := s.d.Projects.OwnsProject(ctx, p.UserID, in.ProjectID)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		if !own {
-			return nil, platform.HTTPError(ctx, platform.NotFound("project not found"))
+			return nil, platform.NotFound("project not found")
 		}
 	}
 	cur, err := platform.DecodeCursor(in.Cursor)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	f := deliveryFilter{UserID: p.UserID, All: p.IsAdmin(), ProjectID: in.ProjectID, Limit: in.Size() + 1}
 	if cur != nil {
@@ -443,7 +443,7 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	}
 	rows, err := s.store.listDeliveries(ctx, f)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows))}
 	if len(rows) > in.Size() {
@@ -457,7 +457,7 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	}
 	decs, err := s.store.decisionsFor(ctx, ids, p.UserID, p.IsAdmin())
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	byDelivery := map[string][]DecisionOut{}
 	for _, d := range decs {

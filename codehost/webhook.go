@@ -63,11 +63,11 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 		event = in.GitHubEvent
 	}
 	if !validEvent.MatchString(event) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("header x-codehost-event (or X-GitHub-Event): required, lower-case event name"))
+		return nil, platform.Invalid("header x-codehost-event (or X-GitHub-Event): required, lower-case event name")
 	}
 	payload, err := webhookPayload(in.ContentType, in.RawBody)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	deliveryID := in.Delivery
 	if deliveryID == "" {
@@ -77,7 +77,7 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 		deliveryID = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	if !validDelivery.MatchString(deliveryID) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("header X-GitHub-Delivery: at most 100 letters, digits, '.', '_', ':' or '-'"))
+		return nil, platform.Invalid("header X-GitHub-Delivery: at most 100 letters, digits, '.', '_', ':' or '-'")
 	}
 	row := &deliveryRow{
 		ID: platform.NewID(), DeliveryID: deliveryID, Event: event, SignatureValid: true,
@@ -87,7 +87,7 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 	case isConflict(err):
 		// A redelivery: acknowledged, not processed again.
 	case err != nil:
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	default:
 		s.notify()
 	}

@@ -85,11 +85,11 @@ func caller(ctx context.Context) string {
 
 func (h *handlers) create(ctx context.Context, in *createInput) (*triggerOutput, error) {
 	if !platform.ValidID(in.Body.ProjectID) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("body.projectId: must be a project ID (UUID)"))
+		return nil, platform.Invalid("body.projectId: must be a project ID (UUID)")
 	}
 	d, err := h.svc.Trigger(ctx, TriggerParams{ProjectID: in.Body.ProjectID, OwnerID: caller(ctx), Reason: "manual"})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
 }
@@ -195,11 +195,11 @@ type listOutput struct {
 
 func (h *handlers) list(ctx context.Context, in *listInput) (*listOutput, error) {
 	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
-		return nil, platform.HTTPError(ctx, platform.Invalid("query.projectId: must be a project ID (UUID)"))
+		return nil, platform.Invalid("query.projectId: must be a project ID (UUID)")
 	}
 	ds, next, err := h.svc.List(ctx, ListParams{OwnerID: caller(ctx), ProjectID: in.ProjectID, Page: in.PageParams})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &listOutput{NextCursor: next, Body: make([]View, len(ds))}
 	for i, d := range ds {
@@ -213,7 +213,7 @@ type viewOutput struct{ Body View }
 func (h *handlers) get(ctx context.Context, in *idPath) (*viewOutput, error) {
 	d, err := h.svc.Get(ctx, caller(ctx), in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &viewOutput{Body: ViewOf(d)}, nil
 }
@@ -223,7 +223,7 @@ type statusOutput struct{ Body StatusView }
 func (h *handlers) status(ctx context.Context, in *idPath) (*statusOutput, error) {
 	d, err := h.svc.Status(ctx, caller(ctx), in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &statusOutput{Body: StatusViewOf(d)}, nil
 }
@@ -242,7 +242,7 @@ func (deletedBody) SchemaName() string { return "DeploymentDeleted" }
 
 func (h *handlers) delete(ctx context.Context, in *idPath) (*deleteOutput, error) {
 	if err := h.svc.Delete(ctx, caller(ctx), in.ID); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &deleteOutput{}
 	out.Body.ID, out.Body.Deleted = in.ID, true
@@ -252,7 +252,7 @@ func (h *handlers) delete(ctx context.Context, in *idPath) (*deleteOutput, error
 func (h *handlers) cancel(ctx context.Context, in *idPath) (*statusOutput, error) {
 	d, err := h.svc.Cancel(ctx, caller(ctx), in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &statusOutput{Body: StatusViewOf(d)}, nil
 }
@@ -260,7 +260,7 @@ func (h *handlers) cancel(ctx context.Context, in *idPath) (*statusOutput, error
 func (h *handlers) redeploy(ctx context.Context, in *idPath) (*triggerOutput, error) {
 	d, err := h.svc.Redeploy(ctx, caller(ctx), in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
 }
@@ -276,7 +276,7 @@ func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, e
 	user := caller(ctx)
 	d, err := h.svc.Get(ctx, user, in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	exp := h.clock.Now().UTC().Add(h.tokenTTL).Truncate(time.Second)
 	out := &logTokenOutput{}

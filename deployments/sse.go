@@ -214,11 +214,11 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 	user := caller(ctx)
 	d, err := h.svc.Get(ctx, user, in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	start, err := parseStart(in)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	if start.resume && d.Status.Terminal() {
 		// A reconnecting EventSource would otherwise replay ready and done
@@ -226,7 +226,7 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 		// answer that stops it (WHATWG HTML, "server-sent events").
 		last, err := h.svc.store.LogMaxSeq(ctx, d.ID)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		if start.after >= last {
 			return &huma.StreamResponse{Body: func(hctx huma.Context) { hctx.SetStatus(http.StatusNoContent) }}, nil
@@ -235,7 +235,7 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 	release := func() {}
 	if h.streams != nil {
 		if release, err = h.streams.Acquire(ctx, user); err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 	}
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {

@@ -50,7 +50,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, _ *struct{}) (*listOutput, error) {
 		ps, err := s.List(ctx)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &listOutput{Body: ps}, nil
 	})
@@ -63,7 +63,7 @@ func (s *Service) Register(api huma.API) error {
 			if errors.Is(err, platform.ErrNotFound) {
 				err = platform.NotFound("plan not found")
 			}
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &planOutput{Body: p}, nil
 	})
@@ -75,7 +75,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *createInput) (*planOutput, error) {
 		p, err := s.Create(ctx, in.Body)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &planOutput{Body: p}, nil
 	})
@@ -88,7 +88,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *patchInput) (*planOutput, error) {
 		p, err := s.Update(ctx, in.ID, in.Body)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &planOutput{Body: p}, nil
 	})
@@ -101,7 +101,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *idInput) (*planOutput, error) {
 		p, err := s.Delete(ctx, in.ID)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &planOutput{Body: p}, nil
 	})
@@ -112,7 +112,7 @@ func (s *Service) Register(api huma.API) error {
 		DefaultStatus: http.StatusNoContent, Security: platform.Bearer(), Middlewares: admin,
 	}, func(ctx context.Context, in *assignInput) (*struct{}, error) {
 		if err := s.AssignAccountPlan(ctx, in.UserID, in.ID); err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return nil, nil
 	})

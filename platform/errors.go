@@ -121,11 +121,18 @@ func toAPIError(e *Error) *APIError {
 	}
 	ae := newAPIError(status, e.Message)
 	ae.Code = e.Code
-	if e.RetryAfter > 0 {
-		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
-		ae.headers = http.Header{"Retry-After": {strconv.Itoa(secs)}}
-	}
+	ae.headers = e.GetHeaders()
 	return ae
+}
+
+// GetHeaders makes e a huma.HeadersError: a rate limit's Retry-After (whole
+// seconds, rounded up) goes out with the answer a handler's *Error becomes.
+func (e *Error) GetHeaders() http.Header {
+	if e.RetryAfter <= 0 {
+		return nil
+	}
+	secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+	return http.Header{"Retry-After": {strconv.Itoa(secs)}}
 }
 
 // APIError is the JSON error body of DESIGN.md section 4, NestJS-compatible:
@@ -191,7 +198,8 @@ func (e *APIError) ContentType(string) string { return "application/json" }
 var installOnce sync.Once
 
 // InstallErrorModel makes Huma produce APIError bodies for its own errors
-// (validation, body parsing, unknown handler errors). Huma keeps its error
+// (validation, body parsing) and for the errors handlers return, mapped by
+// HTTPError, so a handler returns its error as it is. Huma keeps its error
 // constructor in a package variable, so this is process-wide; it is idempotent
 // and every host and test that serves Keelson modules should call it (NewAPI does).
 // Validation failures become 400 (Huma's default is 422), field values are never
@@ -208,6 +216,16 @@ func InstallErrorModel() {
 			var ctx context.Context = context.Background()
 			if hctx != nil {
 				ctx = hctx.Context()
+			}
+			// A handler's own error (Huma wraps it as a 500 "unexpected
+			// error occurred") is mapped here, once for every handler: a
+			// *Error keeps its status and message, a sentinel its status,
+			// anything else is logged and answered as a bare 500.
+			if status == http.StatusInternalServerError && len(errs) == 1 && errs[0] != nil {
+				var se huma.StatusError
+				if errors.As(HTTPError(ctx, errs[0]), &se) {
+					return se
+				}
 			}
 			return buildError(ctx, status, msg, errs...)
 		}

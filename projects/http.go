@@ -70,7 +70,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, create, func(ctx context.Context, in *createInput) (*projectOutput, error) {
 		p, err := s.Create(ctx, caller(ctx), in.Body)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &projectOutput{Body: p}, nil
 	})
@@ -81,7 +81,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, list, func(ctx context.Context, in *listInput) (*listOutput, error) {
 		p, err := s.cachedList(ctx, caller(ctx), in)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &listOutput{NextCursor: p.next, Body: writePage(api, p.body)}, nil
 	})
@@ -91,7 +91,7 @@ func (s *Service) Register(api huma.API) error {
 		func(ctx context.Context, in *idInput) (*projectOutput, error) {
 			p, err := s.Get(ctx, caller(ctx), in.ID)
 			if err != nil {
-				return nil, platform.HTTPError(ctx, err)
+				return nil, err
 			}
 			return &projectOutput{Body: p}, nil
 		})
@@ -104,7 +104,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, settings, func(ctx context.Context, in *settingsInput) (*projectOutput, error) {
 		p, err := s.UpdateSettings(ctx, caller(ctx), in.ID, in.Body)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &projectOutput{Body: p}, nil
 	})
@@ -116,7 +116,7 @@ func (s *Service) Register(api huma.API) error {
 		func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
 			st, err := s.GetDeleteStatus(ctx, caller(ctx), in.ID)
 			if err != nil {
-				return nil, platform.HTTPError(ctx, err)
+				return nil, err
 			}
 			return &deleteStatusOutput{Body: st}, nil
 		})
@@ -128,7 +128,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, del, func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
 		st, err := s.Delete(ctx, caller(ctx), in.ID)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &deleteStatusOutput{Body: st}, nil
 	})
@@ -140,7 +140,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, usage, func(ctx context.Context, _ *struct{}) (*usageOutput, error) {
 		u, err := s.Usage(ctx, caller(ctx))
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &usageOutput{Body: u}, nil
 	})

@@ -114,7 +114,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		r, err := s.start(ctx, s.codehost, modeLogin, "", "")
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return toOutput(r), nil
 	})
@@ -130,26 +130,26 @@ func (s *Service) Register(api huma.API) error {
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *connectInput) (*redirectOutput, error) {
 		if err := unavailable(s.codehost); err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		if in.Token != "" {
-			return nil, platform.HTTPError(ctx, platform.Invalid("query token: no longer accepted; "+
-				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser"))
+			return nil, platform.Invalid("query token: no longer accepted; "+
+				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser")
 		}
 		if in.Ticket != "" {
 			r, err := s.startConnectWithTicket(ctx, in.Ticket, s.pick(in.Cookie, in.HostCookie))
 			if err != nil {
-				return nil, platform.HTTPError(ctx, err)
+				return nil, err
 			}
 			return toOutput(r), nil
 		}
 		p, err := s.authenticate(ctx, in.Authorization)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		r, err := s.start(ctx, s.codehost, modeConnect, p.UserID, "")
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return toOutput(r), nil
 	})
@@ -165,15 +165,15 @@ func (s *Service) Register(api huma.API) error {
 		Errors: []int{http.StatusUnauthorized, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *connectTicketInput) (*connectTicketOutput, error) {
 		if err := unavailable(s.codehost); err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		p, err := s.authenticate(ctx, in.Authorization)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		t, err := s.IssueConnectTicket(ctx, p.UserID, "")
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &connectTicketOutput{SetCookie: t.Cookie.String(), CacheControl: "no-store", Body: t}, nil
 	})
@@ -188,7 +188,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *codehostCallbackInput) (*redirectOutput, error) {
 		r, err := s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return toOutput(r), nil
 	})
@@ -203,7 +203,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		r, err := s.start(ctx, s.idp, modeLogin, "", "")
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return toOutput(r), nil
 	})
@@ -217,7 +217,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *idpCallbackInput) (*redirectOutput, error) {
 		r, err := s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return toOutput(r), nil
 	})
@@ -232,7 +232,7 @@ func (s *Service) Register(api huma.API) error {
 	}, func(ctx context.Context, in *exchangeInput) (*exchangeOutput, error) {
 		tp, err := s.exchange(ctx, in.Body.Code)
 		if err != nil {
-			return nil, platform.HTTPError(ctx, err)
+			return nil, err
 		}
 		return &exchangeOutput{CacheControl: "no-store", Body: tp}, nil
 	})

@@ -73,12 +73,12 @@ func (s *Service) create(ctx context.Context, in *createIn) (*createOut, error) 
 	if in.Body != nil {
 		name = strings.TrimSpace(in.Body.Name)
 		if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return nil, platform.HTTPError(ctx, platform.Invalid("name: must not contain control characters"))
+			return nil, platform.Invalid("name: must not contain control characters")
 		}
 	}
 	h, u, err := s.Create(ctx, p.UserID, in.ID, name)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &createOut{CacheControl: "no-store"}
 	out.Body.Hook, out.Body.URL = *h, u
@@ -93,7 +93,7 @@ func (s *Service) list(ctx context.Context, in *projectIn) (*listOut, error) {
 	p, _ := platform.PrincipalFrom(ctx)
 	hooks, err := s.List(ctx, p.UserID, in.ID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &listOut{Body: hooks}, nil
 }
@@ -106,7 +106,7 @@ type deleteIn struct {
 func (s *Service) delete(ctx context.Context, in *deleteIn) (*struct{}, error) {
 	p, _ := platform.PrincipalFrom(ctx)
 	if err := s.Delete(ctx, p.UserID, in.ID, in.HookID); err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return nil, nil
 }
@@ -134,7 +134,7 @@ func (Hook) SchemaName() string         { return "DeployHook" }
 func (s *Service) fire(ctx context.Context, in *fireIn) (*fireOut, error) {
 	id, err := s.Fire(ctx, in.Token)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	out := &fireOut{}
 	out.Body.DeploymentID, out.Body.Status = id, "QUEUED"
