@@ -133,7 +133,7 @@ func (s *Service) Register(api huma.API) error {
 			return nil, err
 		}
 		if in.Token != "" {
-			return nil, platform.Invalid("query token: no longer accepted; "+
+			return nil, platform.Invalid("query token: no longer accepted; " +
 				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser")
 		}
 		if in.Ticket != "" {
