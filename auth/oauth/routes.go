@@ -100,10 +100,32 @@ const (
 		"?codehost=error&reason=<status> (already_linked when the code-host account belongs to another user)."
 )
 
-// Register adds the OAuth routes to api.
+// oauthTags and redirectErrs are shared by the OAuth operations.
+var (
+	oauthTags    = []string{"OAuth"}
+	redirectErrs = []int{http.StatusBadRequest, http.StatusServiceUnavailable}
+)
+
+// redirectTo answers a flow step's redirect, or its error.
+func redirectTo(r *redirect, err error) (*redirectOutput, error) {
+	if err != nil {
+		return nil, err
+	}
+	return toOutput(r), nil
+}
+
+// Register adds the OAuth routes to api: the code host's login and account
+// linking, the OpenID Connect provider's login, and the code exchange.
 func (s *Service) Register(api huma.API) error {
-	tags := []string{"OAuth"}
-	redirectErrs := []int{http.StatusBadRequest, http.StatusServiceUnavailable}
+	s.registerCodehost(api)
+	s.registerIDP(api)
+	return nil
+}
+
+// registerCodehost adds the code host's login, connect (account linking)
+// and callback routes.
+func (s *Service) registerCodehost(api huma.API) {
+	tags := oauthTags
 
 	huma.Register(api, huma.Operation{
 		OperationID: "oauth-codehost-start", Method: http.MethodGet, Path: "/auth/codehost",
@@ -112,11 +134,7 @@ func (s *Service) Register(api huma.API) error {
 			"browser by a short-lived cookie. 503 names the missing settings when the code host is not configured. " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
-		r, err := s.start(ctx, s.codehost, modeLogin, "", "")
-		if err != nil {
-			return nil, err
-		}
-		return toOutput(r), nil
+		return redirectTo(s.start(ctx, s.codehost, modeLogin, "", ""))
 	})
 
 	huma.Register(api, huma.Operation{
@@ -128,31 +146,7 @@ func (s *Service) Register(api huma.API) error {
 			"Authorization: Bearer. The token query parameter is refused (400). Redirects to the code host's " +
 			"authorization page; the connect metadata (who is connecting) is kept server-side with the state. " + connectDoc,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable},
-	}, func(ctx context.Context, in *connectInput) (*redirectOutput, error) {
-		if err := unavailable(s.codehost); err != nil {
-			return nil, err
-		}
-		if in.Token != "" {
-			return nil, platform.Invalid("query token: no longer accepted; " +
-				"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser")
-		}
-		if in.Ticket != "" {
-			r, err := s.startConnectWithTicket(ctx, in.Ticket, s.pick(in.Cookie, in.HostCookie))
-			if err != nil {
-				return nil, err
-			}
-			return toOutput(r), nil
-		}
-		p, err := s.authenticate(ctx, in.Authorization)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.start(ctx, s.codehost, modeConnect, p.UserID, "")
-		if err != nil {
-			return nil, err
-		}
-		return toOutput(r), nil
-	})
+	}, s.connectRoute)
 
 	huma.Register(api, huma.Operation{
 		OperationID: "oauth-codehost-connect-ticket", Method: http.MethodPost, Path: "/auth/codehost/connect",
@@ -186,13 +180,15 @@ func (s *Service) Register(api huma.API) error {
 			" The code host's user token is stored sealed and its login becomes the profile's codehostUsername.",
 		Errors: redirectErrs,
 	}, func(ctx context.Context, in *codehostCallbackInput) (*redirectOutput, error) {
-		r, err := s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
-		if err != nil {
-			return nil, err
-		}
-		return toOutput(r), nil
+		return redirectTo(s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)}))
 	})
 
+}
+
+// registerIDP adds the OpenID Connect provider's login and callback routes,
+// and the one-time code exchange both providers' callbacks use.
+func (s *Service) registerIDP(api huma.API) {
+	tags := oauthTags
 	huma.Register(api, huma.Operation{
 		OperationID: "oauth-idp-start", Method: http.MethodGet, Path: "/auth/idp",
 		Summary: "Log in through the OpenID Connect provider (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
@@ -201,11 +197,7 @@ func (s *Service) Register(api huma.API) error {
 			"settings, or says the provider cannot be reached. " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
-		r, err := s.start(ctx, s.idp, modeLogin, "", "")
-		if err != nil {
-			return nil, err
-		}
-		return toOutput(r), nil
+		return redirectTo(s.start(ctx, s.idp, modeLogin, "", ""))
 	})
 
 	huma.Register(api, huma.Operation{
@@ -215,11 +207,7 @@ func (s *Service) Register(api huma.API) error {
 			"state answers 400 and changes nothing. The ID token is verified (JWKS signature, iss, aud, exp, nonce). " + loginDoc,
 		Errors: redirectErrs,
 	}, func(ctx context.Context, in *idpCallbackInput) (*redirectOutput, error) {
-		r, err := s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)})
-		if err != nil {
-			return nil, err
-		}
-		return toOutput(r), nil
+		return redirectTo(s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)}))
 	})
 
 	huma.Register(api, huma.Operation{
@@ -236,7 +224,26 @@ func (s *Service) Register(api huma.API) error {
 		}
 		return &exchangeOutput{CacheControl: "no-store", Body: tp}, nil
 	})
-	return nil
+}
+
+// connectRoute starts linking a code-host account: with a browser's one-time
+// ticket (and its cookie), or with a bearer token.
+func (s *Service) connectRoute(ctx context.Context, in *connectInput) (*redirectOutput, error) {
+	if err := unavailable(s.codehost); err != nil {
+		return nil, err
+	}
+	if in.Token != "" {
+		return nil, platform.Invalid("query token: no longer accepted; " +
+			"POST /auth/codehost/connect with Authorization: Bearer for a one-time ticket, then open its connectUrl in the same browser")
+	}
+	if in.Ticket != "" {
+		return redirectTo(s.startConnectWithTicket(ctx, in.Ticket, s.pick(in.Cookie, in.HostCookie)))
+	}
+	p, err := s.authenticate(ctx, in.Authorization)
+	if err != nil {
+		return nil, err
+	}
+	return redirectTo(s.start(ctx, s.codehost, modeConnect, p.UserID, ""))
 }
 
 // authenticate checks an Authorization: Bearer header.
