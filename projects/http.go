@@ -53,16 +53,23 @@ func (s *Service) Register(api huma.API) error {
 		return errors.New("projects: Deps.Auth is required to register routes")
 	}
 	mw := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
-	tags := []string{"Projects"}
 	op := func(id, method, path, summary, desc string) huma.Operation {
 		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Description: desc,
-			Tags: tags, Security: platform.Bearer(), Middlewares: mw}
+			Tags: []string{"Projects"}, Security: platform.Bearer(), Middlewares: mw}
 	}
-	caller := func(ctx context.Context) string {
-		p, _ := platform.PrincipalFrom(ctx)
-		return p.UserID
-	}
+	s.registerProjects(api, op)
+	s.registerLifecycle(api, op)
+	return nil
+}
 
+// caller is the signed-in user's id (the routes' middleware requires one).
+func caller(ctx context.Context) string {
+	p, _ := platform.PrincipalFrom(ctx)
+	return p.UserID
+}
+
+// registerProjects adds create, list, get and the settings update.
+func (s *Service) registerProjects(api huma.API, op func(id, method, path, summary, desc string) huma.Operation) {
 	create := op("create-project", http.MethodPost, "/projects", "Create a project",
 		"Creates a project of the caller, subject to the maxProjects quota of their account plan (403 when reached).")
 	create.DefaultStatus = http.StatusCreated
@@ -109,6 +116,10 @@ func (s *Service) Register(api huma.API) error {
 		return &projectOutput{Body: p}, nil
 	})
 
+}
+
+// registerLifecycle adds deletion, its status, and the account's usage.
+func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summary, desc string) huma.Operation) {
 	huma.Register(api, op("get-project-delete-status", http.MethodGet, "/projects/{id}/delete-status",
 		"Deletion state of a project",
 		"ACTIVE, DELETING, DELETED or FAILED (with errorMessage). Resumes a teardown whose runner vanished before answering. "+
@@ -144,5 +155,4 @@ func (s *Service) Register(api huma.API) error {
 		}
 		return &usageOutput{Body: u}, nil
 	})
-	return nil
 }
