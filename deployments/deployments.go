@@ -84,10 +84,10 @@ type EngineStore interface {
 	DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error)
 	DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
-	// The per-owner build slots of engines that run in several processes.
-	BuildSlotAcquire(ctx context.Context, id, owner string, limit int, lease time.Duration) (bool, []BuildSlot, error)
+	// The build slots of engines that run in several processes.
+	BuildSlotAcquire(ctx context.Context, req SlotRequest, policy SlotPolicy) (SlotAnswer, error)
 	BuildSlotRenew(ctx context.Context, id string, until time.Time) error
-	BuildSlotRelease(ctx context.Context, id string) error
+	BuildSlotRelease(ctx context.Context, id string, policy SlotPolicy, lease time.Duration) error
 }
 
 // LogFlusher stores the log lines written so far (a *Logs): an engine that

@@ -41,6 +41,17 @@ func Migrations() db.MigrationSet {
 					return err
 				},
 			),
+		}, {
+			// The build slots become the whole queue (waiters too) with each
+			// request's share: the fair-share rules across workers (slots.go).
+			// Rows from before are holders.
+			ID: "0004_build_slot_queue",
+			Up: db.Steps(
+				db.AddColumn("deployment_build_slots", "granted", "BOOLEAN NOT NULL DEFAULT TRUE"),
+				db.AddColumn("deployment_build_slots", "share_max", "INTEGER NOT NULL DEFAULT 1"),
+				db.AddColumn("deployment_build_slots", "priority", "BOOLEAN NOT NULL DEFAULT FALSE"),
+				db.AddColumn("deployment_build_slots", "free", "BOOLEAN NOT NULL DEFAULT FALSE"),
+			),
 		}},
 	}
 }

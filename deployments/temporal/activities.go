@@ -25,9 +25,10 @@ type activities struct {
 	client    client.Client
 	hostQueue string
 	log       *slog.Logger
-	perUser   int                // an owner's share without Shares (or when it fails)
-	shares    deployments.Shares // optional
-	lease     time.Duration      // of a build slot, before its holder is checked
+	perUser   int                    // an owner's share without Shares (or when it fails)
+	shares    deployments.Shares     // optional
+	slots     deployments.SlotPolicy // the build slots across every worker
+	lease     time.Duration          // of a build slot, before its holder is checked
 }
 
 // build runs BUILD and returns this worker's own task queue, where PROVISION

@@ -17,12 +17,16 @@
 //     starts over from BUILD elsewhere (Timeouts.Rounds times at most).
 //   - Cancelling the workflow cancels the running activity through its
 //     heartbeat; the runtime kills its processes; the deployment ends CANCELLED.
-//   - Before BUILD, a deployment takes one of its owner's build slots
-//     (WorkerConfig.Shares, plan-driven; WorkerConfig.PerUser by default), so
-//     one owner runs at most their share at once across every worker; past it
-//     the deployment stays QUEUED, says so once in its log and tries again on
-//     a timer. The slot is given back once LIVE or ended (see slots.go for why
-//     none is held for ever).
+//   - Before BUILD, a deployment takes a build slot under the fair-share
+//     rules the embedded engine follows too (deployments.SlotPolicy):
+//     WorkerConfig.BuildSlots at once across every worker, an owner at most
+//     their share (WorkerConfig.Shares, plan-driven; WorkerConfig.PerUser by
+//     default), FREE owners together at most WorkerConfig.FreeSlots, and a
+//     free slot to a priority owner, then the owner with the fewest running,
+//     then the oldest. The queue is in the shared database. Past its turn
+//     the deployment stays QUEUED, says why once in its log and asks again
+//     on a timer. The slot is given back once LIVE or ended (see slots.go
+//     for why none is held for ever).
 //   - A LIVE deployment's workflow stays open until SignalRelease (a newer
 //     deployment of the project went live, or it is deleted): then it stops its
 //     app on its worker and ends. ControlRuntime is how an API replica asks for that.
@@ -36,8 +40,8 @@
 // API replica gets them through deployments/pgnotify (Postgres LISTEN/NOTIFY),
 // which the reference server wires whenever the database is Postgres.
 //
-// What it is not: a scheduler. Beyond the owners' shares there is no global
-// cap (the workers' concurrency is one) and no priority between owners.
+// What it is not: a scheduler of workers. The build slots bound builds
+// across the cluster; which worker runs a build is Temporal's task queue.
 // Deployments of one project are not serialised across workers beyond the
 // conditional state updates of deployments.Activities.
 package temporal

@@ -60,6 +60,7 @@ type cluster struct {
 	// workers startWorker starts (nil, 0: the defaults).
 	shares    deployments.Shares
 	slotLease time.Duration
+	slots     deployments.SlotPolicy // the workers' BuildSlots and FreeSlots (zero: the defaults)
 }
 
 func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
@@ -92,7 +93,7 @@ func (c *cluster) startWorker(t *testing.T, rt deployments.Runtime) (stop func()
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: logs, Runtime: rt, Projects: c.projects})
 	require.NoError(t, err)
 	w, err := NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store,
-		Shares: c.shares, SlotLease: c.slotLease, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
+		Shares: c.shares, SlotLease: c.slotLease, BuildSlots: c.slots.Slots, FreeSlots: c.slots.FreeSlots, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	var once sync.Once

@@ -3,7 +3,6 @@ package temporal
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
@@ -14,17 +13,25 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Build slots: one owner runs at most their share of deployments at once,
-// across every worker. A deployment takes one of its owner's slots (a row of
-// deployments.BuildSlot, counted and inserted in one transaction) before
-// BUILD and gives it back once LIVE or ended; while the owner's share is in
-// use it stays QUEUED, says so once in its log, and tries again on a timer.
+// Build slots: the fair-share rules of deployments.SlotPolicy hold across
+// every worker: WorkerConfig.BuildSlots build at once in all, one owner at
+// most their share, FREE owners together at most WorkerConfig.FreeSlots, and
+// a free slot goes to a priority owner, then to the owner with the fewest
+// running, then to the oldest request. The state is the rows of
+// deployments.BuildSlot in the shared database, holders and waiters alike,
+// read and written in one transaction under one lock (Store.BuildSlotAcquire),
+// never one worker's memory. A deployment asks before BUILD and gives its
+// slot back once LIVE or ended, which hands the free slots to the best
+// waiters at once; a waiting deployment stays QUEUED, says why once in its
+// log, and asks again on a timer (finding its slot given, or giving free
+// slots to whoever is first).
 //
 // A slot is never held for ever: the workflow releases it on a disconnected
 // context whatever ended it (success, failure, cancellation, timeouts; a lost
 // worker only moves the steps to another worker); a slot whose deployment is
-// LIVE, ended or deleted counts as free; and a slot whose lease ran out is
-// freed when its workflow no longer runs (terminated). See acquireSlot.
+// LIVE, ended or deleted counts as free; a slot whose lease ran out is freed
+// when its workflow no longer runs (terminated); and a waiter that stopped
+// asking leaves the queue. See acquireSlot.
 
 // versionBuildSlots marks workflows that take a build slot: histories
 // recorded before slots existed replay without one.
@@ -35,6 +42,9 @@ const (
 	// from the first, doubling up to the second.
 	slotPollMin = time.Second
 	slotPollMax = 5 * time.Second
+	// slotWaitLease is the least time a waiting deployment stays in the
+	// queue without asking again (it asks every slotPollMax at most).
+	slotWaitLease = 4 * slotPollMax
 	// slotWaitHistory is the history length past which a deployment still
 	// waiting for a slot continues as new (as it does when Temporal suggests
 	// it), so a long wait (about 6 events a try) keeps its history short.
@@ -115,15 +125,10 @@ func (st *State) releaseSlot(ctx workflow.Context) {
 	st.slot = false
 }
 
-// slotWaitNote is the log line of a deployment waiting for its owner's share
-// (the embedded engine's wording).
-func slotWaitNote(running int) string {
-	return fmt.Sprintf("queued: %d of your deployments are running, as many as your plan runs at once; this one starts when one of them ends", running)
-}
-
-// acquireSlot gives the deployment a build slot if its owner's share allows.
-// When the owner is at the cap, slots whose lease ran out are checked first:
-// one whose workflow no longer runs is freed, the others' leases renewed.
+// acquireSlot asks a build slot for the deployment (deployments.Store's
+// queue, under the fair-share rules). When it still waits, the held slots
+// whose lease ran out are checked: one whose workflow no longer runs is
+// freed (and the ask made again), the others' leases renewed.
 func (a *activities) acquireSlot(ctx context.Context, in SlotInput) (SlotResult, error) {
 	notQueued := temporal.NewNonRetryableApplicationError("deployment is no longer queued", errTypeNotQueued, nil)
 	d, err := a.store.DeploymentGet(ctx, in.DeploymentID)
@@ -136,59 +141,56 @@ func (a *activities) acquireSlot(ctx context.Context, in SlotInput) (SlotResult,
 	if d.CancelRequested || d.Status.Terminal() {
 		return SlotResult{}, notQueued
 	}
-	limit := a.share(ctx, d.OwnerID)
-	granted, held, err := a.store.BuildSlotAcquire(ctx, d.ID, d.OwnerID, limit, a.lease)
-	if err == nil && !granted && a.reap(ctx, held) {
-		granted, held, err = a.store.BuildSlotAcquire(ctx, d.ID, d.OwnerID, limit, a.lease)
+	req := deployments.SlotRequest{DeploymentID: d.ID, OwnerID: d.OwnerID, Share: a.share(ctx, d.OwnerID),
+		Lease: a.lease, WaitLease: max(a.lease, slotWaitLease)}
+	ans, err := a.store.BuildSlotAcquire(ctx, req, a.slots)
+	if err == nil && !ans.Granted && a.reap(ctx, ans.Expired) {
+		ans, err = a.store.BuildSlotAcquire(ctx, req, a.slots)
 	}
 	if err != nil {
 		return SlotResult{}, err
 	}
-	if !granted && in.Note {
-		a.acts.Note(ctx, d.ID, slotWaitNote(len(held)))
+	if !ans.Granted && in.Note {
+		a.acts.Note(ctx, d.ID, ans.Wait.Note(a.slots))
 	}
-	return SlotResult{Granted: granted, Running: len(held)}, nil
+	return SlotResult{Granted: ans.Granted, Running: ans.Wait.Running}, nil
 }
 
-// releaseSlot frees the deployment's build slot.
+// releaseSlot frees the deployment's build slot and hands the free slots on.
 func (a *activities) releaseSlot(ctx context.Context, id string) error {
-	return a.store.BuildSlotRelease(ctx, id)
+	return a.store.BuildSlotRelease(ctx, id, a.slots, a.lease)
 }
 
-// share is how many deployments owner may run at once: their plan's share,
-// or the default when there is no Shares or it fails.
-func (a *activities) share(ctx context.Context, owner string) int {
+// share is owner's share: their plan's, or the default (counted as FREE)
+// when there is no Shares or it fails.
+func (a *activities) share(ctx context.Context, owner string) deployments.Share {
 	if a.shares == nil {
-		return a.perUser
+		return deployments.DefaultShare(a.perUser)
 	}
 	sh, err := a.shares.BuildShare(ctx, owner)
 	if err != nil {
 		a.log.Warn("read build share; using the default", "owner", owner, "err", err)
-		return a.perUser
+		return deployments.DefaultShare(a.perUser)
 	}
-	return max(sh.Max, 1)
+	return sh
 }
 
-// reap checks the slots of held whose lease ran out: one whose workflow no
+// reap checks the held slots whose lease ran out: one whose workflow no
 // longer runs is freed, the others' leases are renewed. It reports whether
 // it freed any.
-func (a *activities) reap(ctx context.Context, held []deployments.BuildSlot) bool {
-	now := time.Now()
+func (a *activities) reap(ctx context.Context, expired []deployments.BuildSlot) bool {
 	freed := false
-	for _, s := range held {
-		if s.LeaseUntil.After(now) {
-			continue
-		}
+	for _, s := range expired {
 		running, err := a.workflowRunning(ctx, WorkflowID(s.DeploymentID))
 		switch {
 		case err != nil:
 			a.log.Warn("check a build slot's workflow", "deployment", s.DeploymentID, "err", err)
 			continue
 		case running:
-			err = a.store.BuildSlotRenew(ctx, s.DeploymentID, now.Add(a.lease))
+			err = a.store.BuildSlotRenew(ctx, s.DeploymentID, time.Now().Add(a.lease))
 		default:
 			a.log.Info("freeing the build slot of a workflow that ended without releasing it", "deployment", s.DeploymentID)
-			err = a.store.BuildSlotRelease(ctx, s.DeploymentID)
+			err = a.store.BuildSlotRelease(ctx, s.DeploymentID, a.slots, a.lease)
 			freed = freed || err == nil
 		}
 		if err != nil {

@@ -18,28 +18,38 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// countingRuntime is the scripted runtime that also counts, per owner, the
-// builds running at once and the most it has seen.
+// countingRuntime is the scripted runtime that also counts the builds
+// running at once and the most it has seen: per owner, in all ("*") and of
+// the owners marked free ("free").
 type countingRuntime struct {
 	*deploytest.Runtime
 	owners   map[string]string // project slug -> owner
+	free     map[string]bool   // owners on a FREE plan
 	mu       sync.Mutex
 	now, top map[string]int
 }
 
 func newCountingRuntime() *countingRuntime {
-	return &countingRuntime{Runtime: deploytest.NewRuntime(), owners: map[string]string{}, now: map[string]int{}, top: map[string]int{}}
+	return &countingRuntime{Runtime: deploytest.NewRuntime(), owners: map[string]string{}, free: map[string]bool{},
+		now: map[string]int{}, top: map[string]int{}}
 }
 
 func (r *countingRuntime) Build(ctx context.Context, job deployments.Job, logs deployments.LogSink) (string, error) {
-	owner := r.owners[job.ProjectSlug]
+	keys := []string{r.owners[job.ProjectSlug], "*"}
+	if r.free[keys[0]] {
+		keys = append(keys, "free")
+	}
 	r.mu.Lock()
-	r.now[owner]++
-	r.top[owner] = max(r.top[owner], r.now[owner])
+	for _, k := range keys {
+		r.now[k]++
+		r.top[k] = max(r.top[k], r.now[k])
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.now[owner]--
+		for _, k := range keys {
+			r.now[k]--
+		}
 		r.mu.Unlock()
 	}()
 	return r.Runtime.Build(ctx, job, logs)
@@ -145,6 +155,94 @@ func TestTemporalOwnerShareAcrossWorkers(t *testing.T) {
 		require.Equal(t, 1, strings.Count(c.logText(t, next.ID), note), "the wait is said once")
 		require.NotContains(t, c.logText(t, d3.ID), "queued:")
 		platformtest.Eventually(t, 20*time.Second, "every slot given back (cancelled, LIVE)", func() bool {
+			return len(slotsOf(t, bdb)) == 0
+		})
+	})
+}
+
+// tierShares answers each owner's share as listed.
+type tierShares map[string]deployments.Share
+
+func (s tierShares) BuildShare(_ context.Context, owner string) (deployments.Share, error) {
+	return s[owner], nil
+}
+
+// TestTemporalFairSlotsAcrossWorkers: the fair-share rules hold across two
+// workers sharing the database (3 slots, 2 for FREE owners). Alice and bob
+// are FREE, carol is not; all may run two at once. Alice's two builds take
+// the FREE pool: her third waits for her share, bob's first for the pool,
+// and carol's builds on the last slot. When carol's goes LIVE, its slot is
+// not given to a FREE build: carol's second takes it. When one of alice's
+// goes LIVE, bob's waiting build takes its slot before alice's older third.
+// On SQLite and Postgres; scripted runtime.
+func TestTemporalFairSlotsAcrossWorkers(t *testing.T) {
+	srv := temporaltest.StartDevServer(t)
+	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		alice, bob, carol := platform.NewID(), platform.NewID(), platform.NewID()
+		projects := deploytest.NewProjects()
+		rt := newCountingRuntime()
+		rt.free[alice], rt.free[bob] = true, true
+		c := newCluster(t, srv, bdb, projects)
+		c.shares = tierShares{alice: {Max: 2, Free: true}, bob: {Max: 2, Free: true}, carol: {Max: 2}}
+		c.slots = deployments.SlotPolicy{Slots: 3, FreeSlots: 2}
+		c.startWorker(t, rt)
+		c.startWorker(t, rt)
+		deploy := func(owner string) (*deployments.Deployment, *deploytest.Hold) {
+			p, h := rt.project(projects, owner)
+			d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: p, OwnerID: owner})
+			require.NoError(t, err)
+			return d, h
+		}
+		wait := func(what string, d *deployments.Deployment, h *deploytest.Hold) {
+			t.Helper()
+			select {
+			case <-h.Entered():
+			case <-time.After(time.Minute):
+				t.Fatalf("%s did not start:\n%s", what, c.logText(t, d.ID))
+			}
+		}
+		says := func(d *deployments.Deployment, note string) {
+			t.Helper()
+			platformtest.Eventually(t, time.Minute, "deployment "+d.ID+" to say "+note, func() bool {
+				return strings.Contains(c.logText(t, d.ID), note)
+			})
+		}
+		a1, ha1 := deploy(alice)
+		wait("alice's first build", a1, ha1)
+		a2, ha2 := deploy(alice)
+		wait("alice's second build", a2, ha2)
+		a3, ha3 := deploy(alice)
+		says(a3, "queued: 2 of your deployments are running")
+		b1, hb1 := deploy(bob)
+		says(b1, "queued: free-plan builds hold 2 of the 3 build slots")
+		c1, hc1 := deploy(carol)
+		wait("carol's first build", c1, hc1)
+
+		hc1.Release(nil)
+		c.waitStatus(t, carol, c1.ID, deployments.StatusLive)
+		c2, hc2 := deploy(carol)
+		wait("carol's second build (the slot FREE builds may not take)", c2, hc2)
+		require.False(t, entered(hb1), "a FREE build took the slot kept for other plans")
+
+		ha1.Release(nil)
+		c.waitStatus(t, alice, a1.ID, deployments.StatusLive)
+		wait("bob's build", b1, hb1)
+		require.False(t, entered(ha3), "alice's third build ran before bob's waiting one")
+		ha2.Release(nil)
+		wait("alice's third build", a3, ha3)
+		for _, h := range []*deploytest.Hold{hb1, hc2, ha3} {
+			h.Release(nil)
+		}
+		for _, d := range []*deployments.Deployment{a3, b1, c2} {
+			c.waitStatus(t, d.OwnerID, d.ID, deployments.StatusLive)
+		}
+		require.LessOrEqual(t, rt.most("*"), 3, "builds at once across both workers")
+		require.LessOrEqual(t, rt.most("free"), 2, "FREE builds at once")
+		for _, o := range []string{alice, bob, carol} {
+			require.LessOrEqual(t, rt.most(o), 2, "owner %s past their share", o)
+		}
+		platformtest.Eventually(t, 20*time.Second, "every slot given back", func() bool {
 			return len(slotsOf(t, bdb)) == 0
 		})
 	})

@@ -37,17 +37,18 @@ func slotsOf(t *testing.T, bdb bun.IDB) []string {
 	return ids
 }
 
-// running stores a deployment of f's project that holds a build slot and is
-// BUILDING, as one another worker runs.
-func (f *fixture) running(t *testing.T, share int) *deployments.Deployment {
+// running stores a deployment of f's project that holds a build slot (with
+// the share the workers read) and is BUILDING, as one another worker runs.
+func (f *fixture) running(t *testing.T) *deployments.Deployment {
 	t.Helper()
 	ctx := context.Background()
 	d := f.queue(t)
-	ok, _, err := f.store.BuildSlotAcquire(ctx, d.ID, d.OwnerID, share, time.Hour)
+	ans, err := f.store.BuildSlotAcquire(ctx, deployments.SlotRequest{DeploymentID: d.ID, OwnerID: d.OwnerID,
+		Share: f.activities().share(ctx, d.OwnerID), Lease: time.Hour, WaitLease: time.Hour}, testSlots)
 	require.NoError(t, err)
-	require.True(t, ok, "slot for %s", d.ID)
+	require.True(t, ans.Granted, "slot for %s", d.ID)
 	d.Status = deployments.StatusBuilding
-	ok, err = f.store.DeploymentUpdate(ctx, d, []deployments.Status{deployments.StatusQueued}, "status")
+	ok, err := f.store.DeploymentUpdate(ctx, d, []deployments.Status{deployments.StatusQueued}, "status")
 	require.NoError(t, err)
 	require.True(t, ok)
 	return d
@@ -65,7 +66,7 @@ func TestWorkflowWaitsForOwnerShare(t *testing.T) {
 	f.shares = planShares{other.owner(t): 1} // f's owner: no plan, the default
 	other.shares = f.shares
 	ctx := context.Background()
-	d1, d2 := f.running(t, 2), f.running(t, 2)
+	d1, d2 := f.running(t), f.running(t)
 	d3 := f.queue(t)
 
 	// Another owner is not held up by the first one's share.
@@ -119,7 +120,7 @@ func TestWorkflowCancelledWhileWaitingForShare(t *testing.T) {
 	bdb := dbtest.SQLite(t, deployments.Migrations())
 	f := newFixture(t, deployments.NewStore(bdb))
 	f.shares = planShares{f.owner(t): 1}
-	busy := f.running(t, 1)
+	busy := f.running(t)
 	d := f.queue(t)
 	env := f.testEnv(t)
 	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
@@ -168,38 +169,42 @@ func (f *fixture) owner(t *testing.T) string {
 	return spec.OwnerID
 }
 
-// TestBuildSlotAcquireIsAtomic: many deployments of one owner asking for a
-// slot at once (as workers on several machines do) get no more than the
-// owner's share; on Postgres they really run at once, on pooled connections.
+// TestBuildSlotAcquireIsAtomic: sixteen deployments of four owners asking
+// for a slot at once (as workers on several machines do) are given exactly
+// the policy's slots: six in all, no owner past their share of three, the
+// two FREE owners together at most three. On Postgres they really run at
+// once, on pooled connections.
 func TestBuildSlotAcquireIsAtomic(t *testing.T) {
 	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
-		f := newFixture(t, deployments.NewStore(bdb))
-		const n, share = 16, 3
-		ids := make([]string, n)
-		for i := range ids {
-			ids[i] = f.queue(t).ID
+		store := deployments.NewStore(bdb)
+		policy := deployments.SlotPolicy{Slots: 6, FreeSlots: 3}
+		var reqs []deployments.SlotRequest
+		for o := range 4 {
+			f := newFixture(t, store)
+			share := deployments.Share{Max: 3, Free: o < 2}
+			for range 4 {
+				reqs = append(reqs, deployments.SlotRequest{DeploymentID: f.queue(t).ID, OwnerID: f.owner(t), Share: share,
+					Lease: time.Hour, WaitLease: time.Hour})
+			}
 		}
-		owner := f.owner(t)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		var granted []string
-		errs := make(chan error, n)
+		answered := map[string]bool{}
+		errs := make(chan error, len(reqs))
 		start := make(chan struct{})
-		for _, id := range ids {
+		for _, req := range reqs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				ok, _, err := f.store.BuildSlotAcquire(context.Background(), id, owner, share, time.Hour)
+				ans, err := store.BuildSlotAcquire(context.Background(), req, policy)
 				if err != nil {
 					errs <- err
 					return
 				}
-				if ok {
-					mu.Lock()
-					granted = append(granted, id)
-					mu.Unlock()
-				}
+				mu.Lock()
+				answered[req.DeploymentID] = ans.Granted
+				mu.Unlock()
 			}()
 		}
 		close(start)
@@ -208,7 +213,75 @@ func TestBuildSlotAcquireIsAtomic(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		require.Len(t, granted, share)
-		require.ElementsMatch(t, granted, slotsOf(t, bdb))
+		var rows []deployments.BuildSlot
+		require.NoError(t, bdb.NewSelect().Model(&rows).Scan(context.Background()))
+		require.Len(t, rows, len(reqs), "every request is in the queue")
+		held, free, per := 0, 0, map[string]int{}
+		for _, r := range rows {
+			if !r.Granted {
+				require.False(t, answered[r.DeploymentID], "answered granted but waits: %s", r.DeploymentID)
+				continue
+			}
+			held++
+			per[r.OwnerID]++
+			if r.Free {
+				free++
+			}
+		}
+		require.Equal(t, 6, held, "every slot given, none more")
+		require.LessOrEqual(t, free, 3, "FREE owners hold at most their pool")
+		for o, n := range per {
+			require.LessOrEqual(t, n, 3, "owner %s past their share", o)
+		}
 	})
+}
+
+// TestBuildSlotQueueOrder: a freed slot goes to the waiting deployment of
+// the owner with the fewest running, not to an older one of an owner
+// running one already, and the answer says why the other waits; a FREE
+// waiter does not take the slot kept for other plans.
+func TestBuildSlotQueueOrder(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{deployments.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		store := deployments.NewStore(bdb)
+		ctx := context.Background()
+		policy := deployments.SlotPolicy{Slots: 2}
+		alice, bob, carol := newFixture(t, store), newFixture(t, store), newFixture(t, store)
+		ask := func(f *fixture, d *deployments.Deployment, sh deployments.Share) deployments.SlotAnswer {
+			t.Helper()
+			ans, err := store.BuildSlotAcquire(ctx, deployments.SlotRequest{DeploymentID: d.ID, OwnerID: d.OwnerID, Share: sh,
+				Lease: time.Hour, WaitLease: time.Hour}, policy)
+			require.NoError(t, err)
+			return ans
+		}
+		paid, free := deployments.Share{Max: 2}, deployments.Share{Max: 2, Free: true}
+		a1, a2, a3 := alice.queue(t), alice.queue(t), alice.queue(t)
+		require.True(t, ask(alice, a1, paid).Granted)
+		require.True(t, ask(alice, a2, paid).Granted)
+		require.Equal(t, deployments.Wait{Reason: deployments.WaitShare, Running: 2}, ask(alice, a3, paid).Wait)
+		b1 := bob.queue(t)
+		require.Equal(t, deployments.Wait{Reason: deployments.WaitSlot, Position: 1}, ask(bob, b1, paid).Wait)
+		require.NoError(t, store.BuildSlotRelease(ctx, a1.ID, policy, time.Hour))
+		require.Equal(t, []string{a2.ID, b1.ID}, heldSlots(t, bdb), "the release gave bob's waiting deployment the slot")
+		require.True(t, ask(bob, b1, paid).Granted, "bob's next try finds it")
+		require.Equal(t, deployments.Wait{Reason: deployments.WaitSlot, Position: 1}, ask(alice, a3, paid).Wait)
+
+		// One slot of two is kept from FREE builds.
+		require.NoError(t, store.BuildSlotRelease(ctx, a2.ID, policy, time.Hour))
+		require.NoError(t, store.BuildSlotRelease(ctx, b1.ID, policy, time.Hour))
+		require.Equal(t, []string{a3.ID}, heldSlots(t, bdb))
+		require.NoError(t, store.BuildSlotRelease(ctx, a3.ID, policy, time.Hour))
+		c1, c2 := carol.queue(t), carol.queue(t)
+		require.True(t, ask(carol, c1, free).Granted)
+		require.Equal(t, deployments.Wait{Reason: deployments.WaitFree, Running: 1}, ask(carol, c2, free).Wait)
+		require.Equal(t, []string{c1.ID}, heldSlots(t, bdb))
+	})
+}
+
+// heldSlots lists the deployments holding a slot (not waiting), sorted.
+func heldSlots(t *testing.T, bdb bun.IDB) []string {
+	t.Helper()
+	var ids []string
+	require.NoError(t, bdb.NewSelect().Model((*deployments.BuildSlot)(nil)).Column("deployment_id").Where("granted = ?", true).
+		Order("deployment_id").Scan(context.Background(), &ids))
+	return ids
 }

@@ -30,8 +30,15 @@ type WorkerConfig struct {
 	// PerUser caps one owner's deployments running at once, across every
 	// worker, when Shares is nil or fails. Default 2.
 	PerUser int
-	// Shares gives each owner's cap (from their plan); optional.
+	// Shares gives each owner's share, priority and FREE tier (from their
+	// plan); optional: without it, or when it fails, an owner gets PerUser
+	// and counts as FREE.
 	Shares deployments.Shares
+	// BuildSlots is how many deployments build at once across every worker
+	// (from BUILD until LIVE or ended); FreeSlots how many of them owners on
+	// a FREE plan hold together (default and at most BuildSlots-1). Every
+	// worker of a task queue must be given the same. Default 4.
+	BuildSlots, FreeSlots int
 	// SlotLease is how long a build slot counts as held before the worker
 	// that finds its owner at the cap asks Temporal whether the holder's
 	// workflow still runs (a terminated one never released it). Default 1m.
@@ -44,9 +51,9 @@ type WorkerStore interface {
 	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
 	DeploymentListByProject(ctx context.Context, projectID string) ([]*deployments.Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
-	BuildSlotAcquire(ctx context.Context, id, owner string, limit int, lease time.Duration) (bool, []deployments.BuildSlot, error)
+	BuildSlotAcquire(ctx context.Context, req deployments.SlotRequest, policy deployments.SlotPolicy) (deployments.SlotAnswer, error)
 	BuildSlotRenew(ctx context.Context, id string, until time.Time) error
-	BuildSlotRelease(ctx context.Context, id string) error
+	BuildSlotRelease(ctx context.Context, id string, policy deployments.SlotPolicy, lease time.Duration) error
 }
 
 // Worker runs deployment workflows and their activities. It polls two task
@@ -80,7 +87,8 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	host, _ := os.Hostname()
 	hostQueue := fmt.Sprintf("%s/worker/%s-%d-%s", taskQueue, host, os.Getpid(), uuid.NewString()[:8])
 	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log,
-		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute)}
+		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute),
+		slots: deployments.SlotPolicy{Slots: cmp.Or(cfg.BuildSlots, 4), FreeSlots: cfg.FreeSlots}}
 
 	shared := worker.New(c, taskQueue, cfg.Options)
 	shared.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})

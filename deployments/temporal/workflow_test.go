@@ -111,8 +111,11 @@ func (f *fixture) testEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 // outlast the test: no holder's workflow is looked up (there is no client).
 func (f *fixture) activities() *activities {
 	return &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog(),
-		perUser: 2, shares: f.shares, lease: time.Hour}
+		perUser: 2, shares: f.shares, slots: testSlots, lease: time.Hour}
 }
+
+// testSlots are the workers' build slots in the workflow tests: the default.
+var testSlots = deployments.SlotPolicy{Slots: 4}
 
 var testTimeouts = Timeouts{Heartbeat: time.Second, HostPickup: 5 * time.Second}
 

@@ -184,10 +184,10 @@ var settings = []setting{
 		doc:   "deployments one account runs at once, on either engine (across every worker of the Temporal engine); an account whose plan has `priorityBuilds` gets twice as many, and its builds are taken first. A deployment past its account's share stays `QUEUED` with a log line saying so",
 		parse: number(func(c *Config) *int { return &c.BuildsPerUser })},
 	{name: "KEELSON_BUILD_SLOTS", def: strconv.Itoa(DefaultBuildSlots),
-		doc:   "builds (deployments from BUILD until LIVE or ended) running at once on the local engine. A free slot goes to a waiting deployment of a `priorityBuilds` account first, then of the account with the fewest running, then the oldest, so another account's waiting build goes before an account's extra ones; a deployment waiting for a slot logs its position",
+		doc:   "builds (deployments from BUILD until LIVE or ended) running at once: on the local engine in this server, on the Temporal engine across every worker (set the same on each; the queue is in `deployment_build_slots`). A free slot goes to a waiting deployment of a `priorityBuilds` account first, then of the account with the fewest running, then the oldest, so another account's waiting build goes before an account's extra ones; a deployment waiting for a slot logs its position",
 		parse: number(func(c *Config) *int { return &c.BuildSlots })},
 	{name: "KEELSON_FREE_BUILD_SLOTS", def: "0", shown: "`0`: `KEELSON_BUILD_SLOTS` - 1",
-		doc:   "how many of the local engine's build slots the builds of accounts on a FREE-tier plan (or whose plan cannot be read) hold together, so FREE accounts cannot hold every slot; less than `KEELSON_BUILD_SLOTS` (with one slot, FREE builds may take it). A FREE deployment past it stays `QUEUED` with a line saying so",
+		doc:   "how many of the build slots the builds of accounts on a FREE-tier plan (or whose plan cannot be read) hold together, so FREE accounts cannot hold every slot; less than `KEELSON_BUILD_SLOTS` (with one slot, FREE builds may take it). A FREE deployment past it stays `QUEUED` with a line saying so",
 		parse: number(func(c *Config) *int { return &c.FreeBuildSlots })},
 }
 

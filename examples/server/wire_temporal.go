@@ -58,9 +58,10 @@ func (a *App) temporalDeps(ctx context.Context, d *deployments.Deps, rt appRunti
 		}
 		w, err := temporal.NewWorker(tc, c.TemporalTaskQueue, rt, temporal.WorkerConfig{
 			Activities: workerActs, Store: svc.Store(), Logger: log,
-			// One owner's share of the deployments running at once, across
-			// every worker (the same plans rule as the embedded engine's).
+			// The build slots across every worker, shared by the embedded
+			// engine's rules (plan shares, the FREE pool, fair order).
 			PerUser: c.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
+			BuildSlots: c.BuildSlots, FreeSlots: c.FreeBuildSlots,
 			// A stopping worker lets running steps end a little; Temporal
 			// retries what it could not finish on another worker.
 			Options: worker.Options{WorkerStopTimeout: 10 * time.Second},
