@@ -8,7 +8,9 @@
 #   scripts/local-images.sh) with vendored modules (no proxy in the build);
 # - the image runs as 65532 with git; without the socket's group it stops
 #   saying "permission denied"; with the socket mounted, the default role (all)
-#   answers the API and deploys an app through its ingress.
+#   answers the API and deploys an app through its ingress;
+# - compose.yaml's stack, from that image and local images, comes up healthy,
+#   deploys an app and leaves nothing behind (.ci/compose-check.sh).
 #
 # Usage: .ci/docker-check.sh   (from the repo root; needs Docker)
 set -euo pipefail
@@ -44,13 +46,15 @@ done
 ctx="$(mktemp -d /tmp/keelson-docker-check.XXXXXX)"
 name="keelson-check-$$"
 cleanup() {
+  # Stopped first, so the server stops its apps and removes its firewall rules.
+  docker stop -t 60 "$name" >/dev/null 2>&1 || true
   docker rm -f -v "$name" >/dev/null 2>&1 || true
   # What the server in the container built and ran (its instance's labels).
   docker ps -aq --filter label=dev.keelson.instance="${instance:-none}" | xargs -r docker rm -f -v >/dev/null 2>&1 || true
   docker images -q --filter label=dev.keelson.instance="${instance:-none}" | xargs -r docker rmi -f >/dev/null 2>&1 || true
   docker network ls -q --filter label=dev.keelson.instance="${instance:-none}" | xargs -r docker network rm >/dev/null 2>&1 || true
   docker image rm -f "$TAG" "$TAG-ctx" >/dev/null 2>&1 || true
-  rm -rf "$ctx"
+  rm -rf "$ctx" "$ctx.build.log"
 }
 trap cleanup EXIT
 git ls-files -z | xargs -0 -I{} cp --parents {} "$ctx"/ 2>/dev/null || cp -r . "$ctx"/
@@ -68,8 +72,8 @@ echo "docker-check: .dockerignore keeps .git, data/ and .env out of the context"
 
 start=$SECONDS
 DOCKER_BUILDKIT=0 docker build -q -t "$TAG" --label keelson-ci=docker-check \
-  --build-arg GO_IMAGE="$GO_IMAGE" --build-arg RUNTIME_IMAGE="$BASE_IMAGE" "$ctx" >/dev/null 2>&1 \
-  || die "docker build failed"
+  --build-arg GO_IMAGE="$GO_IMAGE" --build-arg RUNTIME_IMAGE="$BASE_IMAGE" "$ctx" >"$ctx.build.log" 2>&1 \
+  || die "docker build failed: $(tail -n 15 "$ctx.build.log")"
 echo "docker-check: image built in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$TAG") bytes)"
 [[ "$(docker image inspect -f '{{.Config.User}}' "$TAG")" == "65532:65532" ]] || die "image does not run as non-root 65532"
 docker run --rm --entrypoint git "$TAG" --version >/dev/null || die "no git in the image"
@@ -125,3 +129,7 @@ done
 got="$(curl -fsS -H 'Host: check-app.localhost' "http://$ingress/")" || die "the app does not answer through the ingress"
 [[ "$got" == 'hello from the docker check' ]] || die "the app answered $got"
 echo "docker-check: an app deployed through the image's server answers through its ingress"
+docker stop -t 60 "$name" >/dev/null || die "the server did not stop"
+
+# The same image as compose.yaml's api replicas and worker.
+bash .ci/compose-check.sh "$TAG" || die "compose.yaml's stack failed (.ci/compose-check.sh)"

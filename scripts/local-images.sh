@@ -14,12 +14,16 @@
 #                          node and npm (only when the host has them)
 #   keelson/base:local     a base for the server's own image (Dockerfile
 #                          RUNTIME_IMAGE): git, CA certificates, busybox sh
+#   keelson/temporal:local compose's Temporal (TEMPORAL_IMAGE), as the official
+#                          temporalio/temporal: the Temporal CLI (TEMPORAL_CLI,
+#                          else `temporal` on the PATH, else the one
+#                          .ci/temporal-cli.sh built), entrypoint temporal, user 1000
 #
 # Usage:  scripts/local-images.sh            # build what is missing
 #         FORCE=1 scripts/local-images.sh    # rebuild
-#         scripts/local-images.sh go static  # only these (go go-run static node base)
+#         scripts/local-images.sh go static  # only these (go go-run static node base temporal)
 #         scripts/local-images.sh --env      # print the KEELSON_IMAGE_* exports for the server
-# Names:  IMAGE_GO, IMAGE_GO_RUN, IMAGE_STATIC, IMAGE_NODE, IMAGE_BASE override them.
+# Names:  IMAGE_GO, IMAGE_GO_RUN, IMAGE_STATIC, IMAGE_NODE, IMAGE_BASE, IMAGE_TEMPORAL override them.
 # Needs root only to install busybox-static with apt when it is missing.
 set -euo pipefail
 
@@ -28,6 +32,7 @@ RUN_IMAGE="${IMAGE_GO_RUN:-keelson/go-run:local}"
 STATIC_IMAGE="${IMAGE_STATIC:-keelson/static:local}"
 NODE_IMAGE="${IMAGE_NODE:-keelson/node:local}"
 BASE_IMAGE="${IMAGE_BASE:-keelson/base:local}"
+TEMPORAL_IMAGE="${IMAGE_TEMPORAL:-keelson/temporal:local}"
 
 die() { echo "local-images: ERROR: $*" >&2; exit 1; }
 log() { echo "local-images: $*" >&2; }
@@ -38,7 +43,7 @@ if [[ "${1:-}" == "--env" ]]; then
   exit 0
 fi
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=(go go-run static node base)
+[[ ${#want[@]} -gt 0 ]] || want=(go go-run static node base temporal)
 wanted() { local w; for w in "${want[@]}"; do [[ "$w" == "$1" ]] && return 0; done; return 1; }
 
 command -v docker >/dev/null 2>&1 || die "docker CLI not found"
@@ -193,5 +198,28 @@ if wanted base && ! have "$BASE_IMAGE"; then
   docker run --rm "$BASE_IMAGE" git --version >/dev/null || die "$BASE_IMAGE: git does not run in it"
   docker run --rm "$BASE_IMAGE" iptables --version >/dev/null || die "$BASE_IMAGE: iptables does not run in it"
   log "built $BASE_IMAGE ($(docker run --rm "$BASE_IMAGE" git --version))"
+fi
+if wanted temporal && ! have "$TEMPORAL_IMAGE"; then
+  cache="${KEELSON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keelson}"
+  cli="${TEMPORAL_CLI:-$(command -v temporal || ls "$cache"/temporal-*/temporal 2>/dev/null | tail -n1 || true)}"
+  if [[ -z "$cli" || ! -x "$cli" ]]; then
+    log "no Temporal CLI on this machine: $TEMPORAL_IMAGE not built (set TEMPORAL_CLI, or build one with .ci/temporal-cli.sh)"
+  else
+    r="$WORK/temporal"
+    base_rootfs "$r"
+    copy_with_libs "$r" "$(readlink -f "$cli")"
+    mkdir -p "$r/usr/local/bin" "$r/home/temporal"
+    mv "$r$(readlink -f "$cli")" "$r/usr/local/bin/temporal"
+    # The CLI as built carries debug information (half its size).
+    strip --strip-debug "$r/usr/local/bin/temporal" 2>/dev/null || true
+    printf 'temporal:x:1000:1000:temporal:/home/temporal:/bin/sh\n' >>"$r/etc/passwd"
+    printf 'temporal:x:1000:\n' >>"$r/etc/group"
+    (cd "$r" && tar --numeric-owner --owner=0 --group=0 --exclude=./home/temporal -cf "$WORK/temporal.tar" . \
+      && tar --numeric-owner --owner=1000 --group=1000 -rf "$WORK/temporal.tar" ./home/temporal)
+    docker import -c 'USER 1000' -c 'WORKDIR /home/temporal' -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/temporal' \
+      -c 'ENTRYPOINT ["temporal"]' -c 'EXPOSE 7233' - "$TEMPORAL_IMAGE" <"$WORK/temporal.tar" >/dev/null
+    docker run --rm "$TEMPORAL_IMAGE" --version >/dev/null || die "$TEMPORAL_IMAGE: temporal does not run in it"
+    log "built $TEMPORAL_IMAGE ($(docker run --rm "$TEMPORAL_IMAGE" --version))"
+  fi
 fi
 log "ready; for the server: eval \"\$(scripts/local-images.sh --env)\""
