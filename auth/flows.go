@@ -71,26 +71,9 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	if row != nil && p.Device != "" {
 		device = s.deviceOf(p.Device, row.ID)
 	}
-	type bucket struct {
-		key, prefix string
-		lim         Limit
-	}
-	var taken []bucket
-	if device != "" {
-		taken = []bucket{{loginKey(email, device), "login-dev:", s.d.Limits.LoginPerDevice}}
-	} else {
-		if err := s.allow(ctx, p.IP, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
-			return LoginResult{}, err
-		}
-		if p.IP != "" {
-			taken = append(taken, bucket{loginKey(email, p.IP), "login-acct-ip:", s.d.Limits.LoginPerAccountAddr})
-		}
-		taken = append(taken, bucket{email, "login-acct:", s.d.Limits.LoginPerAccount})
-	}
-	for _, b := range taken {
-		if err := s.allow(ctx, b.key, b.prefix, b.lim); err != nil {
-			return LoginResult{}, err
-		}
+	taken, err := s.takeLoginBuckets(ctx, email, device, p.IP)
+	if err != nil {
+		return LoginResult{}, err
 	}
 	encoded := ""
 	if row != nil {
@@ -110,30 +93,11 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	if device == "" {
 		deviceToken = s.newDeviceToken(row.ID)
 	}
-
 	if row.TOTPEnabled {
-		if p.TwoFactorCode == "" {
-			return LoginResult{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
-		}
-		if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
-			return LoginResult{}, err
-		}
-		var pair TokenPair
-		err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-			ok, err := s.consumeSecondFactor(ctx, tx, row, p.TwoFactorCode)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
-			}
-			pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
-			return err
-		})
+		pair, err := s.loginSecondFactor(ctx, row, p.TwoFactorCode)
 		if err != nil {
 			return LoginResult{}, err
 		}
-		s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 		return LoginResult{TokenPair: pair, DeviceToken: deviceToken}, nil
 	}
 	pair, err := s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
@@ -141,6 +105,64 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 		return LoginResult{}, err
 	}
 	return LoginResult{TokenPair: pair, DeviceToken: deviceToken}, nil
+}
+
+// loginBucket is one rate-limit bucket a login attempt takes.
+type loginBucket struct {
+	key, prefix string
+	lim         Limit
+}
+
+// takeLoginBuckets takes the buckets of a login attempt (refunded when it
+// succeeds): a proven device's own bucket, or the address's, the
+// (account, address) pair's and the account-wide one.
+func (s *Service) takeLoginBuckets(ctx context.Context, email, device, ip string) ([]loginBucket, error) {
+	var taken []loginBucket
+	if device != "" {
+		taken = []loginBucket{{loginKey(email, device), "login-dev:", s.d.Limits.LoginPerDevice}}
+	} else {
+		if err := s.allow(ctx, ip, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
+			return nil, err
+		}
+		if ip != "" {
+			taken = append(taken, loginBucket{loginKey(email, ip), "login-acct-ip:", s.d.Limits.LoginPerAccountAddr})
+		}
+		taken = append(taken, loginBucket{email, "login-acct:", s.d.Limits.LoginPerAccount})
+	}
+	for _, b := range taken {
+		if err := s.allow(ctx, b.key, b.prefix, b.lim); err != nil {
+			return nil, err
+		}
+	}
+	return taken, nil
+}
+
+// loginSecondFactor completes a password login of a user with two-factor
+// authentication on: the code is required, limited per user, and used once.
+func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code string) (TokenPair, error) {
+	if code == "" {
+		return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
+	}
+	if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+		return TokenPair{}, err
+	}
+	var pair TokenPair
+	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		ok, err := s.consumeSecondFactor(ctx, tx, row, code)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
+		}
+		pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+		return err
+	})
+	if err != nil {
+		return TokenPair{}, err
+	}
+	s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
+	return pair, nil
 }
 
 // ForgotPassword queues a reset link for email. The request does the same

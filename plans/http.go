@@ -41,9 +41,14 @@ func (s *Service) Register(api huma.API) error {
 	if s.d.Auth == nil {
 		return errors.New("plans: Deps.Auth is required to register routes")
 	}
-	admin := huma.Middlewares{platform.RequireRole(api, s.d.Auth, platform.RoleAdmin)}
 	tags := []string{"Plans"}
+	s.registerReads(api, tags)
+	s.registerWrites(api, tags)
+	return nil
+}
 
+// registerReads adds the public routes: list and get.
+func (s *Service) registerReads(api huma.API, tags []string) {
 	huma.Register(api, huma.Operation{
 		OperationID: "list-plans", Method: http.MethodGet, Path: "/plans", Tags: tags,
 		Summary: "List plans", Description: "Every plan, lowest tier first. Public.",
@@ -67,6 +72,11 @@ func (s *Service) Register(api huma.API) error {
 		}
 		return &planOutput{Body: p}, nil
 	})
+}
+
+// registerWrites adds the ADMIN routes: create, update, delete and assign.
+func (s *Service) registerWrites(api huma.API, tags []string) {
+	admin := huma.Middlewares{platform.RequireRole(api, s.d.Auth, platform.RoleAdmin)}
 	huma.Register(api, huma.Operation{
 		OperationID: "create-plan", Method: http.MethodPost, Path: "/plans", Tags: tags,
 		Summary: "Create a plan", Description: "ADMIN only. A taken name is 409.",
@@ -116,5 +126,4 @@ func (s *Service) Register(api huma.API) error {
 		}
 		return nil, nil
 	})
-	return nil
 }

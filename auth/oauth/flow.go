@@ -273,6 +273,41 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, tk sealedT
 			verified = append(verified, e.Address)
 		}
 	}
+	if userID, err := s.linkByEmail(ctx, p, pr, tk, verified); err != nil || userID != "" {
+		return userID, err
+	}
+	if len(verified) == 0 {
+		if len(pr.Emails) == 0 {
+			return "", fail(ErrEmailMissing, nil)
+		}
+		return "", fail(ErrEmailNotVerified, nil)
+	}
+
+	u, err := s.d.Accounts.CreateUser(ctx, auth.CreateUserParams{
+		Email: verified[0], EmailVerified: true, Name: pr.Name, Username: pr.Login, Image: pr.Image,
+		CodehostUsername: map[bool]string{true: pr.Login}[p.name() == providerCodehost],
+	})
+	switch {
+	case errors.Is(err, platform.ErrConflict):
+		// Someone registered the address a moment ago; retrying would link to it.
+		return "", fail(ErrTemporarilyUnavailable, err)
+	case errors.Is(err, platform.ErrInvalid):
+		return "", fail(ErrEmailInvalid, err)
+	case err != nil:
+		return "", err
+	}
+	if err := s.link(ctx, p, u.ID, pr, verified[0], tk); err != nil {
+		return "", err
+	}
+	s.log.InfoContext(ctx, "account created by oauth login", "provider", p.name(), "user_id", u.ID)
+	return u.ID, nil
+}
+
+// linkByEmail links the identity to the account of the first of its
+// verified addresses that has one, and returns that account ("" when none
+// has). An account with 2FA on, one whose own email is unverified, or one
+// linked to another identity of the provider is refused.
+func (s *Service) linkByEmail(ctx context.Context, p provider, pr *profile, tk sealedTokens, verified []string) (string, error) {
 	for _, addr := range verified {
 		u, err := s.d.Accounts.UserByEmail(ctx, addr)
 		if errors.Is(err, platform.ErrNotFound) {
@@ -303,31 +338,7 @@ func (s *Service) login(ctx context.Context, p provider, pr *profile, tk sealedT
 		s.log.InfoContext(ctx, "oauth identity linked by verified email", "provider", p.name(), "user_id", u.ID)
 		return u.ID, nil
 	}
-	if len(verified) == 0 {
-		if len(pr.Emails) == 0 {
-			return "", fail(ErrEmailMissing, nil)
-		}
-		return "", fail(ErrEmailNotVerified, nil)
-	}
-
-	u, err := s.d.Accounts.CreateUser(ctx, auth.CreateUserParams{
-		Email: verified[0], EmailVerified: true, Name: pr.Name, Username: pr.Login, Image: pr.Image,
-		CodehostUsername: map[bool]string{true: pr.Login}[p.name() == providerCodehost],
-	})
-	switch {
-	case errors.Is(err, platform.ErrConflict):
-		// Someone registered the address a moment ago; retrying would link to it.
-		return "", fail(ErrTemporarilyUnavailable, err)
-	case errors.Is(err, platform.ErrInvalid):
-		return "", fail(ErrEmailInvalid, err)
-	case err != nil:
-		return "", err
-	}
-	if err := s.link(ctx, p, u.ID, pr, verified[0], tk); err != nil {
-		return "", err
-	}
-	s.log.InfoContext(ctx, "account created by oauth login", "provider", p.name(), "user_id", u.ID)
-	return u.ID, nil
+	return "", nil
 }
 
 // connect links the code-host identity to the signed-in user userID.
