@@ -1,0 +1,192 @@
+// Package dnstest runs a real DNS server for tests: Let's Encrypt's
+// pebble-challtestsrv (github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv),
+// whose records are set over its HTTP management API (POST /set-txt,
+// /set-cname, /add-a, ... with JSON bodies; see cmd/pebble-challtestsrv/dns.go
+// in that module). The binary comes from .ci/challtestsrv.sh, named by
+// KEELSON_TEST_CHALLTESTSRV; without it the tests skip, unless
+// KEELSON_TEST_REQUIRE_DNS=1 (as in .ci/run) makes them fail.
+package dnstest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Server is one running challtestsrv: a DNS server on loopback that answers
+// only the records a test set (no default A/AAAA answers).
+type Server struct {
+	// DNS is the DNS server's host:port (UDP and TCP).
+	DNS  string
+	mgmt string
+	t    testing.TB
+}
+
+// Start runs a challtestsrv for t, stopped (and waited for) when t ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv("KEELSON_TEST_CHALLTESTSRV")
+	if bin == "" {
+		msg := "dnstest: KEELSON_TEST_CHALLTESTSRV is not set; build the test DNS server with `export KEELSON_TEST_CHALLTESTSRV=$(bash .ci/challtestsrv.sh)`"
+		if os.Getenv("KEELSON_TEST_REQUIRE_DNS") == "1" {
+			t.Fatal(msg + " (KEELSON_TEST_REQUIRE_DNS=1)")
+		}
+		t.Skip(msg)
+	}
+	var last error
+	for range 3 { // a port picked free may be taken before the server binds it
+		s, err := start(t, bin)
+		if err == nil {
+			return s
+		}
+		last = err
+	}
+	t.Fatalf("dnstest: %v", last)
+	return nil
+}
+
+func start(t testing.TB, bin string) (*Server, error) {
+	dnsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	mgmtPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{DNS: "127.0.0.1:" + strconv.Itoa(dnsPort), mgmt: "http://127.0.0.1:" + strconv.Itoa(mgmtPort), t: t}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-dnsserver", s.DNS, "-management", "127.0.0.1:"+strconv.Itoa(mgmtPort),
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "", "-defaultIPv6", "")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	if err := s.waitReady(exited); err != nil {
+		stop()
+		return nil, fmt.Errorf("%w; its output:\n%s", err, out.String())
+	}
+	t.Cleanup(stop)
+	return s, nil
+}
+
+// freePort is a port free for both TCP and UDP on loopback, just now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return 0, err
+	}
+	u.Close()
+	return port, nil
+}
+
+// waitReady waits until the management API sets a record and the DNS server
+// answers it (or the process exits, or 20 s pass).
+func (s *Server) waitReady(exited <-chan error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	r := s.Resolver()
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("challtestsrv exited: %v", err)
+		default:
+		}
+		if s.post("/set-txt", map[string]any{"host": "ready.dnstest.invalid", "value": "ready"}) == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			v, err := r.LookupTXT(ctx, "ready.dnstest.invalid")
+			cancel()
+			if err == nil && len(v) == 1 && v[0] == "ready" {
+				return s.post("/clear-txt", map[string]any{"host": "ready.dnstest.invalid"})
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("challtestsrv did not become ready within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Resolver asks this server only.
+func (s *Server) Resolver() *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, s.DNS)
+	}}
+}
+
+func (s *Server) post(path string, body map[string]any) error {
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(s.mgmt+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("challtestsrv %s %s: %s", path, b, resp.Status)
+	}
+	return nil
+}
+
+func (s *Server) must(path string, body map[string]any) {
+	s.t.Helper()
+	if err := s.post(path, body); err != nil {
+		s.t.Fatalf("dnstest: %v", err)
+	}
+}
+
+// SetTXT adds a TXT record value at host (a host may hold several).
+func (s *Server) SetTXT(host, value string) {
+	s.must("/set-txt", map[string]any{"host": host, "value": value})
+}
+
+// ClearTXT removes every TXT record at host.
+func (s *Server) ClearTXT(host string) { s.must("/clear-txt", map[string]any{"host": host}) }
+
+// SetCNAME makes host an alias of target.
+func (s *Server) SetCNAME(host, target string) {
+	s.must("/set-cname", map[string]any{"host": host, "target": target})
+}
+
+// ClearCNAME removes host's CNAME.
+func (s *Server) ClearCNAME(host string) { s.must("/clear-cname", map[string]any{"host": host}) }
+
+// AddA adds IPv4 addresses to host's A records.
+func (s *Server) AddA(host string, addrs ...string) {
+	s.must("/add-a", map[string]any{"host": host, "addresses": addrs})
+}
+
+// ClearA removes host's A records.
+func (s *Server) ClearA(host string) { s.must("/clear-a", map[string]any{"host": host}) }
+
+// AddAAAA adds IPv6 addresses to host's AAAA records.
+func (s *Server) AddAAAA(host string, addrs ...string) {
+	s.must("/add-aaaa", map[string]any{"host": host, "addresses": addrs})
+}
+
+// SetServFail makes every query for host answer SERVFAIL (a resolver in
+// trouble), until ClearServFail.
+func (s *Server) SetServFail(host string) { s.must("/set-servfail", map[string]any{"host": host}) }
+
+// ClearServFail undoes SetServFail.
+func (s *Server) ClearServFail(host string) { s.must("/clear-servfail", map[string]any{"host": host}) }

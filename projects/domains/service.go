@@ -1,0 +1,329 @@
+package domains
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// project checks that projectID is ownerID's, answering "project not found"
+// (404) for anything else.
+func (s *Service) project(ctx context.Context, ownerID, projectID string) (*Project, error) {
+	if !platform.ValidID(projectID) {
+		return nil, platform.NotFound("project not found")
+	}
+	p, err := s.d.Projects.Project(ctx, ownerID, projectID)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil, platform.NotFound("project not found")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("domains: project: %w", err)
+	}
+	return p, nil
+}
+
+// Create adds hostname to the owner's project and returns it (pending) with
+// the records to create. A hostname another account holds is a 409 carrying
+// a token of the caller's own; once a TXT record holds that token, Create
+// moves the hostname here (verified) and tells its old owner.
+func (s *Service) Create(ctx context.Context, ownerID, projectID, hostname string) (*Domain, error) {
+	p, err := s.project(ctx, ownerID, projectID)
+	if err != nil {
+		return nil, err
+	}
+	h, err := Normalize(hostname)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkHostname(h); err != nil {
+		return nil, err
+	}
+	if !p.CustomDomains {
+		return nil, platform.Forbidden(fmt.Sprintf("the plan %q does not include custom domains; choose a plan with customDomains for this project", p.PlanName))
+	}
+	held, err := s.byHostname(ctx, s.d.DB, h)
+	if err != nil && !errors.Is(err, platform.ErrNotFound) {
+		return nil, err
+	}
+	if held != nil {
+		return s.claim(ctx, ownerID, projectID, p.Slug, held)
+	}
+	now := s.now()
+	row := &domainRow{ID: platform.NewID(), ProjectID: projectID, OwnerID: ownerID, Hostname: h, Slug: p.Slug,
+		Token: newToken(), Status: StatusPending, CertStatus: CertificateNone, CheckedAt: now, CreatedAt: now, UpdatedAt: now}
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := s.checkCap(ctx, tx, projectID); err != nil {
+			return err
+		}
+		_, err := tx.NewInsert().Model(row).Exec(ctx)
+		return err
+	})
+	if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
+		return nil, platform.Conflict(fmt.Sprintf("hostname: %s was just added elsewhere; try again", h))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.out(row), nil
+}
+
+// checkCap refuses a domain past Deps.MaxPerProject. It runs in the insert's
+// transaction under the project's lock, so concurrent adds cannot pass it together.
+func (s *Service) checkCap(ctx context.Context, tx bun.Tx, projectID string) error {
+	if err := db.LockTx(ctx, tx, "keelson:domains:"+projectID); err != nil {
+		return err
+	}
+	n, err := tx.NewSelect().Model((*domainRow)(nil)).Where("project_id = ?", projectID).Count(ctx)
+	if err != nil {
+		return err
+	}
+	if int(n) >= s.d.MaxPerProject {
+		return platform.Forbidden(fmt.Sprintf("a project has at most %d custom domains; delete one first", s.d.MaxPerProject))
+	}
+	return nil
+}
+
+func (s *Service) byHostname(ctx context.Context, idb bun.IDB, h string) (*domainRow, error) {
+	row := new(domainRow)
+	if err := idb.NewSelect().Model(row).Where("hostname = ?", h).Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	return row, nil
+}
+
+// claim answers an add of a hostname that is already held: a 409, unless it
+// is another account's and a TXT record holds the caller's claim token.
+func (s *Service) claim(ctx context.Context, ownerID, projectID, slug string, held *domainRow) (*Domain, error) {
+	h := held.Hostname
+	if held.ProjectID == projectID {
+		return nil, platform.Conflict(fmt.Sprintf("hostname: %s is already a domain of this project", h))
+	}
+	if held.OwnerID == ownerID {
+		return nil, platform.Conflict(fmt.Sprintf("hostname: %s is a domain of another of your projects (%s); delete it there first", h, held.ProjectID))
+	}
+	c, err := s.claimToken(ctx, ownerID, projectID, h)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, s.d.LookupTimeout)
+	f := s.checkOwnership(lctx, h, c.Token)
+	cancel()
+	if !f.ok {
+		return nil, platform.Conflict(fmt.Sprintf("hostname: %s is a domain of another account. To move it to this project, prove that you control its DNS: create a TXT record at %s with value %s, then add the domain again (this token is valid for 7 days)",
+			h, challengeName(h), c.Token))
+	}
+	row, err := s.move(ctx, held, c, slug)
+	if err != nil {
+		return nil, err
+	}
+	s.notify(held.OwnerID, "Your custom domain "+h+" was moved to another account",
+		fmt.Sprintf("Someone proved control of the DNS of %s (a TXT record at %s) and added it to a project of their own Keelson account.\n\n"+
+			"It is no longer a domain of your project %s and is not served by it any more. If this was not expected, check who can change your domain's DNS records.\n",
+			h, challengeName(h), held.ProjectID))
+	return s.checkNow(ctx, row)
+}
+
+// claimToken returns the caller's claim on h, making one (and dropping the
+// project's oldest claims past the cap) when there is none or it expired.
+func (s *Service) claimToken(ctx context.Context, ownerID, projectID, h string) (*claimRow, error) {
+	c := new(claimRow)
+	err := s.d.DB.NewSelect().Model(c).Where("hostname = ? AND project_id = ?", h, projectID).Scan(ctx)
+	if err == nil && s.now().Sub(c.CreatedAt) < claimTTL {
+		return c, nil
+	}
+	if err = db.Translate(err); err != nil && !errors.Is(err, platform.ErrNotFound) {
+		return nil, err
+	}
+	c = &claimRow{ID: platform.NewID(), ProjectID: projectID, OwnerID: ownerID, Hostname: h, Token: newToken(), CreatedAt: s.now()}
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := db.LockTx(ctx, tx, "keelson:domains:"+projectID); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*claimRow)(nil)).Where("hostname = ? AND project_id = ?", h, projectID).Exec(ctx); err != nil {
+			return err
+		}
+		var keep []string
+		if err := tx.NewSelect().Model((*claimRow)(nil)).Column("id").Where("project_id = ?", projectID).
+			Order("created_at DESC").Limit(int64(s.d.MaxPerProject-1)).Scan(ctx, &keep); err != nil {
+			return err
+		}
+		q := tx.NewDelete().Model((*claimRow)(nil)).Where("project_id = ?", projectID)
+		if len(keep) > 0 {
+			q = q.Where("id NOT IN (?)", bun.In(keep))
+		}
+		if _, err := q.Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewInsert().Model(c).Exec(ctx)
+		return err
+	})
+	if err = db.Translate(err); err != nil {
+		if errors.Is(err, platform.ErrConflict) {
+			return nil, platform.Conflict(fmt.Sprintf("hostname: %s is being added concurrently; try again", h))
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// move gives held's hostname to c's project, verified by c's token.
+func (s *Service) move(ctx context.Context, held *domainRow, c *claimRow, slug string) (*domainRow, error) {
+	now := s.now()
+	row := &domainRow{ID: platform.NewID(), ProjectID: c.ProjectID, OwnerID: c.OwnerID, Hostname: held.Hostname, Slug: slug,
+		Token: c.Token, Status: StatusVerified, CertStatus: CertificateNone, VerifiedAt: &now, CheckedAt: now, CreatedAt: now, UpdatedAt: now}
+	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewDelete().Model((*domainRow)(nil)).Where("id = ?", held.ID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return platform.Conflict(fmt.Sprintf("hostname: %s changed meanwhile; try again", held.Hostname))
+		}
+		if err := s.checkCap(ctx, tx, c.ProjectID); err != nil {
+			return err
+		}
+		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		_, err = tx.NewDelete().Model((*claimRow)(nil)).Where("hostname = ?", held.Hostname).Exec(ctx)
+		return err
+	})
+	if err = db.Translate(err); errors.Is(err, platform.ErrConflict) && !isPublic(err) {
+		return nil, platform.Conflict(fmt.Sprintf("hostname: %s changed meanwhile; try again", held.Hostname))
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.d.Log.InfoContext(ctx, "domains: hostname moved by proof of its TXT record", "hostname", held.Hostname,
+		"from_project", held.ProjectID, "to_project", c.ProjectID)
+	return row, nil
+}
+
+// isPublic reports whether err is already a message for the client.
+func isPublic(err error) bool {
+	var pe *platform.Error
+	return errors.As(err, &pe)
+}
+
+// ListParams page List.
+type ListParams struct {
+	Limit int
+	After *platform.Cursor
+}
+
+// List returns the domains of the owner's project, newest first, and the
+// cursor of the next page ("" on the last).
+func (s *Service) List(ctx context.Context, ownerID, projectID string, p ListParams) ([]*Domain, string, error) {
+	if _, err := s.project(ctx, ownerID, projectID); err != nil {
+		return nil, "", err
+	}
+	var rows []domainRow
+	q := s.d.DB.NewSelect().Model(&rows).Where("project_id = ? AND owner_id = ?", projectID, ownerID)
+	if p.After != nil {
+		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
+	}
+	if err := q.Order("created_at DESC", "id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
+		return nil, "", db.Translate(err)
+	}
+	next := ""
+	if len(rows) > p.Limit {
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
+	}
+	out := make([]*Domain, len(rows))
+	for i := range rows {
+		out[i] = s.out(&rows[i])
+	}
+	return out, next, nil
+}
+
+// row returns domainID of the owner's project, or a 404.
+func (s *Service) row(ctx context.Context, ownerID, projectID, domainID string) (*domainRow, error) {
+	if _, err := s.project(ctx, ownerID, projectID); err != nil {
+		return nil, err
+	}
+	if !platform.ValidID(domainID) {
+		return nil, platform.NotFound("domain not found")
+	}
+	row := new(domainRow)
+	err := s.d.DB.NewSelect().Model(row).Where("id = ? AND project_id = ? AND owner_id = ?", domainID, projectID, ownerID).Scan(ctx)
+	if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+		return nil, platform.NotFound("domain not found")
+	}
+	return row, err
+}
+
+// Get returns a domain of the owner's project.
+func (s *Service) Get(ctx context.Context, ownerID, projectID, domainID string) (*Domain, error) {
+	row, err := s.row(ctx, ownerID, projectID, domainID)
+	if err != nil {
+		return nil, err
+	}
+	return s.out(row), nil
+}
+
+// Verify checks the domain's records now and returns it with what was found:
+// a pending domain whose TXT record holds its token becomes verified, and a
+// verified one whose routing records point at Keelson active. A domain that
+// stays pending says why in lastError.
+func (s *Service) Verify(ctx context.Context, ownerID, projectID, domainID string) (*Domain, error) {
+	row, err := s.row(ctx, ownerID, projectID, domainID)
+	if err != nil {
+		return nil, err
+	}
+	return s.checkNow(ctx, row)
+}
+
+// Delete removes a domain of the owner's project.
+func (s *Service) Delete(ctx context.Context, ownerID, projectID, domainID string) error {
+	row, err := s.row(ctx, ownerID, projectID, domainID)
+	if err != nil {
+		return err
+	}
+	if _, err := s.d.DB.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx); err != nil {
+		return db.Translate(err)
+	}
+	return nil
+}
+
+// DeleteProject removes every domain and claim of a project (its teardown).
+func (s *Service) DeleteProject(ctx context.Context, projectID string) error {
+	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*domainRow)(nil)).Where("project_id = ?", projectID).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*claimRow)(nil)).Where("project_id = ?", projectID).Exec(ctx)
+		return err
+	}))
+}
+
+// ActiveHostnames are the project's active custom domains (for the DNS step),
+// sorted.
+func (s *Service) ActiveHostnames(ctx context.Context, projectID string) ([]string, error) {
+	var hs []string
+	err := s.d.DB.NewSelect().Model((*domainRow)(nil)).Column("hostname").
+		Where("project_id = ? AND status = ?", projectID, StatusActive).Order("hostname").Scan(ctx, &hs)
+	return hs, db.Translate(err)
+}
+
+// ProjectForHost returns the project whose active custom domain host is
+// (host as a request names it: any case, a trailing dot or a port are
+// ignored); ErrNotFound when it is not an active custom domain.
+func (s *Service) ProjectForHost(ctx context.Context, host string) (string, error) {
+	h, err := Normalize(host)
+	if err != nil {
+		return "", platform.NotFound("not a custom domain")
+	}
+	var id string
+	err = s.d.DB.NewSelect().Model((*domainRow)(nil)).Column("project_id").
+		Where("hostname = ? AND status = ?", h, StatusActive).Scan(ctx, &id)
+	if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+		return "", platform.NotFound("not a custom domain")
+	}
+	return id, err
+}
