@@ -93,13 +93,13 @@ func (e DeploymentLogDoneType) Valid() bool {
 
 // Defines values for DeploymentLogErrorType.
 const (
-	Error DeploymentLogErrorType = "error"
+	DeploymentLogErrorTypeError DeploymentLogErrorType = "error"
 )
 
 // Valid indicates whether the value is a known member of the DeploymentLogErrorType enum.
 func (e DeploymentLogErrorType) Valid() bool {
 	switch e {
-	case Error:
+	case DeploymentLogErrorTypeError:
 		return true
 	default:
 		return false
@@ -184,6 +184,99 @@ func (e DeploymentStatusReportStatus) Valid() bool {
 	case DeploymentStatusReportStatusPROVISIONING:
 		return true
 	case DeploymentStatusReportStatusQUEUED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DomainCertificateStatus.
+const (
+	DomainCertificateStatusError   DomainCertificateStatus = "error"
+	DomainCertificateStatusIssued  DomainCertificateStatus = "issued"
+	DomainCertificateStatusNone    DomainCertificateStatus = "none"
+	DomainCertificateStatusPending DomainCertificateStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the DomainCertificateStatus enum.
+func (e DomainCertificateStatus) Valid() bool {
+	switch e {
+	case DomainCertificateStatusError:
+		return true
+	case DomainCertificateStatusIssued:
+		return true
+	case DomainCertificateStatusNone:
+		return true
+	case DomainCertificateStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DomainStatus.
+const (
+	DomainStatusActive   DomainStatus = "active"
+	DomainStatusError    DomainStatus = "error"
+	DomainStatusPending  DomainStatus = "pending"
+	DomainStatusVerified DomainStatus = "verified"
+)
+
+// Valid indicates whether the value is a known member of the DomainStatus enum.
+func (e DomainStatus) Valid() bool {
+	switch e {
+	case DomainStatusActive:
+		return true
+	case DomainStatusError:
+		return true
+	case DomainStatusPending:
+		return true
+	case DomainStatusVerified:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DomainRecordPurpose.
+const (
+	Ownership DomainRecordPurpose = "ownership"
+	Routing   DomainRecordPurpose = "routing"
+)
+
+// Valid indicates whether the value is a known member of the DomainRecordPurpose enum.
+func (e DomainRecordPurpose) Valid() bool {
+	switch e {
+	case Ownership:
+		return true
+	case Routing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DomainRecordType.
+const (
+	A     DomainRecordType = "A"
+	AAAA  DomainRecordType = "AAAA"
+	ALIAS DomainRecordType = "ALIAS"
+	CNAME DomainRecordType = "CNAME"
+	TXT   DomainRecordType = "TXT"
+)
+
+// Valid indicates whether the value is a known member of the DomainRecordType enum.
+func (e DomainRecordType) Valid() bool {
+	switch e {
+	case A:
+		return true
+	case AAAA:
+		return true
+	case ALIAS:
+		return true
+	case CNAME:
+		return true
+	case TXT:
 		return true
 	default:
 		return false
@@ -390,19 +483,19 @@ func (e WebhookDeliverySource) Valid() bool {
 
 // Defines values for WebhookDeliveryStatus.
 const (
-	Failed    WebhookDeliveryStatus = "failed"
-	Pending   WebhookDeliveryStatus = "pending"
-	Processed WebhookDeliveryStatus = "processed"
+	WebhookDeliveryStatusFailed    WebhookDeliveryStatus = "failed"
+	WebhookDeliveryStatusPending   WebhookDeliveryStatus = "pending"
+	WebhookDeliveryStatusProcessed WebhookDeliveryStatus = "processed"
 )
 
 // Valid indicates whether the value is a known member of the WebhookDeliveryStatus enum.
 func (e WebhookDeliveryStatus) Valid() bool {
 	switch e {
-	case Failed:
+	case WebhookDeliveryStatusFailed:
 		return true
-	case Pending:
+	case WebhookDeliveryStatusPending:
 		return true
-	case Processed:
+	case WebhookDeliveryStatusProcessed:
 		return true
 	default:
 		return false
@@ -499,6 +592,12 @@ type CreateDeployHookRequest struct {
 type CreateDeploymentRequest struct {
 	// ProjectId The project to deploy
 	ProjectId string `json:"projectId"`
+}
+
+// CreateDomainRequest defines model for CreateDomainRequest.
+type CreateDomainRequest struct {
+	// Hostname The host name, e.g. www.example.com (international names are accepted and stored in their ASCII form; a trailing dot or a port is dropped)
+	Hostname string `json:"hostname"`
 }
 
 // CreatePlanRequest defines model for CreatePlanRequest.
@@ -739,6 +838,71 @@ type DeploymentStep struct {
 	StartedAt  *time.Time `json:"startedAt"`
 	Status     string     `json:"status"`
 }
+
+// Domain defines model for Domain.
+type Domain struct {
+	// CertificateExpiresAt When the certificate expires
+	CertificateExpiresAt *time.Time `json:"certificateExpiresAt,omitempty"`
+
+	// CertificateStatus The HTTPS certificate's status (none until the ingress has issued one)
+	CertificateStatus DomainCertificateStatus `json:"certificateStatus"`
+
+	// CheckedAt When the records were last checked (or the domain added)
+	CheckedAt time.Time `json:"checkedAt"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Hostname The hostname, normalised: lower case, international names in their ASCII (Punycode) form
+	Hostname string `json:"hostname"`
+
+	// Id Domain id (UUID)
+	Id string `json:"id"`
+
+	// LastError What the last check found wrong, and what to do about it
+	LastError *string `json:"lastError,omitempty"`
+
+	// ProjectId Project id
+	ProjectId string `json:"projectId"`
+
+	// Records The DNS records to create
+	Records []DomainRecord `json:"records"`
+
+	// Status pending: the ownership TXT record was not seen yet; verified: owned, but its routing records do not point at Keelson yet; active: served; error: was active, but its records no longer point at Keelson (it is served again once they do)
+	Status DomainStatus `json:"status"`
+
+	// UnicodeHostname The hostname in Unicode, for international names
+	UnicodeHostname *string   `json:"unicodeHostname,omitempty"`
+	UpdatedAt       time.Time `json:"updatedAt"`
+
+	// VerifiedAt When ownership was proven
+	VerifiedAt *time.Time `json:"verifiedAt,omitempty"`
+}
+
+// DomainCertificateStatus The HTTPS certificate's status (none until the ingress has issued one)
+type DomainCertificateStatus string
+
+// DomainStatus pending: the ownership TXT record was not seen yet; verified: owned, but its routing records do not point at Keelson yet; active: served; error: was active, but its records no longer point at Keelson (it is served again once they do)
+type DomainStatus string
+
+// DomainRecord defines model for DomainRecord.
+type DomainRecord struct {
+	// Name The record's name (fully qualified)
+	Name string `json:"name"`
+
+	// Purpose ownership: proves the domain is yours; routing: sends its traffic to Keelson
+	Purpose DomainRecordPurpose `json:"purpose"`
+
+	// Type Record type. ALIAS: your DNS provider's CNAME flattening at the apex (also called ANAME)
+	Type DomainRecordType `json:"type"`
+
+	// Value The record's value
+	Value string `json:"value"`
+}
+
+// DomainRecordPurpose ownership: proves the domain is yours; routing: sends its traffic to Keelson
+type DomainRecordPurpose string
+
+// DomainRecordType Record type. ALIAS: your DNS provider's CNAME flattening at the apex (also called ANAME)
+type DomainRecordType string
 
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
@@ -1504,6 +1668,15 @@ type ListProjectsParams struct {
 // ListProjectsParamsStatus defines parameters for ListProjects.
 type ListProjectsParamsStatus string
 
+// ListDomainsParams defines parameters for ListDomains.
+type ListDomainsParams struct {
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // CreateAdminJSONRequestBody defines body for CreateAdmin for application/json ContentType.
 type CreateAdminJSONRequestBody = PlaceholderBody
 
@@ -1596,6 +1769,9 @@ type CreateProjectJSONRequestBody = CreateProjectRequest
 
 // CreateDeployHookJSONRequestBody defines body for CreateDeployHook for application/json ContentType.
 type CreateDeployHookJSONRequestBody = CreateDeployHookRequest
+
+// CreateDomainJSONRequestBody defines body for CreateDomain for application/json ContentType.
+type CreateDomainJSONRequestBody = CreateDomainRequest
 
 // UpdateProjectSettingsJSONRequestBody defines body for UpdateProjectSettings for application/json ContentType.
 type UpdateProjectSettingsJSONRequestBody = ProjectSettings
@@ -2668,6 +2844,48 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /projects/{id}/deploy-hooks/{hookId} (the `DeleteDeployHook` operationId).
 	DeleteDeployHook(ctx context.Context, id string, hookId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListDomains List the project's custom domains
+	//
+	// Newest first. The next page's cursor is in X-Next-Cursor.
+	//
+	// Corresponds with GET /projects/{id}/domains (the `ListDomains` operationId).
+	ListDomains(ctx context.Context, id string, params *ListDomainsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateDomainWithBody Add a custom domain to the project
+	//
+	// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+	CreateDomainWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateDomain Add a custom domain to the project
+	//
+	// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+	CreateDomain(ctx context.Context, id string, body CreateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteDomain Remove a custom domain
+	//
+	// Corresponds with DELETE /projects/{id}/domains/{domainId} (the `DeleteDomain` operationId).
+	DeleteDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDomain Get a custom domain
+	//
+	// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
+	GetDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// VerifyDomain Check the domain's DNS records now
+	//
+	// Answers the domain with what was found: pending until the TXT record holds its token (lastError says what is missing), verified once it does, active once its routing records point at Keelson. Keelson also checks every domain periodically.
+	//
+	// Corresponds with POST /projects/{id}/domains/{domainId}/verify (the `VerifyDomain` operationId).
+	VerifyDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateProjectSettingsWithBody Update a project's settings
 	//
@@ -4644,6 +4862,108 @@ func (c *Client) CreateDeployHook(ctx context.Context, id string, body CreateDep
 // Corresponds with DELETE /projects/{id}/deploy-hooks/{hookId} (the `DeleteDeployHook` operationId).
 func (c *Client) DeleteDeployHook(ctx context.Context, id string, hookId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteDeployHookRequest(c.Server, id, hookId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListDomains List the project's custom domains
+//
+// Newest first. The next page's cursor is in X-Next-Cursor.
+//
+// Corresponds with GET /projects/{id}/domains (the `ListDomains` operationId).
+func (c *Client) ListDomains(ctx context.Context, id string, params *ListDomainsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDomainsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateDomainWithBody Add a custom domain to the project
+//
+// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+func (c *Client) CreateDomainWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDomainRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateDomain Add a custom domain to the project
+//
+// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+func (c *Client) CreateDomain(ctx context.Context, id string, body CreateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateDomainRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteDomain Remove a custom domain
+//
+// Corresponds with DELETE /projects/{id}/domains/{domainId} (the `DeleteDomain` operationId).
+func (c *Client) DeleteDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteDomainRequest(c.Server, id, domainId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDomain Get a custom domain
+//
+// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
+func (c *Client) GetDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDomainRequest(c.Server, id, domainId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// VerifyDomain Check the domain's DNS records now
+//
+// Answers the domain with what was found: pending until the TXT record holds its token (lastError says what is missing), verified once it does, active once its routing records point at Keelson. Keelson also checks every domain periodically.
+//
+// Corresponds with POST /projects/{id}/domains/{domainId}/verify (the `VerifyDomain` operationId).
+func (c *Client) VerifyDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewVerifyDomainRequest(c.Server, id, domainId)
 	if err != nil {
 		return nil, err
 	}
@@ -8492,6 +8812,249 @@ func NewDeleteDeployHookRequest(server string, id string, hookId string) (*http.
 	return req, nil
 }
 
+// NewListDomainsRequest constructs an http.Request for the ListDomains method
+func NewListDomainsRequest(server string, id string, params *ListDomainsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateDomainRequest calls the generic CreateDomain builder with application/json body
+func NewCreateDomainRequest(server string, id string, body CreateDomainJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateDomainRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCreateDomainRequestWithBody constructs an http.Request for the CreateDomain method, with any body, and a specified content type
+func NewCreateDomainRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteDomainRequest constructs an http.Request for the DeleteDomain method
+func NewDeleteDomainRequest(server string, id string, domainId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domainId", domainId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetDomainRequest constructs an http.Request for the GetDomain method
+func NewGetDomainRequest(server string, id string, domainId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domainId", domainId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewVerifyDomainRequest constructs an http.Request for the VerifyDomain method
+func NewVerifyDomainRequest(server string, id string, domainId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domainId", domainId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains/%s/verify", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewUpdateProjectSettingsRequest calls the generic UpdateProjectSettings builder with application/json body
 func NewUpdateProjectSettingsRequest(server string, id string, body UpdateProjectSettingsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -9850,6 +10413,56 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /projects/{id}/deploy-hooks/{hookId} (the `DeleteDeployHook` operationId).
 	DeleteDeployHookWithResponse(ctx context.Context, id string, hookId string, reqEditors ...RequestEditorFn) (*DeleteDeployHookResponse, error)
+
+	// ListDomainsWithResponse List the project's custom domains
+	//
+	// Newest first. The next page's cursor is in X-Next-Cursor.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /projects/{id}/domains (the `ListDomains` operationId).
+	ListDomainsWithResponse(ctx context.Context, id string, params *ListDomainsParams, reqEditors ...RequestEditorFn) (*ListDomainsResponse, error)
+
+	// CreateDomainWithBodyWithResponse Add a custom domain to the project
+	//
+	// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+	CreateDomainWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDomainResponse, error)
+
+	// CreateDomainWithResponse Add a custom domain to the project
+	//
+	// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+	CreateDomainWithResponse(ctx context.Context, id string, body CreateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDomainResponse, error)
+
+	// DeleteDomainWithResponse Remove a custom domain
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /projects/{id}/domains/{domainId} (the `DeleteDomain` operationId).
+	DeleteDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*DeleteDomainResponse, error)
+
+	// GetDomainWithResponse Get a custom domain
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
+	GetDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*GetDomainResponse, error)
+
+	// VerifyDomainWithResponse Check the domain's DNS records now
+	//
+	// Answers the domain with what was found: pending until the TXT record holds its token (lastError says what is missing), verified once it does, active once its routing records point at Keelson. Keelson also checks every domain periodically.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /projects/{id}/domains/{domainId}/verify (the `VerifyDomain` operationId).
+	VerifyDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*VerifyDomainResponse, error)
 
 	// UpdateProjectSettingsWithBodyWithResponse Update a project's settings
 	//
@@ -14093,6 +14706,246 @@ func (r DeleteDeployHookResponse) ContentType() string {
 	return ""
 }
 
+// ListDomainsResponse200Headers the declared response headers of an HTTP 200 response for ListDomains
+type ListDomainsResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListDomainsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Domain
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListDomainsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListDomainsResponse) GetJSON200() *[]Domain {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListDomainsResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListDomainsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListDomainsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListDomainsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListDomainsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateDomainResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Domain
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateDomainResponse) GetJSON201() *Domain {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateDomainResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateDomainResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateDomainResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateDomainResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateDomainResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteDomainResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteDomainResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteDomainResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteDomainResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteDomainResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteDomainResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetDomainResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Domain
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDomainResponse) GetJSON200() *Domain {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetDomainResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDomainResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDomainResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDomainResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDomainResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type VerifyDomainResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Domain
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r VerifyDomainResponse) GetJSON200() *Domain {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r VerifyDomainResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r VerifyDomainResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r VerifyDomainResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r VerifyDomainResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r VerifyDomainResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type UpdateProjectSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -16237,6 +17090,92 @@ func (c *ClientWithResponses) DeleteDeployHookWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseDeleteDeployHookResponse(rsp)
+}
+
+// ListDomainsWithResponse List the project's custom domains
+//
+// Newest first. The next page's cursor is in X-Next-Cursor.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /projects/{id}/domains (the `ListDomains` operationId).
+func (c *ClientWithResponses) ListDomainsWithResponse(ctx context.Context, id string, params *ListDomainsParams, reqEditors ...RequestEditorFn) (*ListDomainsResponse, error) {
+	rsp, err := c.ListDomains(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListDomainsResponse(rsp)
+}
+
+// CreateDomainWithBodyWithResponse Add a custom domain to the project
+//
+// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+func (c *ClientWithResponses) CreateDomainWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateDomainResponse, error) {
+	rsp, err := c.CreateDomainWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateDomainResponse(rsp)
+}
+
+// CreateDomainWithResponse Add a custom domain to the project
+//
+// Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, and a CNAME to <slug>.<apps-domain> (or, for an apex domain, A/AAAA records to the ingress addresses) routing its traffic. 400 names the rule a hostname breaks (the apps domain, Keelson's own hosts, IP addresses, single-label or invalid names); 403 when the project's plan has no customDomains, or the project has its maximum of domains; 409 when another account holds the hostname: the message gives a TXT token of your own, and adding the domain again once that record exists moves the hostname here (its old owner is told).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /projects/{id}/domains (the `CreateDomain` operationId).
+func (c *ClientWithResponses) CreateDomainWithResponse(ctx context.Context, id string, body CreateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateDomainResponse, error) {
+	rsp, err := c.CreateDomain(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateDomainResponse(rsp)
+}
+
+// DeleteDomainWithResponse Remove a custom domain
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /projects/{id}/domains/{domainId} (the `DeleteDomain` operationId).
+func (c *ClientWithResponses) DeleteDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*DeleteDomainResponse, error) {
+	rsp, err := c.DeleteDomain(ctx, id, domainId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteDomainResponse(rsp)
+}
+
+// GetDomainWithResponse Get a custom domain
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
+func (c *ClientWithResponses) GetDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*GetDomainResponse, error) {
+	rsp, err := c.GetDomain(ctx, id, domainId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDomainResponse(rsp)
+}
+
+// VerifyDomainWithResponse Check the domain's DNS records now
+//
+// Answers the domain with what was found: pending until the TXT record holds its token (lastError says what is missing), verified once it does, active once its routing records point at Keelson. Keelson also checks every domain periodically.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /projects/{id}/domains/{domainId}/verify (the `VerifyDomain` operationId).
+func (c *ClientWithResponses) VerifyDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*VerifyDomainResponse, error) {
+	rsp, err := c.VerifyDomain(ctx, id, domainId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseVerifyDomainResponse(rsp)
 }
 
 // UpdateProjectSettingsWithBodyWithResponse Update a project's settings
@@ -19759,6 +20698,180 @@ func ParseDeleteDeployHookResponse(rsp *http.Response) (*DeleteDeployHookRespons
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListDomainsResponse parses an HTTP response from a ListDomainsWithResponse call
+func ParseListDomainsResponse(rsp *http.Response) (*ListDomainsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListDomainsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Domain
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListDomainsResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateDomainResponse parses an HTTP response from a CreateDomainWithResponse call
+func ParseCreateDomainResponse(rsp *http.Response) (*CreateDomainResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateDomainResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Domain
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteDomainResponse parses an HTTP response from a DeleteDomainWithResponse call
+func ParseDeleteDomainResponse(rsp *http.Response) (*DeleteDomainResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteDomainResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetDomainResponse parses an HTTP response from a GetDomainWithResponse call
+func ParseGetDomainResponse(rsp *http.Response) (*GetDomainResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDomainResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Domain
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseVerifyDomainResponse parses an HTTP response from a VerifyDomainWithResponse call
+func ParseVerifyDomainResponse(rsp *http.Response) (*VerifyDomainResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &VerifyDomainResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Domain
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest APIError

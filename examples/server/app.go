@@ -29,6 +29,7 @@ import (
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/keelson-dev/keelson/platform/secret"
 	"github.com/keelson-dev/keelson/projects"
+	"github.com/keelson-dev/keelson/projects/domains"
 	"github.com/uptrace/bun"
 )
 
@@ -65,6 +66,11 @@ type App struct {
 	Projects    *projects.Service
 	Deployments *deployments.Service
 	Codehost    *codehost.Service
+	Domains     *domains.Service
+
+	// Mailer sends the server's mail (the auth module's, and notices of
+	// other modules): SMTP, or the log without KEELSON_SMTP_URL.
+	Mailer auth.Mailer
 
 	// LogStreams caps each user's concurrently open log streams (SSE); it is
 	// the deployments module's Streams gate.
@@ -83,7 +89,7 @@ type App struct {
 // edges are the few cross-module dependencies that point at a module built
 // later: plans asks projects whether a plan is in use (and tells its list
 // cache of plan changes), projects asks
-// deployments to tear down and count, deployments asks codehost for clone
+// deployments and custom domains to tear down and deployments to count, deployments asks codehost for clone
 // credentials. Every other edge follows the build order (each module gets
 // the services built before it). NewApp binds edges once, after every
 // service is built and before any route is registered or module started,
@@ -92,6 +98,7 @@ type edges struct {
 	projects    *projects.Service
 	deployments *deployments.Service
 	codehost    *codehost.Service
+	domains     *domains.Service
 }
 
 // MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
@@ -162,6 +169,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"deployments", a.buildDeployments},
 		{"codehost", a.buildCodehost},
 		{"deployhooks", a.buildDeployHooks},
+		{"domains", a.buildDomains},
 		{"scaffold", a.buildScaffold},
 	} {
 		if err := b.fn(ctx); err != nil {
@@ -169,7 +177,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}
 	// Phase two: bind the edges that point at later modules.
-	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost}
+	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains}
 
 	// Then every module's routes are registered, all migrations run, and
 	// the modules start in build order (a failure closes them all).

@@ -55,6 +55,17 @@ type Config struct {
 	IngressAddr     string // KEELSON_INGRESS_ADDR
 	AppsDomain      string // KEELSON_APPS_DOMAIN
 	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
+	// IngressIPs (KEELSON_INGRESS_IPS) are the ingress's public addresses:
+	// the A/AAAA records of custom apex domains.
+	IngressIPs []netip.Addr
+	// DNSResolvers (KEELSON_DNS_RESOLVERS, host:port) check custom domains'
+	// records; empty: the system's resolver.
+	DNSResolvers []string
+	// MaxDomainsPerProject is KEELSON_MAX_DOMAINS_PER_PROJECT (default 20).
+	MaxDomainsPerProject int
+	// DomainCheckInterval is KEELSON_DOMAIN_CHECK_INTERVAL: how often each
+	// custom domain is checked again (default 10m).
+	DomainCheckInterval time.Duration
 	// AllowPrivateRepoHosts (KEELSON_ALLOW_PRIVATE_REPO_HOSTS) lets https repos
 	// live on hosts that resolve to private addresses (a code host on the LAN).
 	AllowPrivateRepoHosts bool
@@ -258,6 +269,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_IDLE_TIMEOUT", c.IdleTimeout, time.Hour},
 		{"KEELSON_LOG_RETENTION", c.LogRetention, 100 * 365 * 24 * time.Hour},
 		{"KEELSON_RUNTIME_WAIT", c.RuntimeWait, 10 * time.Minute},
+		{"KEELSON_DOMAIN_CHECK_INTERVAL", c.DomainCheckInterval, 7 * 24 * time.Hour},
 	} {
 		if d.val <= 0 || d.val > d.max {
 			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}
@@ -282,6 +294,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_FREE_BUILD_SLOTS", c.FreeBuildSlots, 0},
 		{"KEELSON_LOG_BUDGET_MB", c.LogBudgetMB, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
+		{"KEELSON_MAX_DOMAINS_PER_PROJECT", c.MaxDomainsPerProject, 1},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}

@@ -17,6 +17,7 @@ var tagDescriptions = map[string]string{
 	"Deployments":  "Deployments of a project: trigger, status and steps, live logs (Server-Sent Events).",
 	"Code host":    "The code-hosting app: installation, repositories, signed webhooks, deliveries.",
 	"Deploy hooks": "Secret per-project URLs that deploy the project's branch head when POSTed to.",
+	"Domains":      "A project's custom domains: the DNS records to create, ownership and routing checks.",
 
 	"Env vars (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",
 	"Logstore (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/projects/domains"
 )
 
 // setting is one environment variable of the reference server, documented
@@ -99,6 +101,17 @@ var settings = []setting{
 		parse: text(func(c *Config) *string { return &c.IngressAddr })},
 	{name: "KEELSON_APPS_DOMAIN", basic: true, def: "localhost", doc: "apps answer at `<slug>.<apps-domain>`",
 		parse: lower(func(c *Config) *string { return &c.AppsDomain })},
+	{name: "KEELSON_INGRESS_IPS", shown: "empty",
+		doc:   "comma-separated public IPv4/IPv6 addresses of the ingress: the A/AAAA records custom apex domains (`example.com`) are told to create. Empty: apex domains are told to use their DNS provider's CNAME flattening (ALIAS) to `<slug>.<apps-domain>`. See [Custom domains](BEHAVIOUR.md#custom-domains)",
+		parse: parseIngressIPs},
+	{name: "KEELSON_DNS_RESOLVERS", shown: "empty: the system's resolver",
+		doc:   "comma-separated DNS servers (`host:port`, or an address for port 53) that custom domains' records are checked with, asked in turn; use a resolver that does not cache long, so a fixed record is seen soon",
+		parse: parseResolvers},
+	{name: "KEELSON_MAX_DOMAINS_PER_PROJECT", def: strconv.Itoa(domains.DefaultMaxPerProject), doc: "custom domains one project may have (the plan's `customDomains` decides whether it may have any)",
+		parse: number(func(c *Config) *int { return &c.MaxDomainsPerProject })},
+	{name: "KEELSON_DOMAIN_CHECK_INTERVAL", def: domains.DefaultCheckInterval.String(),
+		doc:   "how often every custom domain's DNS records are checked again: an active domain whose records no longer point at Keelson stops being served (its owner is mailed) until they do again",
+		parse: duration(func(c *Config) *time.Duration { return &c.DomainCheckInterval })},
 	{name: "KEELSON_ALLOW_LOCAL_REPOS", basic: true, def: "false", doc: "allow `file://` or local-path `repoUrl`s (dev and tests)",
 		parse: boolean(func(c *Config) *bool { return &c.AllowLocalRepos })},
 	{name: "KEELSON_ALLOW_PRIVATE_REPO_HOSTS", def: "false",
@@ -297,6 +310,34 @@ func parseEgressAllow(c *Config, v string) error {
 			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		}
 		c.EgressAllowCIDRs = append(c.EgressAllowCIDRs, pfx.Masked())
+	}
+	return nil
+}
+
+func parseIngressIPs(c *Config, v string) error {
+	c.IngressIPs = nil
+	for _, p := range list(v) {
+		a, err := netip.ParseAddr(p)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("%q is not an IP address", p)
+		}
+		c.IngressIPs = append(c.IngressIPs, a.Unmap())
+	}
+	return nil
+}
+
+// parseResolvers reads host:port DNS servers; an address alone is port 53.
+func parseResolvers(c *Config, v string) error {
+	c.DNSResolvers = nil
+	for _, r := range list(v) {
+		if a, err := netip.ParseAddr(r); err == nil {
+			r = netip.AddrPortFrom(a, 53).String()
+		}
+		host, port, err := net.SplitHostPort(r)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("%q is not host:port (e.g. 1.1.1.1:53)", r)
+		}
+		c.DNSResolvers = append(c.DNSResolvers, r)
 	}
 	return nil
 }

@@ -37,6 +37,7 @@ func (a *App) buildAuth(ctx context.Context) error {
 	// sending what is queued (within the shutdown deadline).
 	a.add(svc)
 	a.Auth = svc
+	a.Mailer = mailer
 	a.Authn = svc
 	return nil
 }

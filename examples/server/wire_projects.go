@@ -37,15 +37,19 @@ func (a *App) buildProjects(ctx context.Context) error {
 	return nil
 }
 
-// projectTeardown removes a deleted project's deployments (apps, routes,
-// workspaces, logs) through the deployments module.
+// projectTeardown removes a deleted project's custom domains (first, so
+// none of its hostnames is an active domain any more) and its deployments
+// (apps, routes, workspaces, logs) through their modules.
 type projectTeardown struct {
 	e        *edges
 	shutdown context.Context // App.ShutdownCtx
 }
 
 func (t projectTeardown) TeardownProject(ctx context.Context, projectID string) error {
-	err := t.e.deployments.TeardownProject(ctx, projectID)
+	err := t.e.domains.DeleteProject(ctx, projectID)
+	if err == nil {
+		err = t.e.deployments.TeardownProject(ctx, projectID)
+	}
 	if err != nil && t.shutdown.Err() != nil {
 		// Deployments may have shut down first: this is an interruption, not a
 		// failure; the project stays DELETING and resumes at the next start.

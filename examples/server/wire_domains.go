@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/plans"
+	"github.com/keelson-dev/keelson/projects"
+	"github.com/keelson-dev/keelson/projects/domains"
+)
+
+// buildDomains builds the custom-domain module on the projects module
+// (ownership, slug), the plans module (customDomains of the project's
+// effective plan) and the auth module's mailer (notices to owners), all
+// built before it. Its periodic DNS check starts with the modules and stops
+// at shutdown; a project's teardown deletes its domains (projectTeardown).
+func (a *App) buildDomains(context.Context) error {
+	svc, err := domains.New(domains.Deps{
+		DB: a.DB, Auth: a.Authn,
+		Projects:   domainProjects{a.Projects, a.Plans},
+		Notifier:   mailNotifier{a.Auth, a.Mailer},
+		AppsDomain: a.Cfg.AppsDomain, PublicURL: a.Cfg.PublicURL, FrontendURL: a.Cfg.FrontendURL,
+		IngressIPs: a.Cfg.IngressIPs, Resolvers: a.Cfg.DNSResolvers,
+		MaxPerProject: a.Cfg.MaxDomainsPerProject, CheckInterval: a.Cfg.DomainCheckInterval,
+		Log: a.Log.With("module", "domains"),
+	})
+	if err != nil {
+		return err
+	}
+	a.add(svc)
+	a.Domains = svc
+	return nil
+}
+
+// domainProjects adapts the projects and plans modules to domains.Projects.
+type domainProjects struct {
+	p     *projects.Service
+	plans *plans.Service
+}
+
+func (d domainProjects) Project(ctx context.Context, ownerID, projectID string) (*domains.Project, error) {
+	if _, err := d.p.Get(ctx, ownerID, projectID); err != nil {
+		return nil, err
+	}
+	// The effective plan (a project's own plan, capped by its owner's);
+	// ErrNotFound once the project is being deleted.
+	info, err := d.p.ProjectForDeploy(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := d.plans.PlanByName(ctx, info.PlanName)
+	if err != nil {
+		// %v: a missing plan must not read as a missing project (whose
+		// domains the periodic check deletes).
+		return nil, fmt.Errorf("plan %q of project %s: %v", info.PlanName, projectID, err)
+	}
+	return &domains.Project{Slug: info.Slug, PlanName: pl.Name, CustomDomains: pl.CustomDomains}, nil
+}
+
+// mailNotifier mails a user through the auth module's mailer (SMTP, or the
+// log without KEELSON_SMTP_URL).
+type mailNotifier struct {
+	users  *auth.Service
+	mailer auth.Mailer
+}
+
+func (n mailNotifier) Notify(ctx context.Context, userID, subject, text string) error {
+	u, err := n.users.UserByID(ctx, userID)
+	if err != nil {
+		return fmt.Errorf("user %s: %v", userID, err)
+	}
+	return n.mailer.Send(ctx, auth.Mail{To: u.Email, Subject: subject, Text: text})
+}
+
+var (
+	_ domains.Projects = domainProjects{}
+	_ domains.Notifier = mailNotifier{}
+)
