@@ -143,12 +143,27 @@ func TestAbuse(t *testing.T) {
 			ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": gone.ID}, &trig)
 			ids["deployment"] = trig.DeploymentID
 		}
+		// A custom domain of alice's project (her account on a plan that
+		// has customDomains), for the routes under .../domains/{domainId}.
+		if has("POST", "/projects/{id}/domains") {
+			var catalogue []struct{ ID, Name string }
+			ts.doJSON(t, http.StatusOK, "GET", "/plans", "", nil, &catalogue)
+			for _, p := range catalogue {
+				if p.Name == "starter" {
+					ts.doJSON(t, http.StatusNoContent, "PUT", "/plans/"+p.ID+"/accounts/"+aliceMe.ID, admin, nil, nil)
+				}
+			}
+			var d struct{ ID string }
+			ts.doJSON(t, http.StatusCreated, "POST", "/projects/"+proj.ID+"/domains", alice, map[string]any{"hostname": "www.abuse.example.com"}, &d)
+			ids["domain"] = d.ID
+		}
 		_, projBefore, _ := ts.do(t, "GET", "/projects/"+proj.ID, alice, nil)
 
 		t.Run("another user's id is 404", func(t *testing.T) {
 			// Bodies valid enough to get past validation to the ownership check.
 			bodies := map[string]any{
 				"PATCH /projects/{id}/settings": map[string]any{"region": "local", "planName": "free", "envVars": []any{}},
+				"POST /projects/{id}/domains":   map[string]any{"hostname": "www.stolen.example.com"},
 			}
 			covered := 0
 			for _, r := range routes {
@@ -191,8 +206,10 @@ func TestAbuse(t *testing.T) {
 						body = map[string]any{}
 					}
 				}
-				other := strings.ReplaceAll(r.path, "{id}", id)
-				random := strings.ReplaceAll(r.path, "{id}", platform.NewID())
+				// Ids below the project's are alice's own (her domain).
+				sub := strings.NewReplacer("{domainId}", ids["domain"])
+				other := sub.Replace(strings.ReplaceAll(r.path, "{id}", id))
+				random := sub.Replace(strings.ReplaceAll(r.path, "{id}", platform.NewID()))
 				st, raw, _ := ts.do(t, r.method, other, bob, body)
 				if st != http.StatusNotFound {
 					t.Errorf("bob %s %s (alice's %s): %d %s, want 404", r.method, r.path, kind, st, raw)

@@ -106,9 +106,15 @@ func (s *Service) tellTransition(row *domainRow, old string) {
 // Close waits for mails in flight.
 func (s *Service) notify(userID, subject, text string) {
 	s.mu.Lock()
-	life := s.life
-	s.bg.Add(1)
+	life, closed := s.life, s.closed
+	if !closed {
+		s.bg.Add(1)
+	}
 	s.mu.Unlock()
+	if closed {
+		s.d.Log.Warn("domains: shutting down; notice not mailed", "user_id", userID, "subject", subject)
+		return
+	}
 	go func() {
 		defer s.bg.Done()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(life), time.Minute)
@@ -208,6 +214,7 @@ func (s *Service) run(ctx context.Context) {
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	stop, done := s.stop, s.done
+	s.closed = true // no notice starts after this: bg.Wait below sees them all
 	s.mu.Unlock()
 	if stop != nil {
 		stop()

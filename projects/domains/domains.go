@@ -146,11 +146,12 @@ type Service struct {
 	d        Deps
 	resolver *net.Resolver
 
-	mu   sync.Mutex
-	stop context.CancelFunc
-	done chan struct{}
-	bg   sync.WaitGroup // notifications in flight
-	life context.Context
+	mu     sync.Mutex
+	stop   context.CancelFunc
+	done   chan struct{}
+	bg     sync.WaitGroup // notifications in flight
+	life   context.Context
+	closed bool // Close began: no more notifications
 }
 
 // New checks d and builds the service; add its routes with Register.

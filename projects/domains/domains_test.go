@@ -353,14 +353,13 @@ func TestRecheckDeactivatesDangling(t *testing.T) {
 		e.activate(t, asAlice, p, d)
 
 		e.dns.SetCNAME("www.example.com", "parked.example.net")
-		if n, err := e.svc.CheckDue(ctx); err != nil || n != 0 {
-			t.Fatalf("check before the interval: %d %v", n, err)
+		if n := e.checkAfter(t, time.Hour-time.Minute); n != 0 {
+			t.Fatalf("checked %d domains before the interval", n)
 		}
 		wantStatus(t, e.get(t, asAlice, p, d.ID), domains.StatusActive, "")
 
-		e.clock.advance(time.Hour)
-		if n, err := e.svc.CheckDue(ctx); err != nil || n != 1 {
-			t.Fatalf("check: %d %v", n, err)
+		if n := e.checkAfter(t, time.Minute); n != 1 {
+			t.Fatalf("checked %d domains, want 1", n)
 		}
 		wantStatus(t, e.get(t, asAlice, p, d.ID), domains.StatusError, "CNAME at www.example.com points at parked.example.net, not shop."+appsDomain)
 		if _, err := e.svc.ProjectForHost(ctx, "www.example.com"); !errIsNotFound(err) {
@@ -374,17 +373,11 @@ func TestRecheckDeactivatesDangling(t *testing.T) {
 		// A resolver failure is not a verdict: the status stays.
 		e.dns.SetCNAME("www.example.com", "shop."+appsDomain)
 		e.dns.SetServFail("www.example.com")
-		e.clock.advance(time.Hour)
-		if _, err := e.svc.CheckDue(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.checkAfter(t, time.Hour)
 		wantStatus(t, e.get(t, asAlice, p, d.ID), domains.StatusError, "could not look up")
 
 		e.dns.ClearServFail("www.example.com")
-		e.clock.advance(time.Hour)
-		if _, err := e.svc.CheckDue(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.checkAfter(t, time.Hour)
 		wantStatus(t, e.get(t, asAlice, p, d.ID), domains.StatusActive, "")
 		platformtest.Eventually(t, 10*time.Second, "owner told of the reactivation", func() bool { return len(e.mail.to(aliceID)) == 2 })
 		if m := e.mail.to(aliceID)[1]; !strings.Contains(m.subject, "served again") {
@@ -393,10 +386,7 @@ func TestRecheckDeactivatesDangling(t *testing.T) {
 
 		// An active domain whose resolver fails stays active.
 		e.dns.SetServFail("www.example.com")
-		e.clock.advance(time.Hour)
-		if _, err := e.svc.CheckDue(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.checkAfter(t, time.Hour)
 		if got := e.get(t, asAlice, p, d.ID); got.Status != domains.StatusActive {
 			t.Fatalf("servfail deactivated: %+v", got)
 		}
@@ -450,10 +440,7 @@ func TestProjectGoneAndPlanDowngrade(t *testing.T) {
 
 		// Gone without a teardown (the project module's record is gone).
 		e.projects.remove(pb)
-		e.clock.advance(time.Hour)
-		if _, err := e.svc.CheckDue(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.checkAfter(t, time.Hour)
 		if n, _ := bdb.NewSelect().Table("custom_domains").Count(ctx); n != 0 {
 			t.Fatalf("%d domain rows left after the check", n)
 		}
@@ -462,10 +449,7 @@ func TestProjectGoneAndPlanDowngrade(t *testing.T) {
 		d, _ = e.add(t, asAlice, pc, "www.example.com", 201)
 		e.activate(t, asAlice, pc, d)
 		e.projects.setPlan(pc, "free", false)
-		e.clock.advance(time.Hour)
-		if _, err := e.svc.CheckDue(ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.checkAfter(t, time.Hour)
 		wantStatus(t, e.get(t, asAlice, pc, d.ID), domains.StatusError, `the plan "free" of this project does not include custom domains`)
 	})
 }

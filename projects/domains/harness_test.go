@@ -16,9 +16,12 @@ import (
 	"github.com/keelson-dev/keelson/projects/domains"
 	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// TestMain also fails the binary when a goroutine outlives the tests (the
+// re-check loop, a notice in flight, the DNS server's watchers).
+func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return goleak.Find() }) }
 
 // Two accounts; the real authenticator is the auth module's (the reference
 // server's e2e tests use it).
@@ -232,4 +235,15 @@ func (e *env) activate(t *testing.T, who, project string, d *domains.Domain) {
 	e.dns.SetTXT(record(t, d, "TXT").Name, record(t, d, "TXT").Value)
 	e.dns.SetCNAME(d.Hostname, record(t, d, "CNAME").Value)
 	wantStatus(t, e.verify(t, who, project, d.ID), domains.StatusActive, "")
+}
+
+// checkAfter advances the clock by d and runs the periodic check once.
+func (e *env) checkAfter(t *testing.T, d time.Duration) int {
+	t.Helper()
+	e.clock.advance(d)
+	n, err := e.svc.CheckDue(context.Background())
+	if err != nil {
+		t.Fatalf("CheckDue: %v", err)
+	}
+	return n
 }

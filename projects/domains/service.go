@@ -221,6 +221,7 @@ func (s *Service) List(ctx context.Context, ownerID, projectID string, p ListPar
 	if _, err := s.project(ctx, ownerID, projectID); err != nil {
 		return nil, "", err
 	}
+	p.Limit = platform.PageParams{Limit: p.Limit}.Size()
 	var rows []domainRow
 	q := s.d.DB.NewSelect().Model(&rows).Where("project_id = ? AND owner_id = ?", projectID, ownerID)
 	if p.After != nil {

@@ -22,6 +22,9 @@ import (
 	"time"
 )
 
+// mgmtClient keeps no idle connections, so no goroutine outlives a call.
+var mgmtClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 // Server is one running challtestsrv: a DNS server on loopback that answers
 // only the records a test set (no default A/AAAA answers).
 type Server struct {
@@ -137,7 +140,7 @@ func (s *Server) Resolver() *net.Resolver {
 
 func (s *Server) post(path string, body map[string]any) error {
 	b, _ := json.Marshal(body)
-	resp, err := http.Post(s.mgmt+path, "application/json", bytes.NewReader(b))
+	resp, err := mgmtClient.Post(s.mgmt+path, "application/json", bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
