@@ -80,7 +80,7 @@ func caller(ctx context.Context) string {
 func (s *Service) create(ctx context.Context, in *createIn) (*domainOut, error) {
 	d, err := s.Create(ctx, caller(ctx), in.ID, in.Body.Hostname)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &domainOut{Body: d}, nil
 }
@@ -88,11 +88,11 @@ func (s *Service) create(ctx context.Context, in *createIn) (*domainOut, error) 
 func (s *Service) list(ctx context.Context, in *listIn) (*listOut, error) {
 	after, err := platform.DecodeCursor(in.Cursor)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	ds, next, err := s.List(ctx, caller(ctx), in.ID, ListParams{Limit: in.Size(), After: after})
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &listOut{NextCursor: next, Body: ds}, nil
 }
@@ -100,7 +100,7 @@ func (s *Service) list(ctx context.Context, in *listIn) (*listOut, error) {
 func (s *Service) get(ctx context.Context, in *domainIn) (*domainOut, error) {
 	d, err := s.Get(ctx, caller(ctx), in.ID, in.DomainID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &domainOut{Body: d}, nil
 }
@@ -108,14 +108,11 @@ func (s *Service) get(ctx context.Context, in *domainIn) (*domainOut, error) {
 func (s *Service) verify(ctx context.Context, in *domainIn) (*domainOut, error) {
 	d, err := s.Verify(ctx, caller(ctx), in.ID, in.DomainID)
 	if err != nil {
-		return nil, platform.HTTPError(ctx, err)
+		return nil, err
 	}
 	return &domainOut{Body: d}, nil
 }
 
 func (s *Service) delete(ctx context.Context, in *domainIn) (*struct{}, error) {
-	if err := s.Delete(ctx, caller(ctx), in.ID, in.DomainID); err != nil {
-		return nil, platform.HTTPError(ctx, err)
-	}
-	return nil, nil
+	return nil, s.Delete(ctx, caller(ctx), in.ID, in.DomainID)
 }
