@@ -83,6 +83,9 @@ func (s *Service) apply(ctx context.Context, row *domainRow, v verdict) (*Domain
 		row.VerifiedAt = &now
 	}
 	s.tellTransition(row, old)
+	if (old == StatusActive) != (row.Status == StatusActive) {
+		s.activeChanged(ctx, row.ProjectID)
+	}
 	return s.out(row), nil
 }
 
@@ -160,8 +163,13 @@ func (s *Service) recheck(ctx context.Context, row *domainRow) error {
 	p, err := s.d.Projects.Project(ctx, row.OwnerID, row.ProjectID)
 	if errors.Is(err, platform.ErrNotFound) {
 		s.d.Log.InfoContext(ctx, "domains: project gone; deleting its domain", "hostname", row.Hostname, "project_id", row.ProjectID)
-		_, err := s.d.DB.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx)
-		return db.Translate(err)
+		if _, err := s.d.DB.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		if row.Status == StatusActive {
+			s.activeChanged(ctx, row.ProjectID)
+		}
+		return nil
 	}
 	if err != nil {
 		return err

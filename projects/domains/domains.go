@@ -19,7 +19,8 @@
 // The module owns the custom_domains and custom_domain_claims tables. It
 // reaches projects and mail only through the interfaces it declares
 // (Projects, Notifier). The DNS step and the ingress ask it which hostnames
-// are active (ActiveHostnames, ProjectForHost); certificates are the
+// are active (ActiveHostnames, ProjectForHost) and can be told when that
+// changes (Deps.ActiveChanged); certificates are the
 // ingress's (certificateStatus stays "none" here).
 package domains
 
@@ -107,6 +108,12 @@ type Deps struct {
 	PollEvery time.Duration
 	// LookupTimeout bounds one domain's DNS lookups. Default 10 s.
 	LookupTimeout time.Duration
+	// ActiveChanged, when set, is called after a project's set of active
+	// hostnames changed (a domain activated, deactivated, deleted or moved
+	// away, the project's domains deleted), so the host can route or unroute
+	// them at once (the DNS step). It runs on the changing goroutine: keep it
+	// short. Optional.
+	ActiveChanged func(ctx context.Context, projectID string)
 	// Log receives the module's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default platform.SystemClock.
@@ -236,3 +243,10 @@ var _ platform.Module = (*Service)(nil)
 func (s *Service) Migrations() db.MigrationSet { return Migrations() }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
+
+// activeChanged tells the host that projectID's active hostnames changed.
+func (s *Service) activeChanged(ctx context.Context, projectID string) {
+	if s.d.ActiveChanged != nil {
+		s.d.ActiveChanged(context.WithoutCancel(ctx), projectID)
+	}
+}

@@ -51,8 +51,12 @@ func TestVerifyStepsWithReasons(t *testing.T) {
 			t.Fatalf("active before routing: %v", hs)
 		}
 
+		e.wantChanges(t)
 		e.dns.SetCNAME("www.example.com", cname.Value)
 		wantStatus(t, e.verify(t, asAlice, p, d.ID), domains.StatusActive, "")
+		e.wantChanges(t, p)
+		wantStatus(t, e.verify(t, asAlice, p, d.ID), domains.StatusActive, "") // no change, no call
+		e.wantChanges(t, p)
 		ctx := context.Background()
 		if hs, err := e.svc.ActiveHostnames(ctx, p); err != nil || !slices.Equal(hs, []string{"www.example.com"}) {
 			t.Fatalf("ActiveHostnames: %v %v", hs, err)
@@ -72,6 +76,7 @@ func TestVerifyStepsWithReasons(t *testing.T) {
 		if resp := e.api.Get("/projects/"+p+"/domains/"+d.ID, asAlice); resp.Code != 404 {
 			t.Fatalf("get after delete: %d", resp.Code)
 		}
+		e.wantChanges(t, p, p)
 		if _, err := e.svc.ProjectForHost(ctx, "www.example.com"); !errIsNotFound(err) {
 			t.Fatalf("ProjectForHost after delete: %v", err)
 		}
@@ -315,6 +320,7 @@ func TestClaimMovesHostnameWithProof(t *testing.T) {
 		if resp := e.api.Get("/projects/"+pa+"/domains/"+d.ID, asAlice); resp.Code != 404 {
 			t.Fatalf("alice still has it: %d", resp.Code)
 		}
+		e.wantChanges(t, pa, pa) // activated, then moved away
 		if got, err := e.svc.ProjectForHost(context.Background(), "www.example.com"); !errIsNotFound(err) {
 			t.Fatalf("still routed to %q (%v) before bob's CNAME", got, err)
 		}
@@ -365,6 +371,7 @@ func TestRecheckDeactivatesDangling(t *testing.T) {
 		if _, err := e.svc.ProjectForHost(ctx, "www.example.com"); !errIsNotFound(err) {
 			t.Fatalf("deactivated domain still routed: %v", err)
 		}
+		e.wantChanges(t, p, p)
 		platformtest.Eventually(t, 10*time.Second, "owner told of the deactivation", func() bool { return len(e.mail.to(aliceID)) == 1 })
 		if m := e.mail.to(aliceID)[0]; !strings.Contains(m.subject, "no longer served") || !strings.Contains(m.text, "parked.example.net") {
 			t.Fatalf("mail: %+v", m)
@@ -379,6 +386,7 @@ func TestRecheckDeactivatesDangling(t *testing.T) {
 		e.dns.ClearServFail("www.example.com")
 		e.checkAfter(t, time.Hour)
 		wantStatus(t, e.get(t, asAlice, p, d.ID), domains.StatusActive, "")
+		e.wantChanges(t, p, p, p) // none for the failed lookup
 		platformtest.Eventually(t, 10*time.Second, "owner told of the reactivation", func() bool { return len(e.mail.to(aliceID)) == 2 })
 		if m := e.mail.to(aliceID)[1]; !strings.Contains(m.subject, "served again") {
 			t.Fatalf("mail: %+v", m)
@@ -428,6 +436,7 @@ func TestProjectGoneAndPlanDowngrade(t *testing.T) {
 		if err := e.svc.DeleteProject(ctx, p); err != nil {
 			t.Fatal(err)
 		}
+		e.wantChanges(t, p, p)
 		if hs, _ := e.svc.ActiveHostnames(ctx, p); len(hs) != 0 {
 			t.Fatalf("after teardown: %v", hs)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,23 @@ type env struct {
 	mail     *mailbox
 	clock    *clock
 	bdb      *bun.DB
+
+	changedMu sync.Mutex
+	changed   []string // projects ActiveChanged was called for, in order
+}
+
+// changes are the projects ActiveChanged was called for so far.
+func (e *env) changes() []string {
+	e.changedMu.Lock()
+	defer e.changedMu.Unlock()
+	return slices.Clone(e.changed)
+}
+
+func (e *env) wantChanges(t *testing.T, want ...string) {
+	t.Helper()
+	if got := e.changes(); !slices.Equal(got, want) {
+		t.Fatalf("ActiveChanged calls: %v, want %v", got, want)
+	}
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{domains.Migrations()} }
@@ -150,7 +168,12 @@ func setup(t *testing.T, bdb *bun.DB, tweak ...func(*domains.Deps)) *env {
 	d := domains.Deps{DB: bdb, Auth: tokenAuth{}, Projects: e.projects, Notifier: e.mail, AppsDomain: appsDomain,
 		PublicURL: "https://api.keelson.test", FrontendURL: "https://console.keelson.test:8443",
 		IngressIPs: []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")},
-		Resolvers:  []string{e.dns.DNS}, MaxPerProject: 3, CheckInterval: time.Hour, Clock: e.clock}
+		Resolvers:  []string{e.dns.DNS}, MaxPerProject: 3, CheckInterval: time.Hour, Clock: e.clock,
+		ActiveChanged: func(_ context.Context, projectID string) {
+			e.changedMu.Lock()
+			defer e.changedMu.Unlock()
+			e.changed = append(e.changed, projectID)
+		}}
 	for _, f := range tweak {
 		f(&d)
 	}

@@ -200,6 +200,9 @@ func (s *Service) move(ctx context.Context, held *domainRow, c *claimRow, slug s
 	}
 	s.d.Log.InfoContext(ctx, "domains: hostname moved by proof of its TXT record", "hostname", held.Hostname,
 		"from_project", held.ProjectID, "to_project", c.ProjectID)
+	if held.Status == StatusActive {
+		s.activeChanged(ctx, held.ProjectID)
+	}
 	return row, nil
 }
 
@@ -289,18 +292,26 @@ func (s *Service) Delete(ctx context.Context, ownerID, projectID, domainID strin
 	if _, err := s.d.DB.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx); err != nil {
 		return db.Translate(err)
 	}
+	if row.Status == StatusActive {
+		s.activeChanged(ctx, projectID)
+	}
 	return nil
 }
 
 // DeleteProject removes every domain and claim of a project (its teardown).
 func (s *Service) DeleteProject(ctx context.Context, projectID string) error {
-	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewDelete().Model((*domainRow)(nil)).Where("project_id = ?", projectID).Exec(ctx); err != nil {
 			return err
 		}
 		_, err := tx.NewDelete().Model((*claimRow)(nil)).Where("project_id = ?", projectID).Exec(ctx)
 		return err
-	}))
+	})
+	if err != nil {
+		return db.Translate(err)
+	}
+	s.activeChanged(ctx, projectID)
+	return nil
 }
 
 // ActiveHostnames are the project's active custom domains (for the DNS step),
