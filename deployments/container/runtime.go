@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +28,9 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
+	"github.com/keelson-dev/keelson/deployments/internal/supervise"
 	"github.com/keelson-dev/keelson/deployments/rt"
+	"github.com/keelson-dev/keelson/platform"
 )
 
 // Labels on everything this runtime creates.
@@ -102,6 +103,9 @@ type Config struct {
 	// Egress is what builds and apps may reach (see Egress). New refuses to
 	// make a Runtime when it cannot put the rules in place, unless Open.
 	Egress Egress
+	// Clock times the crash window and the restart backoff (see
+	// supervise.Config.Clock). Default: the wall clock.
+	Clock platform.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -133,7 +137,6 @@ type Runtime struct {
 	ownClient bool
 	base      context.Context // cancelled by Close: ends every build
 	cancel    context.CancelFunc
-	health    *http.Client
 
 	buildMu sync.RWMutex // held (read) by builds using the build network, (write) to remove it
 	fw      *firewall    // nil when egress is open
@@ -142,9 +145,10 @@ type Runtime struct {
 	mu           sync.Mutex
 	closed       bool
 	cgroupDriver string // the engine's, asked once
-	apps         map[string]*app
 	builds       map[string]context.CancelFunc
 	locks        idlock.Locks
+
+	sup *supervise.Supervisor // starts, supervises and stops the apps
 }
 
 var _ rt.Runtime = (*Runtime)(nil)
@@ -217,12 +221,13 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
 		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel, fw: fw,
-		apps: map[string]*app{}, builds: map[string]context.CancelFunc{},
-		health: &http.Client{
-			Transport:     &http.Transport{Proxy: nil, DisableKeepAlives: true},
-			Timeout:       5 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		builds: map[string]context.CancelFunc{},
+		sup: supervise.New(supervise.Config{
+			Name: "container", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
+			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
+			RestartWindow: cfg.RestartWindow, RestartBackoff: cfg.RestartBackoff, GaveUp: "stopped",
+			Relaunched: func(upstream string, _ bool) string { return "the app is running again on " + upstream },
+		}),
 	}, nil
 }
 
@@ -330,7 +335,7 @@ func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 		r.mu.Unlock()
 		return "", errors.New("runtime is shut down")
 	}
-	if r.apps[job.DeploymentID] != nil {
+	if r.sup.Running(job.DeploymentID) {
 		r.mu.Unlock()
 		return "", fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
 	}
@@ -629,22 +634,12 @@ func (r *Runtime) removeImage(ctx context.Context, ref string) {
 
 // Route points the slug's host at upstream and returns the public URL.
 func (r *Runtime) Route(ctx context.Context, slug, deploymentID, upstream string) (string, error) {
-	if err := r.cfg.Ingress.Set(slug, deploymentID, upstream); err != nil {
-		return "", err
-	}
-	r.mu.Lock()
-	a := r.apps[deploymentID]
-	r.mu.Unlock()
-	if a != nil {
-		a.setSlug(slug)
-	}
-	return r.cfg.Ingress.URL(slug), nil
+	return r.sup.Route(ctx, slug, deploymentID, upstream)
 }
 
 // Unroute removes the slug's route if it still points at deploymentID.
 func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error {
-	r.cfg.Ingress.Remove(slug, deploymentID)
-	return nil
+	return r.sup.Unroute(ctx, slug, deploymentID)
 }
 
 // Cleanup stops the app, cancels a running build, removes the container, its
@@ -726,11 +721,8 @@ func (r *Runtime) CleanupProject(ctx context.Context, projectID string) error {
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	ids := make([]string, 0, len(r.apps))
-	for id := range r.apps {
-		ids = append(ids, id)
-	}
 	r.mu.Unlock()
+	ids := r.sup.Shut()
 	r.cancel()
 	// Builds end with the context; their network goes with the runtime.
 	r.buildMu.Lock()
