@@ -47,9 +47,9 @@ func TestBuildPidsLimit(t *testing.T) {
 		"RUN grep -E '^(CapEff|Seccomp):' /proc/self/status\n")
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
-	m := regexp.MustCompile(`procs=(\d+)`).FindStringSubmatch(logs.all())
-	require.NotNil(t, m, logs.all())
+	require.NoError(t, err, logs.All())
+	m := regexp.MustCompile(`procs=(\d+)`).FindStringSubmatch(logs.All())
+	require.NotNil(t, m, logs.All())
 	n, _ := strconv.Atoi(m[1])
 	t.Logf("processes in the step after starting 3000: %d (limit 100)", n)
 	assert.LessOrEqual(t, n, 100, "processes in the build step")
@@ -60,8 +60,8 @@ func TestBuildPidsLimit(t *testing.T) {
 	// change (the daemon refuses securityopt on build, and the build API has no
 	// CapDrop): Docker's 14 default capabilities (NET_RAW, MKNOD, AUDIT_WRITE
 	// among them) under the default seccomp profile. README: Security model.
-	assert.Contains(t, logs.all(), "build: CapEff:\t00000000a80425fb")
-	assert.Contains(t, logs.all(), "build: Seccomp:\t2")
+	assert.Contains(t, logs.All(), "build: CapEff:\t00000000a80425fb")
+	assert.Contains(t, logs.All(), "build: Seccomp:\t2")
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
 }
@@ -76,7 +76,7 @@ func TestBuildWithoutPidsLimitRefused(t *testing.T) {
 	_, err := e.rt.Build(ctx, job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the build was not started: its process limit (1024) could not be set up")
-	assert.NotContains(t, logs.all(), marker)
+	assert.NotContains(t, logs.All(), marker)
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
 }
@@ -96,7 +96,7 @@ func TestBuildDiskLimit(t *testing.T) {
 	small.Limits.StorageGi = 1
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, small, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	require.NoError(t, e.rt.Cleanup(ctx, small.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(ctx, small.ProjectID))
 
@@ -108,7 +108,7 @@ func TestBuildDiskLimit(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the build has used")
 	assert.Contains(t, err.Error(), "more than the plan's storage limit of 1 GiB (maxStorageGi")
-	assert.NotContains(t, logs.all(), "wrote-42", "stopped while it ran, not after")
+	assert.NotContains(t, logs.All(), "wrote-42", "stopped while it ran, not after")
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(ctx, job.ProjectID))
 	assert.Empty(t, containertest.Leftovers(t, e.docker, e.rt.Instance(), container.LabelProject, job.ProjectID))
@@ -130,7 +130,7 @@ func TestBuildStoppedWhenItsCgroupIsElsewhere(t *testing.T) {
 	_, err := e.rt.Build(ctx, job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the build was stopped: its process limit (1024) is not in effect")
-	assert.NotContains(t, logs.all(), "step-42")
+	assert.NotContains(t, logs.All(), "step-42")
 	require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
 	// The engine made the parent on the host, without the limit; remove it
 	// once the stopped step's cgroup is gone.

@@ -96,9 +96,9 @@ func (e *env) deploy(t testing.TB, job deployments.Job) string {
 	ctx := context.Background()
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	up, err := e.rt.Start(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
 	require.NoError(t, err)
 	return job.ProjectSlug + ".localhost"
@@ -144,7 +144,7 @@ func TestEgressBuildsAndAppsReachNothingPrivate(t *testing.T) {
 	_, err := closed.rt.Build(ctx, add, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Dockerfile line 2 (ADD http://127.0.0.1:"+loopPort+"/m /m.txt): ADD cannot fetch a URL")
-	assert.NotContains(t, err.Error()+logs.all(), loopSecret)
+	assert.NotContains(t, err.Error()+logs.All(), loopSecret)
 	require.NoError(t, closed.rt.Cleanup(ctx, add.DeploymentID))
 
 	// Two tenants' apps on the fenced runtime, one on the open one.
@@ -178,9 +178,9 @@ func TestEgressBuildsAndAppsReachNothingPrivate(t *testing.T) {
 			strings.Join(targets, "\", \"")+"\"]\n")
 		logs := &sink{}
 		_, err := e.rt.Build(ctx, job, logs)
-		require.NoError(t, err, logs.all())
+		require.NoError(t, err, logs.All())
 		require.NoError(t, e.rt.Cleanup(ctx, job.DeploymentID))
-		return logs.all()
+		return logs.All()
 	}
 	out := run(closed, host+":"+port, "gateway:"+port, ipB+":8080", "169.254.169.254:80")
 	assert.NotContains(t, out, "OPEN ")
@@ -274,10 +274,10 @@ func TestSubmodulesAreNotFetched(t *testing.T) {
 	job.Framework = "docker"
 	logs := &sink{}
 	_, err := e.rt.Build(context.Background(), job, logs)
-	require.NoError(t, err, logs.all())
-	assert.Contains(t, logs.all(), "the repository has submodules (.gitmodules); they are not fetched")
-	assert.NotContains(t, logs.all(), secret)
-	assert.Contains(t, logs.all(), "No such file or directory", "the build ran and found sub/ empty")
+	require.NoError(t, err, logs.All())
+	assert.Contains(t, logs.All(), "the repository has submodules (.gitmodules); they are not fetched")
+	assert.NotContains(t, logs.All(), secret)
+	assert.Contains(t, logs.All(), "No such file or directory", "the build ran and found sub/ empty")
 	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
 	require.NoError(t, e.rt.CleanupProject(context.Background(), job.ProjectID))
 }

@@ -24,7 +24,7 @@ func TestFromAnotherProjectRefused(t *testing.T) {
 	a := dockerJob(t, "FROM "+e.cfg.Images.Static+"\nRUN echo a-secret > /a\n")
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, a, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	repoA := "keelson/" + e.rt.Instance() + "-" + a.ProjectID
 	img, err := e.docker.ImageInspect(ctx, repoA+":cache")
 	require.NoError(t, err)
@@ -52,8 +52,8 @@ func TestFromAnotherProjectRefused(t *testing.T) {
 		require.Error(t, err, dockerfile)
 		assert.True(t, strings.HasPrefix(err.Error(), "Dockerfile line "), err.Error())
 		assert.Contains(t, err.Error(), want, dockerfile)
-		assert.NotContains(t, blogs.all(), "a-secret")
-		assert.NotContains(t, blogs.all(), "Step 1/", "refused before the build started")
+		assert.NotContains(t, blogs.All(), "a-secret")
+		assert.NotContains(t, blogs.All(), "Step 1/", "refused before the build started")
 		require.NoError(t, e.rt.Cleanup(ctx, b.DeploymentID))
 	}
 	require.NoError(t, e.rt.Cleanup(ctx, a.DeploymentID))
@@ -73,7 +73,7 @@ func TestStageImagesAreTheProjectsAndPruned(t *testing.T) {
 	job := dockerJob(t, multi("one"))
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	stage := "keelson/" + e.rt.Instance() + "-" + job.ProjectID + ":cache-stage0"
 	first, err := e.docker.ImageInspect(ctx, stage)
 	require.NoError(t, err, "the first stage is kept as the project's stage cache")
@@ -83,7 +83,7 @@ func TestStageImagesAreTheProjectsAndPruned(t *testing.T) {
 	next.DeploymentID = dockerJob(t, "").DeploymentID
 	next.RepoURL = newRepo(t, map[string]string{"Dockerfile": multi("two")})
 	_, err = e.rt.Build(ctx, next, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	second, err := e.docker.ImageInspect(ctx, stage)
 	require.NoError(t, err)
 	assert.NotEqual(t, first.ID, second.ID)
@@ -97,8 +97,8 @@ func TestStageImagesAreTheProjectsAndPruned(t *testing.T) {
 	flogs := &sink{}
 	_, err = e.rt.Build(ctx, failed, flogs)
 	require.Error(t, err)
-	ids := regexp.MustCompile(`(?m)^build:  ---> ([0-9a-f]{12})$`).FindAllStringSubmatch(flogs.all(), -1)
-	require.Len(t, ids, 2, flogs.all()) // the base image, then the first RUN's
+	ids := regexp.MustCompile(`(?m)^build:  ---> ([0-9a-f]{12})$`).FindAllStringSubmatch(flogs.All(), -1)
+	require.Len(t, ids, 2, flogs.All()) // the base image, then the first RUN's
 	_, err = e.docker.ImageInspect(ctx, ids[1][1])
 	assert.Error(t, err, "the failed build's image is removed")
 	_, err = e.docker.ImageInspect(ctx, ids[0][1])
@@ -108,7 +108,7 @@ func TestStageImagesAreTheProjectsAndPruned(t *testing.T) {
 	// from the engine's layer cache; deleting this project leaves it theirs.
 	other := dockerJob(t, multi("two"))
 	_, err = e.rt.Build(ctx, other, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	otherStage := "keelson/" + e.rt.Instance() + "-" + other.ProjectID + ":cache-stage0"
 	shared, err := e.docker.ImageInspect(ctx, otherStage)
 	require.NoError(t, err)

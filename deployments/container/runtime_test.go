@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/internal/runtimetest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -40,22 +40,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type sink struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (s *sink) Log(stream, line string) {
-	s.mu.Lock()
-	s.lines = append(s.lines, stream+": "+line)
-	s.mu.Unlock()
-}
-
-func (s *sink) all() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.lines, "\n")
-}
+// sink records every log line as "stream: line".
+type sink = runtimetest.Sink
 
 type env struct {
 	rt      *container.Runtime
@@ -148,7 +134,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	job := goJob(newRepo(t, containertest.HostileApp("v1")))
 	logs := &sink{}
 	commit, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	require.Len(t, commit, 40)
 
 	// The secret is in no layer, history entry or label of the image.
@@ -162,7 +148,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	assert.Equal(t, job.ProjectID, img.Config.Labels[container.LabelProject])
 
 	up, err := e.rt.Start(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	require.True(t, strings.HasPrefix(up, "127.0.0.1:"), up)
 	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
 	require.NoError(t, err)
@@ -174,8 +160,8 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	assert.Equal(t, "tok-s3cret-value-42", body, "secrets reach the app at run time")
 	_, body = e.get(t, host, "/env?k=PORT")
 	assert.Equal(t, "8080", body)
-	platformtest.Eventually(t, 90*time.Second, "the app's first line", func() bool { return strings.Contains(logs.all(), "app: app starting with token=***") })
-	assert.NotContains(t, logs.all(), "tok-s3cret-value-42")
+	platformtest.Eventually(t, 90*time.Second, "the app's first line", func() bool { return strings.Contains(logs.All(), "app: app starting with token=***") })
+	assert.NotContains(t, logs.All(), "tok-s3cret-value-42")
 
 	// Limits and hardening, as the engine reports them.
 	list, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
@@ -215,13 +201,13 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 
 	// A crash restarts it.
 	_, _ = e.get(t, host, "/crash")
-	platformtest.Eventually(t, 90*time.Second, "the crash in the log", func() bool { return strings.Contains(logs.all(), "the app exited (exit code 3)") })
+	platformtest.Eventually(t, 90*time.Second, "the crash in the log", func() bool { return strings.Contains(logs.All(), "the app exited (exit code 3)") })
 	platformtest.Eventually(t, 90*time.Second, "the app after the crash", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
 
 	// Past the memory limit it is killed, the log says so in words, and it comes back.
 	_, _ = e.get(t, host, "/alloc?mb=400")
 	platformtest.Eventually(t, 90*time.Second, "the OOM kill in the log", func() bool {
-		return strings.Contains(logs.all(), "app killed: out of memory (limit 200 MiB)")
+		return strings.Contains(logs.All(), "app killed: out of memory (limit 200 MiB)")
 	})
 	platformtest.Eventually(t, 90*time.Second, "the app after the OOM kill", func() bool { c, b := e.get(t, host, "/"); return c == 200 && b == "hello v1" })
 
@@ -229,7 +215,7 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	_, err = e.docker.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true})
 	require.NoError(t, err)
 	platformtest.Eventually(t, 90*time.Second, "the container to be made again", func() bool {
-		return strings.Contains(logs.all(), "the app's container is gone; creating it again")
+		return strings.Contains(logs.All(), "the app's container is gone; creating it again")
 	})
 	platformtest.Eventually(t, 90*time.Second, "the app after its container was removed", func() bool {
 		c, b := e.get(t, host, "/")
@@ -252,8 +238,8 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 	require.NoError(t, err)
 	logs2 := &sink{}
 	up2, err := rt2.Start(ctx, job, logs2)
-	require.NoError(t, err, logs2.all())
-	assert.Contains(t, logs2.all(), "adopting it")
+	require.NoError(t, err, logs2.All())
+	assert.Contains(t, logs2.All(), "adopting it")
 	list, err = e.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
 		Filters: client.Filters{}.Add("label", container.LabelDeployment+"="+job.DeploymentID)})
 	require.NoError(t, err)
@@ -325,9 +311,9 @@ func TestStaticSymlinkServesNothingOfTheHost(t *testing.T) {
 	job.Framework = "static"
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	up, err := e.rt.Start(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
 	require.NoError(t, err)
 	host := job.ProjectSlug + ".localhost"
@@ -411,13 +397,13 @@ func TestGivenUpAppLosesItsRoute(t *testing.T) {
 	job.Framework = "docker"
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	up, err := e.rt.Start(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
 	require.NoError(t, err)
 	platformtest.Eventually(t, 90*time.Second, "the runtime to give up", func() bool {
-		return strings.Contains(logs.all(), "not restarting it") && strings.Contains(logs.all(), "its route is removed")
+		return strings.Contains(logs.All(), "not restarting it") && strings.Contains(logs.All(), "its route is removed")
 	})
 	code, body := e.get(t, job.ProjectSlug+".localhost", "/")
 	assert.Equal(t, http.StatusNotFound, code, body)

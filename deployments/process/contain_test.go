@@ -109,14 +109,14 @@ func TestSetsidDaemonOfABuildDies(t *testing.T) {
 			}()
 			var daemon int
 			if tc.end != nil {
-				platformtest.Eventually(t, time.Minute, "the build to daemonize", func() bool { return logs.has("spawned daemon") })
+				platformtest.Eventually(t, time.Minute, "the build to daemonize", func() bool { return logs.Has("spawned daemon") })
 				daemon = daemonOf(t, srcOf(e, job.DeploymentID))
 				require.True(t, alive(daemon))
 				tc.end(e, job.DeploymentID, cancel)
 			}
 			err := <-done
 			if tc.want == "" {
-				require.NoError(t, err, logs.all())
+				require.NoError(t, err, logs.All())
 			} else {
 				require.ErrorContains(t, err, tc.want)
 			}
@@ -176,7 +176,7 @@ func TestDaemonWithAClearedEnvironmentDiesByItsCgroup(t *testing.T) {
 				BuildCommand: daemonize("env -i PATH=/usr/bin:/bin"), StartCommand: "true"}
 			logs := &sink{}
 			_, err := e.rt.Build(context.Background(), job, logs)
-			require.NoError(t, err, logs.all())
+			require.NoError(t, err, logs.All())
 			daemon := daemonOf(t, srcOf(e, job.DeploymentID))
 			assert.False(t, alive(daemon), "the daemon %d outlived its build", daemon)
 			// The group's cgroup is gone, and so are its empty parents.
@@ -219,9 +219,9 @@ func TestSetsidChildOfAnAppDiesWithStop(t *testing.T) {
 		job.StartCommand = daemonize("") + "\nexec ./.keelson/app"
 		logs := &sink{}
 		_, err := e.rt.Build(context.Background(), job, logs)
-		require.NoError(t, err, logs.all())
+		require.NoError(t, err, logs.All())
 		up, err := e.rt.Start(context.Background(), job, logs)
-		require.NoError(t, err, logs.all())
+		require.NoError(t, err, logs.All())
 		daemon := daemonOf(t, srcOf(e, job.DeploymentID))
 		require.True(t, alive(daemon))
 		require.NoError(t, stop(job.DeploymentID))

@@ -77,7 +77,7 @@ func TestGitAuthReachesTheServerButNeverTheWorkspaceArgvOrLogs(t *testing.T) {
 		Framework: "static", GitAuth: &deployments.GitAuth{Username: user, Password: pass}}
 	logs := &sink{}
 	commit, err := e.rt.Build(context.Background(), job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	assert.Equal(t, head, commit)
 
 	mu.Lock()
@@ -108,8 +108,8 @@ func TestGitAuthReachesTheServerButNeverTheWorkspaceArgvOrLogs(t *testing.T) {
 	assert.Contains(t, string(argv), "fetch")
 	assert.NotContains(t, string(argv), pass)
 	assert.NotContains(t, string(argv), token)
-	assert.NotContains(t, logs.all(), pass)
-	assert.NotContains(t, logs.all(), token)
+	assert.NotContains(t, logs.All(), pass)
+	assert.NotContains(t, logs.All(), token)
 
 	// Without the credential the fetch fails at once (no prompt), and says so.
 	job.DeploymentID, job.GitAuth = platform.NewID(), nil

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/internal/runtimetest"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -55,25 +55,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// sink records every log line.
-type sink struct {
-	mu    sync.Mutex
-	lines []string // "stream: line"
-}
-
-func (s *sink) Log(stream, line string) {
-	s.mu.Lock()
-	s.lines = append(s.lines, stream+": "+line)
-	s.mu.Unlock()
-}
-
-func (s *sink) all() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.lines, "\n")
-}
-
-func (s *sink) has(sub string) bool { return strings.Contains(s.all(), sub) }
+// sink records every log line as "stream: line".
+type sink = runtimetest.Sink
 
 // env is one test's runtime, with its ingress served on a loopback server.
 type env struct {

@@ -155,7 +155,7 @@ func TestIPv6LiteralRepositoriesClone(t *testing.T) {
 		job := deployments.Job{DeploymentID: platform.NewID(), ProjectSlug: "v6", RepoURL: srv.URL + "/app.git", Framework: "static"}
 		logs := &sink{}
 		commit, err := e.rt.Build(context.Background(), job, logs)
-		require.NoError(t, err, "%s: %s", srv.URL, logs.all())
+		require.NoError(t, err, "%s: %s", srv.URL, logs.All())
 		assert.Equal(t, head, commit)
 		b, err := os.ReadFile(filepath.Join(e.dataDir, "workspaces", job.DeploymentID, "src", "index.html"))
 		require.NoError(t, err)

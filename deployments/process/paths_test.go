@@ -47,7 +47,7 @@ func TestStaticSymlinkOutOfTheCheckoutServesNothing(t *testing.T) {
 			job := deployments.Job{DeploymentID: platform.NewID(), ProjectSlug: "leak", RepoURL: repo, Framework: "static"}
 			logs := &sink{}
 			_, err := e.rt.Build(context.Background(), job, logs)
-			require.NoError(t, err, logs.all())
+			require.NoError(t, err, logs.All())
 			// The link is really in the checkout, pointing out of it.
 			got, err := os.Readlink(filepath.Join(e.dataDir, "workspaces", job.DeploymentID, "src", sub))
 			require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestStaticSymlinkOutOfTheCheckoutServesNothing(t *testing.T) {
 				assert.NotContains(t, body, secret, p)
 			}
 			require.ErrorContains(t, startErr, sub+"/ is a symlink that leaves the checkout")
-			assert.Contains(t, logs.all(), sub+"/ is a symlink that leaves the checkout")
+			assert.Contains(t, logs.All(), sub+"/ is a symlink that leaves the checkout")
 			assert.False(t, e.rt.sup.Running(job.DeploymentID), "no app is left starting or running")
 		})
 	}
@@ -96,9 +96,9 @@ func TestStaticFilesNeverLeaveTheCheckout(t *testing.T) {
 	job := deployments.Job{DeploymentID: platform.NewID(), ProjectSlug: "site", RepoURL: repo, Framework: "static"}
 	logs := &sink{}
 	_, err := e.rt.Build(context.Background(), job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	up, err := e.rt.Start(context.Background(), job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	_, err = e.rt.Route(context.Background(), "site", job.DeploymentID, up)
 	require.NoError(t, err)
 

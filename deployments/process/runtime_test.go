@@ -33,10 +33,10 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 	job1 := goJob(repo, "hello")
 
 	commit1, err := e.rt.Build(ctx, job1, logs1)
-	require.NoError(t, err, logs1.all())
+	require.NoError(t, err, logs1.All())
 	assert.Equal(t, head1, commit1)
 	up1, err := e.rt.Start(ctx, job1, logs1)
-	require.NoError(t, err, logs1.all())
+	require.NoError(t, err, logs1.All())
 	url, err := e.rt.Route(ctx, "hello", job1.DeploymentID, up1)
 	require.NoError(t, err)
 	assert.Equal(t, "http://hello.localhost:8081", url)
@@ -50,18 +50,18 @@ func TestDeployAndSwapWithoutFailedRequests(t *testing.T) {
 	assert.Equal(t, filepath.Join(e.dataDir, "workspaces", job1.DeploymentID, "home"),
 		e.mustGet(t, "hello.localhost", "/env?k=HOME"))
 	// Its output is in the log, the secret masked.
-	platformtest.Eventually(t, time.Minute, "the app's first line", func() bool { return logs1.has("app: app starting with token=***") })
-	assert.NotContains(t, logs1.all(), "tok-s3cret-value-42")
+	platformtest.Eventually(t, time.Minute, "the app's first line", func() bool { return logs1.Has("app: app starting with token=***") })
+	assert.NotContains(t, logs1.All(), "tok-s3cret-value-42")
 
 	// Second deployment: v2, built and started beside v1.
 	head2 := commit(t, repo, goApp("v2"))
 	logs2 := &sink{}
 	job2 := goJob(repo, "hello")
 	commit2, err := e.rt.Build(ctx, job2, logs2)
-	require.NoError(t, err, logs2.all())
+	require.NoError(t, err, logs2.All())
 	assert.Equal(t, head2, commit2)
 	up2, err := e.rt.Start(ctx, job2, logs2)
-	require.NoError(t, err, logs2.all())
+	require.NoError(t, err, logs2.All())
 	assert.NotEqual(t, up1, up2)
 
 	var ok, failed atomic.Int64
@@ -153,8 +153,8 @@ func TestFailingBuildReturnsItsOutput(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "build command failed (exit status 1)")
 	assert.Contains(t, err.Error(), "undefined: undefinedThing")
-	assert.Contains(t, logs.all(), "build: ./main.go")
-	assert.Contains(t, logs.all(), "undefined: undefinedThing")
+	assert.Contains(t, logs.All(), "build: ./main.go")
+	assert.Contains(t, logs.All(), "undefined: undefinedThing")
 }
 
 func TestSecretsAreMaskedInBuildOutputAndErrors(t *testing.T) {
@@ -170,8 +170,8 @@ func TestSecretsAreMaskedInBuildOutputAndErrors(t *testing.T) {
 	_, err := e.rt.Build(context.Background(), job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bad ***")
-	assert.Contains(t, logs.all(), "build: using *** and visible")
-	assert.NotContains(t, err.Error()+logs.all(), "pw-0f9a8b")
+	assert.Contains(t, logs.All(), "build: using *** and visible")
+	assert.NotContains(t, err.Error()+logs.All(), "pw-0f9a8b")
 }
 
 // childGone reports whether pid no longer runs (gone or a zombie).
@@ -213,7 +213,7 @@ func TestBuildTimeoutKillsTheWholeProcessGroup(t *testing.T) {
 	_, err := e.rt.Build(context.Background(), job, logs)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "build timed out after 1s")
-	assert.Contains(t, logs.all(), "build: spawned child")
+	assert.Contains(t, logs.All(), "build: spawned child")
 	pid := readPid(t, filepath.Join(e.dataDir, "workspaces", job.DeploymentID, "src", "child.pid"))
 	platformtest.Eventually(t, time.Minute, "the build's child to die", func() bool { return childGone(pid) })
 }
@@ -234,7 +234,7 @@ func TestCancelledBuildKillsTheWholeProcessGroup(t *testing.T) {
 		_, err := e.rt.Build(ctx, job, logs)
 		done <- err
 	}()
-	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
+	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.Has("build: spawned child") })
 	cancel()
 	err := <-done
 	require.ErrorIs(t, err, context.Canceled)
@@ -255,7 +255,7 @@ func TestCleanupCancelsARunningBuild(t *testing.T) {
 		_, err := e.rt.Build(context.Background(), job, logs)
 		done <- err
 	}()
-	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.has("build: spawned child") })
+	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.Has("build: spawned child") })
 	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
 	require.Error(t, <-done)
 	_, err := os.Stat(filepath.Join(e.dataDir, "workspaces", job.DeploymentID))
@@ -273,9 +273,9 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 	job := goJob(repo, "crashy")
 	logs := &sink{}
 	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	up, err := e.rt.Start(ctx, job, logs)
-	require.NoError(t, err, logs.all())
+	require.NoError(t, err, logs.All())
 	_, err = e.rt.Route(ctx, "crashy", job.DeploymentID, up)
 	require.NoError(t, err)
 	pid1 := e.mustGet(t, "crashy.localhost", "/pid")
@@ -291,15 +291,15 @@ func TestCrashedAppIsRestartedThenGivenUp(t *testing.T) {
 	route, ok := e.router.Lookup("crashy")
 	require.True(t, ok)
 	assert.NotEqual(t, up, route.Upstream, "the restarted app listens elsewhere and the route followed")
-	assert.Contains(t, logs.all(), "system: the app now listens on "+route.Upstream)
-	assert.Contains(t, logs.all(), "system: the app exited (exit status 3)")
-	assert.Contains(t, logs.all(), "system: restarting the app")
+	assert.Contains(t, logs.All(), "system: the app now listens on "+route.Upstream)
+	assert.Contains(t, logs.All(), "system: the app exited (exit status 3)")
+	assert.Contains(t, logs.All(), "system: restarting the app")
 
 	// A second crash within the window exceeds MaxRestarts=1: it stays down.
 	_, _, _ = e.get("crashy.localhost", "/crash")
 	// Its route goes with it: the host answers 404, not a port it freed.
-	platformtest.Eventually(t, time.Minute, "the runtime to give up", func() bool { return logs.has("not restarting it") })
-	platformtest.Eventually(t, time.Minute, "the route to go", func() bool { return logs.has("its route is removed") })
+	platformtest.Eventually(t, time.Minute, "the runtime to give up", func() bool { return logs.Has("not restarting it") })
+	platformtest.Eventually(t, time.Minute, "the route to go", func() bool { return logs.Has("its route is removed") })
 	_, ok = e.router.Lookup("crashy")
 	assert.False(t, ok)
 	code, _, err := e.get("crashy.localhost", "/")
@@ -327,7 +327,7 @@ func TestAppThatDoesNotAnswerFailsStartWithItsOutput(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "exited before answering HTTP (exit status 7)")
 	assert.Contains(t, err.Error(), "cannot open config.yml")
-	assert.Contains(t, logs.all(), "app: cannot open config.yml")
+	assert.Contains(t, logs.All(), "app: cannot open config.yml")
 
 	// One that runs but never listens fails at the health timeout.
 	e2 := newEnv(t, func(c *Config) { c.HealthTimeout = 300 * time.Millisecond })
@@ -516,7 +516,7 @@ printf 'last:%s' "$TOK"`,
 	}
 	_, err := e.rt.Build(context.Background(), job, logs)
 	require.NoError(t, err)
-	all := logs.all()
+	all := logs.All()
 	for _, s := range append([]string{tok, tok[:9], tok[9:], "newline-secret-value"}, pemLines...) {
 		assert.NotContains(t, all, s)
 	}
