@@ -25,7 +25,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
-	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 	"github.com/keelson-dev/keelson/deployments/internal/supervise"
@@ -143,10 +142,9 @@ type Runtime struct {
 	netMu   sync.Mutex   // one ensureNetwork at a time: the engine would make two networks of one name
 
 	mu           sync.Mutex
-	closed       bool
 	cgroupDriver string // the engine's, asked once
-	builds       map[string]context.CancelFunc
-	locks        idlock.Locks
+
+	builds lifecycle.Builds // running builds, workspace locks
 
 	sup *supervise.Supervisor // starts, supervises and stops the apps
 }
@@ -221,7 +219,6 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
 		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel, fw: fw,
-		builds: map[string]context.CancelFunc{},
 		sup: supervise.New(supervise.Config{
 			Name: "container", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
 			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
@@ -324,28 +321,11 @@ func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err := checkID(job.ProjectID); err != nil {
 		return "", errors.New("project id is not valid")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(r.base, cancel)()
-
-	unlock := r.locks.Lock(job.DeploymentID)
-	defer unlock()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return "", errors.New("runtime is shut down")
+	ctx, end, err := r.builds.Begin(ctx, r.base, job.DeploymentID, r.sup.Running)
+	if err != nil {
+		return "", err
 	}
-	if r.sup.Running(job.DeploymentID) {
-		r.mu.Unlock()
-		return "", fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
-	}
-	r.builds[job.DeploymentID] = cancel
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.builds, job.DeploymentID)
-		r.mu.Unlock()
-	}()
+	defer end()
 
 	out := runlog.New(logs, rt.StreamBuild, runlog.Masker(job))
 	root := r.workdir(job.DeploymentID)
@@ -651,12 +631,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 	if err := r.Stop(ctx, deploymentID); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	if cancel := r.builds[deploymentID]; cancel != nil {
-		cancel()
-	}
-	r.mu.Unlock()
-	unlock := r.locks.Lock(deploymentID)
+	unlock := r.builds.CancelAndLock(deploymentID)
 	defer unlock()
 	var errs []error
 	if err := os.RemoveAll(r.workdir(deploymentID)); err != nil {
@@ -719,9 +694,7 @@ func (r *Runtime) CleanupProject(ctx context.Context, projectID string) error {
 // leaves them running and the next one adopts them. The client is closed if
 // the runtime made it. The Runtime refuses new work afterwards.
 func (r *Runtime) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
+	r.builds.Close()
 	ids := r.sup.Shut()
 	r.cancel()
 	// Builds end with the context; their network goes with the runtime.

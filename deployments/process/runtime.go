@@ -18,7 +18,6 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
-	"github.com/keelson-dev/keelson/deployments/internal/idlock"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 	"github.com/keelson-dev/keelson/deployments/internal/supervise"
@@ -94,9 +93,7 @@ type Runtime struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	closed   bool
-	builds   map[string]context.CancelFunc                                // deploymentID -> running build
-	locks    idlock.Locks                                                 // deploymentID -> workspace lock
+	builds   lifecycle.Builds                                             // running builds, workspace locks
 	ports    map[int]string                                               // ports handed to apps -> deploymentID
 	portFree func(port int) bool                                          // whether a restarted app may keep its port (a seam for tests)
 	contain  *containment                                                 // finds and kills what builds and apps start
@@ -147,8 +144,7 @@ func New(cfg Config) (*Runtime, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Runtime{
 		cfg: cfg, base: base, cancel: cancel, contain: contain,
-		builds: map[string]context.CancelFunc{},
-		ports:  map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
+		ports: map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
 		sup: supervise.New(supervise.Config{
 			Name: "process", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
 			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
@@ -233,29 +229,11 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err != nil {
 		return "", times, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopOnClose := context.AfterFunc(r.base, cancel)
-	defer stopOnClose()
-
-	unlock := r.locks.Lock(job.DeploymentID)
-	defer unlock()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return "", times, errors.New("runtime is shut down")
+	ctx, end, err := r.builds.Begin(ctx, r.base, job.DeploymentID, r.sup.Running)
+	if err != nil {
+		return "", times, err
 	}
-	if r.sup.Running(job.DeploymentID) {
-		r.mu.Unlock()
-		return "", times, fmt.Errorf("deployment %s is running; stop it before building it again", job.DeploymentID)
-	}
-	r.builds[job.DeploymentID] = cancel
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.builds, job.DeploymentID)
-		r.mu.Unlock()
-	}()
+	defer end()
 
 	for _, d := range []string{ws.root, ws.home, ws.tmp} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -335,12 +313,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 	if err := r.Stop(ctx, deploymentID); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	if cancel := r.builds[deploymentID]; cancel != nil {
-		cancel()
-	}
-	r.mu.Unlock()
-	unlock := r.locks.Lock(deploymentID)
+	unlock := r.builds.CancelAndLock(deploymentID)
 	defer unlock()
 	if err := removeAll(ws.root); err != nil {
 		return fmt.Errorf("removing the workspace of %s: %w", deploymentID, err)
@@ -351,9 +324,7 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 // Close cancels every build and stops every app, waiting at most until ctx is
 // done. The Runtime refuses new work afterwards.
 func (r *Runtime) Close(ctx context.Context) error {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
+	r.builds.Close()
 	ids := r.sup.Shut()
 	r.cancel()
 	errs := lifecycle.StopAll(ctx, ids, r.Stop)

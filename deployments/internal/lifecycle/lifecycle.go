@@ -1,6 +1,7 @@
-// Package lifecycle holds the steps of an app's life that both runtimes
+// Package lifecycle holds the steps of a deployment's life that both runtimes
 // (deployments/process and deployments/container) take alike: joining an app
-// that is already starting or running, and stopping every app at close.
+// that is already starting or running, stopping every app at close, and
+// keeping the builds (Builds).
 package lifecycle
 
 import (
