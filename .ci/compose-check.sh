@@ -32,7 +32,7 @@ else
   die "neither docker-compose nor 'docker compose' is installed"
 fi
 POSTGRES_IMAGE="${KEELSON_TEST_POSTGRES_IMAGE:-keelson-test/postgres:15}"
-STATIC_IMAGE="${KEELSON_IMAGE_STATIC:-keelson/static:local}"
+STATIC_IMAGE=keelson/static:local
 TEMPORAL_IMAGE="keelson/temporal:local"
 bash scripts/local-images.sh static temporal >/dev/null || die "scripts/local-images.sh static temporal failed"
 for img in "$image" "$POSTGRES_IMAGE" "$STATIC_IMAGE" "$TEMPORAL_IMAGE"; do

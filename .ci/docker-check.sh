@@ -4,8 +4,8 @@
 #   compose` v2) and its worker runs the Docker runtime with the engine socket;
 # - .dockerignore keeps .git, data/ and secrets out of the build context;
 # - the Dockerfile builds the reference server from local base images (no
-#   registry: .ci/runtime-images.sh, the base with git from
-#   scripts/local-images.sh) with vendored modules (no proxy in the build);
+#   registry: scripts/local-images.sh's keelson/go:local and keelson/base:local,
+#   with git) with vendored modules (no proxy in the build);
 # - the image runs as 65532 with git; without the socket's group it stops
 #   saying "permission denied"; with the socket mounted, the default role (all)
 #   answers the API and deploys an app through its ingress;
@@ -16,9 +16,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-GO_IMAGE="${KEELSON_TEST_IMAGE_GO:-keelson-test/go:1}"
-BASE_IMAGE="${KEELSON_TEST_IMAGE_BASE:-keelson-test/base:1}"
-STATIC_IMAGE="${KEELSON_TEST_IMAGE_STATIC:-keelson-test/static:1}"
+GO_IMAGE=keelson/go:local
+BASE_IMAGE=keelson/base:local
+STATIC_IMAGE=keelson/static:local
 TAG="keelson-ci/server:check-$$"
 die() { echo "docker-check: ERROR: $*" >&2; exit 1; }
 
@@ -39,9 +39,9 @@ grep -q '/var/run/docker.sock:/var/run/docker.sock' <<<"$worker" || die "compose
 grep -q '/sys/fs/cgroup:/sys/fs/cgroup' <<<"$worker" || die "compose.yaml: the worker does not mount the host's cgroups"
 echo "docker-check: compose.yaml accepted; its worker runs the Docker runtime on the mounted socket"
 
-bash .ci/runtime-images.sh base >/dev/null || die "building $BASE_IMAGE failed"
+bash scripts/local-images.sh go base static >/dev/null || die "scripts/local-images.sh go base static failed"
 for img in "$GO_IMAGE" "$BASE_IMAGE" "$STATIC_IMAGE"; do
-  docker image inspect "$img" >/dev/null 2>&1 || die "base image $img missing (run .ci/runtime-images.sh first)"
+  docker image inspect "$img" >/dev/null 2>&1 || die "image $img missing after scripts/local-images.sh"
 done
 ctx="$(mktemp -d /tmp/keelson-docker-check.XXXXXX)"
 name="keelson-check-$$"

@@ -28,7 +28,6 @@ import (
 // memory one idle app container uses (idle-MiB, from the engine's stats:
 // usage minus page cache).
 //
-//	eval "$(.ci/runtime-images.sh --env)"
 //	go test ./deployments/container/ -run '^$' -bench TimeToLive -benchtime 5x
 func BenchmarkTimeToLive(b *testing.B) {
 	imgs, docker := containertest.Images(b)

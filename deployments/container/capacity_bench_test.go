@@ -33,7 +33,6 @@ import (
 // the shims and port proxies, growth over the run), the container's own
 // (app-MiB: usage less page cache) and the server's Go heap (keelson-KiB).
 //
-//	eval "$(.ci/runtime-images.sh --env)"
 //	KEELSON_BENCH_APPS=200 go test ./deployments/container/ -run '^$' -bench AppCapacity -benchtime 1x -timeout 60m
 func BenchmarkAppCapacity(b *testing.B) {
 	n := 40

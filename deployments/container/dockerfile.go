@@ -43,6 +43,11 @@ func (i Images) withDefaults() Images {
 	return i
 }
 
+// has reports whether ref is one of the presets' images, as configured.
+func (i Images) has(ref string) bool {
+	return ref != "" && (ref == i.Go || ref == i.GoRun || ref == i.Node || ref == i.Static)
+}
+
 // generatedDockerfile is the name of the Dockerfile this runtime writes into
 // a build context (the repository's own files keep their names).
 const generatedDockerfile = ".keelson.Dockerfile"

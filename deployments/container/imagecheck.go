@@ -73,9 +73,12 @@ func privateRegistry(host string, lookup func(string) ([]netip.Addr, error), all
 // checkRepoDockerfile refuses a repository's Dockerfile (its text) that
 // builds on an image of Keelson's own or of another project (always), or
 // that makes the engine fetch from this host's network (with the egress
-// fenced): dockerfile.Check with the runtime's image policy. A base image
-// the engine does not have is pulled first, so that its labels and ONBUILD
-// triggers are checked before they run.
+// fenced): dockerfile.Check with the runtime's image policy. The presets'
+// images (Config.Images, named exactly as configured) are allowed whatever
+// their name: every generated Dockerfile builds on them, and where there is
+// no registry they are scripts/local-images.sh's keelson/*:local. A base
+// image the engine does not have is pulled first, so that its labels and
+// ONBUILD triggers are checked before they run.
 func (r *Runtime) checkRepoDockerfile(ctx context.Context, text string, out *runlog.Output) error {
 	fenced := !r.cfg.Egress.Open
 	lookup := func(host string) ([]netip.Addr, error) {
@@ -93,7 +96,7 @@ func (r *Runtime) checkRepoDockerfile(ctx context.Context, text string, out *run
 		return nil
 	}
 	return dockerfile.Check("Dockerfile", text, func(ref string) error {
-		if p := dockerfile.RefProblem(ref); p != "" {
+		if p := dockerfile.RefProblem(ref); p != "" && !r.cfg.Images.has(ref) {
 			return errors.New(p)
 		}
 		res, err := r.docker.ImageInspect(ctx, ref)

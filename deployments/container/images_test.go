@@ -17,7 +17,9 @@ import (
 
 // Another project's image cannot be built on: not by Keelson's name for
 // it, a variable holding that name, COPY --from, another tag of it, or a
-// prefix of its id (which the classic builder resolves locally).
+// prefix of its id (which the classic builder resolves locally). A preset's
+// image can, even named keelson/ (scripts/local-images.sh's), but no other
+// keelson/ name.
 func TestFromAnotherProjectRefused(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
@@ -45,6 +47,8 @@ func TestFromAnotherProjectRefused(t *testing.T) {
 		"FROM sha256:" + id + "\n":                                                       "it names an image by a local image id",
 		"FROM " + id[:5] + "\n":                                                          "it names an image by a local image id",
 		"FROM " + alias + "\n":                                                           "it is an image Keelson built for a project",
+		// Only the presets' own names pass (a is built FROM one, keelson/static:local by default).
+		"FROM keelson/not-a-preset:local\n": "line 1 (FROM keelson/not-a-preset:local): keelson/ images",
 	} {
 		b := dockerJob(t, dockerfile)
 		blogs := &sink{}

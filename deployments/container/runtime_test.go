@@ -29,6 +29,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	platformtest.Summary()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),

@@ -25,7 +25,7 @@ import (
 )
 
 // dockerServer starts the reference server with KEELSON_RUNTIME=docker and
-// the preset images CI builds (.ci/runtime-images.sh), or skips.
+// the preset images (containertest.Images builds them when missing), or skips.
 func dockerServer(t *testing.T) (*testServer, *client.Client) {
 	t.Helper()
 	imgs, docker := containertest.Images(t)

@@ -113,7 +113,7 @@ func PostgresURL(t testing.TB) string {
 		if os.Getenv("KEELSON_TEST_REQUIRE_POSTGRES") == "1" {
 			t.Fatalf("dbtest: Postgres required (KEELSON_TEST_REQUIRE_POSTGRES=1) but unavailable: %s", pg.skip)
 		}
-		t.Skipf("dbtest: skipping Postgres test: %s", pg.skip)
+		platformtest.Skip(t, "Postgres: "+pg.skip, "a Docker engine (dbtest starts Postgres in it, building its image when none can be pulled), or KEELSON_TEST_DATABASE_URL=postgres://...")
 	}
 	if pg.err != nil {
 		t.Fatalf("dbtest: %v", pg.err)

@@ -1,19 +1,17 @@
 package dbtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // resolveImage returns the image to start: img when it is present or can be
@@ -63,56 +61,16 @@ func pull(ctx context.Context, cli *testcontainers.DockerClient, img string) err
 	return resp.Wait(ctx)
 }
 
-// buildLocal runs the repository's .ci/postgres-image.sh, holding a lock so
-// that concurrent test binaries build the image once.
+// buildLocal runs the repository's .ci/postgres-image.sh, one build at a
+// time across test binaries.
 func buildLocal(ctx context.Context) error {
-	script, err := findScript()
-	if err != nil {
-		return err
-	}
 	if os.Geteuid() != 0 {
-		return errors.New("it needs root (run `sudo bash " + script + "` once)")
+		return errors.New("it needs root (run `sudo bash .ci/postgres-image.sh` once)")
 	}
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "keelson-dbtest-postgres-image.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Env = append(os.Environ(), "KEELSON_TEST_POSTGRES_IMAGE="+LocalPostgresImage)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		return fmt.Errorf("%s: %v: %s", script, err, lines[len(lines)-1])
-	}
-	return nil
-}
-
-// findScript looks for .ci/postgres-image.sh in the directories above the
-// test's working directory (the package directory).
-func findScript() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, ".ci", "postgres-image.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New(".ci/postgres-image.sh not found above the test's directory")
-		}
-		dir = parent
-	}
+	return platformtest.RunRepoScript(ctx, "keelson-dbtest-postgres-image", ".ci/postgres-image.sh",
+		[]string{"KEELSON_TEST_POSTGRES_IMAGE=" + LocalPostgresImage})
 }
 
 func firstLine(s string) string {

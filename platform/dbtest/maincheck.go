@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // MainCheck is Main with check run after the tests, once the shared Postgres
 // is closed and stopped (e.g. a goroutine-leak check such as goleak.Find); an
-// error from check fails the test binary.
+// error from check fails the test binary. What the tests skipped for want of
+// Postgres, Docker or Temporal is printed in one line (platformtest.Summary).
 func MainCheck(m *testing.M, check func() error) {
 	code := m.Run()
+	platformtest.Summary()
 	if pg.admin != nil {
 		pg.admin.Close()
 	}

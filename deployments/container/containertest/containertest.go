@@ -1,14 +1,18 @@
 // Package containertest gives tests of the docker runtime the engine and the
-// preset images they need, or skips them with one line when those are absent
-// outside CI (KEELSON_TEST_REQUIRE_DOCKER_RUNTIME=1 makes absence a failure).
-// .ci/runtime-images.sh builds the images from the machine's own toolchain.
+// preset images they need. The images are the ones KEELSON_IMAGE_GO, _GO_RUN
+// and _STATIC name, else scripts/local-images.sh's keelson/*:local; missing
+// ones are built with that script from the machine's own toolchain, once per
+// machine. Without an engine, or when the build fails, the test skips saying
+// why (KEELSON_TEST_REQUIRE_DOCKER_RUNTIME=1 makes that a failure).
 package containertest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +22,15 @@ import (
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
-// Images returns the preset images named by KEELSON_IMAGE_GO, _GO_RUN and
-// _STATIC (each must exist on the engine) and a client, or skips the test.
+// LocalImages are the names scripts/local-images.sh builds.
+var LocalImages = container.Images{Go: "keelson/go:local", GoRun: "keelson/go-run:local",
+	Static: "keelson/static:local", Node: "keelson/node:local"}
+
+// enable is what a skipped test says makes it run.
+const enable = "a Docker engine, and root for scripts/local-images.sh (the tests run it when the images are missing)"
+
+// Images returns the preset images (built first when missing) and a client
+// of the engine, or skips the test.
 func Images(t testing.TB) (container.Images, *client.Client) {
 	t.Helper()
 	fail := func(why string) {
@@ -27,25 +38,64 @@ func Images(t testing.TB) (container.Images, *client.Client) {
 		if os.Getenv("KEELSON_TEST_REQUIRE_DOCKER_RUNTIME") == "1" {
 			t.Fatalf("docker runtime test: %s (KEELSON_TEST_REQUIRE_DOCKER_RUNTIME=1)", why)
 		}
-		platformtest.Report(fmt.Sprintf("skipped %s: %s (enable: bash .ci/runtime-images.sh && eval \"$(bash .ci/runtime-images.sh --env)\")", t.Name(), why))
-		t.Skipf("docker runtime test skipped: %s (run .ci/runtime-images.sh and export what `.ci/runtime-images.sh --env` prints)", why)
+		platformtest.Skip(t, "docker runtime: "+why, enable)
 	}
-	imgs := container.Images{Go: os.Getenv("KEELSON_IMAGE_GO"), GoRun: os.Getenv("KEELSON_IMAGE_GO_RUN"),
-		Static: os.Getenv("KEELSON_IMAGE_STATIC"), Node: os.Getenv("KEELSON_IMAGE_NODE")}
-	if imgs.Go == "" || imgs.GoRun == "" || imgs.Static == "" {
-		fail("KEELSON_IMAGE_GO, KEELSON_IMAGE_GO_RUN and KEELSON_IMAGE_STATIC are not all set")
-	}
+	imgs := container.Images{Go: cmp.Or(os.Getenv("KEELSON_IMAGE_GO"), LocalImages.Go),
+		GoRun:  cmp.Or(os.Getenv("KEELSON_IMAGE_GO_RUN"), LocalImages.GoRun),
+		Static: cmp.Or(os.Getenv("KEELSON_IMAGE_STATIC"), LocalImages.Static), Node: os.Getenv("KEELSON_IMAGE_NODE")}
 	c, err := container.NewClient(context.Background(), 10*time.Second)
 	if err != nil {
 		fail("no Docker engine answers: " + err.Error())
 	}
 	t.Cleanup(func() { c.Close() })
-	for _, ref := range []string{imgs.Go, imgs.GoRun, imgs.Static} {
-		if _, err := c.ImageInspect(context.Background(), ref); err != nil {
-			fail("image " + ref + " is not on the engine")
-		}
+	if err := ensure(c, imgs); err != nil {
+		fail(err.Error())
 	}
 	return imgs, c
+}
+
+// built remembers the outcome of this binary's build (one try per binary).
+var built struct {
+	mu   sync.Mutex
+	done bool
+	err  error
+}
+
+// ensure builds the images of imgs the engine does not hold with
+// scripts/local-images.sh, under their names, one build at a time across
+// test binaries.
+func ensure(c *client.Client, imgs container.Images) error {
+	ctx := context.Background()
+	var missing []string
+	for _, ref := range []string{imgs.Go, imgs.GoRun, imgs.Static} {
+		if _, err := c.ImageInspect(ctx, ref); err != nil {
+			missing = append(missing, ref)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	if !built.done {
+		built.done = true
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+		defer cancel()
+		built.err = platformtest.RunRepoScript(ctx, "keelson-local-images", "scripts/local-images.sh",
+			[]string{"IMAGE_GO=" + imgs.Go, "IMAGE_GO_RUN=" + imgs.GoRun, "IMAGE_STATIC=" + imgs.Static}, "go", "go-run", "static")
+		if built.err == nil {
+			platformtest.Report("built the docker runtime's images with scripts/local-images.sh: " + strings.Join(missing, " "))
+		}
+	}
+	if built.err != nil {
+		return fmt.Errorf("images %s are missing and building them failed: %v", strings.Join(missing, ", "), built.err)
+	}
+	for _, ref := range []string{imgs.Go, imgs.GoRun, imgs.Static} {
+		if _, err := c.ImageInspect(ctx, ref); err != nil {
+			return fmt.Errorf("scripts/local-images.sh did not produce %s", ref)
+		}
+	}
+	return nil
 }
 
 // Leftovers lists the containers, networks and images labelled with instance
