@@ -63,12 +63,14 @@ cp .dockerignore Dockerfile "$ctx"/
 
 # .dockerignore: a context holding .git, a data dir with secrets and a .env
 # sends none of them.
-mkdir -p "$ctx/.git" "$ctx/data" "$ctx/examples/server/data"
+mkdir -p "$ctx/.git" "$ctx/data" "$ctx/examples/server/data" "$ctx/vendor/example.com/m/data"
 echo secret >"$ctx/data/jwt-secret"; echo secret >"$ctx/examples/server/data/secret-key"; echo KEELSON_JWT_SECRET=x >"$ctx/.env"
-printf 'FROM %s\nCOPY . /ctx\nRUN [ ! -e /ctx/.git ] && [ ! -e /ctx/data ] && [ ! -e /ctx/examples/server/data ] && [ ! -e /ctx/.env ] && [ -e /ctx/go.mod ]\n' "$STATIC_IMAGE" \
+echo embedded >"$ctx/vendor/example.com/m/data/table"
+printf 'FROM %s\nCOPY . /ctx\nRUN [ ! -e /ctx/.git ] && [ ! -e /ctx/data ] && [ ! -e /ctx/examples/server/data ] && [ ! -e /ctx/.env ] && [ -e /ctx/go.mod ] && [ -e /ctx/vendor/example.com/m/data/table ]\n' "$STATIC_IMAGE" \
   | DOCKER_BUILDKIT=0 docker build -q -t "$TAG-ctx" --label keelson-ci=docker-check -f - "$ctx" >/dev/null 2>&1 \
-  || die ".dockerignore lets .git, data/ or .env into the build context"
-echo "docker-check: .dockerignore keeps .git, data/ and .env out of the context"
+  || die ".dockerignore lets .git, data/ or .env into the build context, or keeps a vendored module's data/ out"
+rm -rf "$ctx/vendor/example.com"
+echo "docker-check: .dockerignore keeps .git, data/ and .env out of the context, and vendored modules' data/ in"
 
 start=$SECONDS
 DOCKER_BUILDKIT=0 docker build -q -t "$TAG" --label keelson-ci=docker-check \
