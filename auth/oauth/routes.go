@@ -100,9 +100,12 @@ const (
 		"?codehost=error&reason=<status> (already_linked when the code-host account belongs to another user)."
 )
 
-// oauthTags and redirectErrs are shared by the OAuth operations.
+// oauthTags and the error statuses are shared by the OAuth operations: a
+// start route only fails for want of its provider, a callback also on a bad
+// state.
 var (
 	oauthTags    = []string{"OAuth"}
+	startErrs    = []int{http.StatusServiceUnavailable}
 	redirectErrs = []int{http.StatusBadRequest, http.StatusServiceUnavailable}
 )
 
@@ -132,7 +135,7 @@ func (s *Service) registerCodehost(api huma.API) {
 		Summary: "Log in through the code host (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
 		Description: "Redirects to the code host's authorization page with state and PKCE (S256), bound to this " +
 			"browser by a short-lived cookie. 503 names the missing settings when the code host is not configured. " + loginDoc,
-		Errors: redirectErrs,
+		Errors: startErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		return redirectTo(s.start(ctx, s.codehost, modeLogin, "", ""))
 	})
@@ -195,7 +198,7 @@ func (s *Service) registerIDP(api huma.API) {
 		Description: "Redirects to the identity provider (found by discovery from its issuer at first use) with " +
 			"state, PKCE (S256) and nonce, bound to this browser by a short-lived cookie. 503 names the missing " +
 			"settings, or says the provider cannot be reached. " + loginDoc,
-		Errors: redirectErrs,
+		Errors: startErrs,
 	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		return redirectTo(s.start(ctx, s.idp, modeLogin, "", ""))
 	})

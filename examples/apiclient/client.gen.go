@@ -11040,19 +11040,12 @@ type OauthCodehostStartResponse302Headers struct {
 type OauthCodehostStartResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *APIError
 	// Headers302 the parsed response headers for an HTTP 302 response
 	Headers302 *OauthCodehostStartResponse302Headers
-}
-
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r OauthCodehostStartResponse) GetJSON400() *APIError {
-	return r.JSON400
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11107,8 +11100,6 @@ type OauthCodehostCallbackResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -11120,11 +11111,6 @@ type OauthCodehostCallbackResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r OauthCodehostCallbackResponse) GetJSON400() *APIError {
 	return r.JSON400
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r OauthCodehostCallbackResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11181,8 +11167,6 @@ type OauthCodehostConnectResponse struct {
 	JSON400 *APIError
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -11199,11 +11183,6 @@ func (r OauthCodehostConnectResponse) GetJSON400() *APIError {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r OauthCodehostConnectResponse) GetJSON401() *APIError {
 	return r.JSON401
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r OauthCodehostConnectResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11256,10 +11235,10 @@ type OauthCodehostConnectTicketResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ConnectTicket
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *APIError
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -11273,14 +11252,14 @@ func (r OauthCodehostConnectTicketResponse) GetJSON200() *ConnectTicket {
 	return r.JSON200
 }
 
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r OauthCodehostConnectTicketResponse) GetJSON400() *APIError {
+	return r.JSON400
+}
+
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r OauthCodehostConnectTicketResponse) GetJSON401() *APIError {
 	return r.JSON401
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r OauthCodehostConnectTicketResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11381,19 +11360,12 @@ type OauthIdpStartResponse302Headers struct {
 type OauthIdpStartResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *APIError
 	// Headers302 the parsed response headers for an HTTP 302 response
 	Headers302 *OauthIdpStartResponse302Headers
-}
-
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r OauthIdpStartResponse) GetJSON400() *APIError {
-	return r.JSON400
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11448,8 +11420,6 @@ type OauthIdpCallbackResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -11461,11 +11431,6 @@ type OauthIdpCallbackResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r OauthIdpCallbackResponse) GetJSON400() *APIError {
 	return r.JSON400
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r OauthIdpCallbackResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11718,8 +11683,6 @@ type OauthExchangeResponse struct {
 	JSON200 *TokenPair
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *APIError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -11734,11 +11697,6 @@ func (r OauthExchangeResponse) GetJSON200() *TokenPair {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r OauthExchangeResponse) GetJSON400() *APIError {
 	return r.JSON400
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r OauthExchangeResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -12815,8 +12773,6 @@ type StreamDeploymentLogsResponse struct {
 	JSON401 *APIError
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *APIError
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *APIError
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *APIError
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -12836,11 +12792,6 @@ func (r StreamDeploymentLogsResponse) GetJSON401() *APIError {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r StreamDeploymentLogsResponse) GetJSON404() *APIError {
 	return r.JSON404
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r StreamDeploymentLogsResponse) GetJSON422() *APIError {
-	return r.JSON422
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -17762,13 +17713,6 @@ func ParseOauthCodehostStartResponse(rsp *http.Response) (*OauthCodehostStartRes
 	case rsp.StatusCode == 302:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON400 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17845,13 +17789,6 @@ func ParseOauthCodehostCallbackResponse(rsp *http.Response) (*OauthCodehostCallb
 			return nil, err
 		}
 		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
@@ -17937,13 +17874,6 @@ func ParseOauthCodehostConnectResponse(rsp *http.Response) (*OauthCodehostConnec
 		}
 		response.JSON401 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -18018,19 +17948,19 @@ func ParseOauthCodehostConnectTicketResponse(rsp *http.Response) (*OauthCodehost
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest APIError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
@@ -18121,13 +18051,6 @@ func ParseOauthIdpStartResponse(rsp *http.Response) (*OauthIdpStartResponse, err
 	case rsp.StatusCode == 302:
 		break // No content-type
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON400 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -18204,13 +18127,6 @@ func ParseOauthIdpCallbackResponse(rsp *http.Response) (*OauthIdpCallbackRespons
 			return nil, err
 		}
 		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
@@ -18437,13 +18353,6 @@ func ParseOauthExchangeResponse(rsp *http.Response) (*OauthExchangeResponse, err
 			return nil, err
 		}
 		response.JSON400 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest APIError
@@ -19292,13 +19201,6 @@ func ParseStreamDeploymentLogsResponse(rsp *http.Response) (*StreamDeploymentLog
 			return nil, err
 		}
 		response.JSON404 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest APIError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest APIError

@@ -220,6 +220,7 @@ func contentType(name string) string {
 // readers (see the package doc).
 func Documents(oa *huma.OpenAPI) (v31, v30 []byte, err error) {
 	declareTags(oa)
+	validationIs400(oa)
 	b31, err := oa.MarshalJSON()
 	if err != nil {
 		return nil, nil, fmt.Errorf("apidocs: 3.1: %w", err)
@@ -235,6 +236,26 @@ func Documents(oa *huma.OpenAPI) (v31, v30 []byte, err error) {
 		return nil, nil, err
 	}
 	return v31, v30, nil
+}
+
+// validationIs400 declares a validation failure as the 400 it is answered
+// with (platform.InstallErrorModel turns Huma's 422 into 400): Huma adds
+// 422 to the responses of an operation that lists its error statuses and
+// takes input, a status no request gets.
+func validationIs400(oa *huma.OpenAPI) {
+	for _, p := range oa.Paths {
+		for _, op := range []*huma.Operation{p.Get, p.Put, p.Post, p.Delete, p.Options, p.Head, p.Patch, p.Trace} {
+			if op == nil || op.Responses["422"] == nil {
+				continue
+			}
+			if op.Responses["400"] == nil {
+				r := *op.Responses["422"]
+				r.Description = http.StatusText(http.StatusBadRequest)
+				op.Responses["400"] = &r
+			}
+			delete(op.Responses, "422")
+		}
+	}
 }
 
 // declareTags adds to oa.Tags every tag an operation uses and is not declared.
