@@ -40,6 +40,7 @@ func run(log *slog.Logger) error {
 		if err := app.Close(cctx); err != nil {
 			log.Error("shutdown", "err", err)
 		}
+		log.Info("keelson stopped")
 	}()
 	apiL, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -78,7 +79,7 @@ func run(log *slog.Logger) error {
 		defer serveMetrics(ctx, ml, app.Metrics, log)()
 	}
 	err = app.Serve(ctx, apiL, ingressL)
-	log.Info("keelson stopped")
+	log.Info("keelson stopping: closing the modules")
 	return err
 }
 
