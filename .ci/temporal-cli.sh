@@ -19,37 +19,14 @@ set -euo pipefail
 # v1.5.1: newer releases (v1.9.x) carry a local `replace` for their nested cliext
 # module, which `go install pkg@version` refuses, and cliext is not on the proxy.
 VERSION="${KEELSON_TEMPORAL_CLI_VERSION:-v1.5.1}"
-CACHE="${KEELSON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keelson}"
-DIR="$CACHE/temporal-$VERSION"
-BIN="$DIR/temporal"
+PKG="github.com/temporalio/cli/cmd/temporal@$VERSION"
+. "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
+gotool_start temporal-cli "temporal-$VERSION" temporal
 
-die() { echo "temporal-cli: ERROR: $*" >&2; exit 1; }
-log() { echo "temporal-cli: $*" >&2; }
-
-if [[ "${FORCE:-0}" != "1" && -x "$BIN" ]]; then
-  log "using cached $BIN"
-  echo "$BIN"
-  exit 0
+log "building $PKG (takes several minutes)"
+# GOFLAGS=-mod=mod so a surrounding module's vendor/readonly settings cannot interfere.
+if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$PKG") >&2; then
+  die "go install $PKG failed (is the Go module proxy reachable?)"
 fi
-
-command -v go >/dev/null 2>&1 || die "go toolchain not found in PATH"
-mkdir -p "$DIR" || die "cannot create $DIR"
-
-# Build into a scratch GOBIN and move the binary into place only when complete,
-# so an interrupted build never leaves a half-written binary that looks cached.
-TMP="$(mktemp -d "$DIR/.build.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
-
-log "building github.com/temporalio/cli/cmd/temporal@$VERSION (takes several minutes)"
-start=$(date +%s)
-# GOFLAGS=-mod=mod so a surrounding module's vendor/readonly settings cannot interfere;
-# run outside any module so the repo's go.mod is never touched.
-if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off \
-      go install "github.com/temporalio/cli/cmd/temporal@$VERSION") >&2; then
-  die "go install github.com/temporalio/cli/cmd/temporal@$VERSION failed (is the Go module proxy reachable?)"
-fi
-[[ -x "$TMP/temporal" ]] || die "go install succeeded but $TMP/temporal is missing"
 "$TMP/temporal" --version >&2 || die "built binary does not run"
-mv -f "$TMP/temporal" "$BIN" || die "cannot move the binary to $BIN"
-log "built $BIN in $(( $(date +%s) - start ))s"
-echo "$BIN"
+gotool_done

@@ -19,23 +19,8 @@ set -euo pipefail
 
 # v0.17.8: v0.18.0 is refused by the module proxy here.
 VERSION="${KEELSON_VACUUM_VERSION:-v0.17.8}"
-CACHE="${KEELSON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keelson}"
-DIR="$CACHE/vacuum-$VERSION"
-BIN="$DIR/vacuum"
-
-die() { echo "vacuum: ERROR: $*" >&2; exit 1; }
-log() { echo "vacuum: $*" >&2; }
-
-if [[ "${FORCE:-0}" != "1" && -x "$BIN" ]]; then
-  log "using cached $BIN"
-  echo "$BIN"
-  exit 0
-fi
-
-command -v go >/dev/null 2>&1 || die "go toolchain not found in PATH"
-mkdir -p "$DIR" || die "cannot create $DIR"
-TMP="$(mktemp -d "$DIR/.build.XXXXXX")"
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
+gotool_start vacuum "vacuum-$VERSION" vacuum
 
 cat >"$TMP/go.mod" <<MOD
 module keelson.ci/vacuum
@@ -53,11 +38,8 @@ import _ "github.com/daveshanley/vacuum"
 GO
 
 log "building github.com/daveshanley/vacuum@$VERSION (takes several minutes)"
-start=$(date +%s)
 if ! (cd "$TMP" && GOFLAGS=-mod=mod GOWORK=off go build -o "$TMP/vacuum" github.com/daveshanley/vacuum) >&2; then
   die "building github.com/daveshanley/vacuum@$VERSION failed (is the Go module proxy reachable?)"
 fi
 "$TMP/vacuum" version >&2 || die "built binary does not run"
-mv -f "$TMP/vacuum" "$BIN" || die "cannot move the binary to $BIN"
-log "built $BIN in $(( $(date +%s) - start ))s"
-echo "$BIN"
+gotool_done
