@@ -7,6 +7,9 @@
 // route first and stops the old app afterwards; Drain lets the caller wait for
 // the requests still in flight to the old deployment before stopping it.
 //
+// A Meter (Config.Meter) counts each slug's bytes and refuses the slugs over
+// their bandwidth; the deployments/bandwidth module stores the counts.
+//
 // It is not a general-purpose edge proxy: no TLS termination, no access log, no
 // rate limits. Put a real edge (or real DNS and ingress) in front of it at scale.
 // Inbound X-Forwarded-* headers are dropped and rebuilt from the connection, so
@@ -42,6 +45,9 @@ type Config struct {
 	Logger *slog.Logger
 	// DialTimeout bounds connecting to an upstream. Default 5s.
 	DialTimeout time.Duration
+	// Meter, when set, counts each slug's bytes and answers the slugs it
+	// blocks with a 429 (meter.go). Default: nothing counted or refused.
+	Meter *Meter
 }
 
 func (c Config) withDefaults() Config {
@@ -301,7 +307,12 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer rt.inflight.Add(-1)
-	r.proxy.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), ctxKey{}, rt)))
+	req = req.WithContext(context.WithValue(req.Context(), ctxKey{}, rt))
+	if r.cfg.Meter != nil {
+		r.cfg.Meter.serve(w, req, rt.Slug, r.proxy)
+		return
+	}
+	r.proxy.ServeHTTP(w, req)
 }
 
 func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {

@@ -1,0 +1,154 @@
+package ingress_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform/platformtest"
+)
+
+// sink is an upstream that reads the request body and answers n bytes, n
+// from the path (/n).
+func sink(t *testing.T) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		var n int
+		_, _ = fmt.Sscanf(r.URL.Path, "/%d", &n)
+		_, _ = w.Write(bytes.Repeat([]byte("x"), n))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func send(t *testing.T, srv *httptest.Server, host, path string, body []byte) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Host = host
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, res.Header, string(b)
+}
+
+func TestMeterCountsBodiesPerSlug(t *testing.T) {
+	t.Parallel()
+	m := ingress.NewMeter()
+	r, srv := newRouter(t, ingress.Config{Meter: m})
+	up := upstream(sink(t))
+	require.NoError(t, r.Set("alpha", "d1", up))
+	require.NoError(t, r.Set("beta", "d2", up))
+
+	for range 3 {
+		code, _, body := send(t, srv, "alpha.localhost", "/5000", make([]byte, 1000))
+		require.Equal(t, http.StatusOK, code)
+		require.Len(t, body, 5000)
+	}
+	send(t, srv, "beta.localhost", "/7", nil)
+	send(t, srv, "nobody.localhost", "/100", make([]byte, 100)) // 404: no slug, nothing counted
+
+	takeUntil(t, m, map[string]ingress.Bytes{"alpha": {In: 3000, Out: 15000}, "beta": {Out: 7}})
+	assert.Empty(t, m.Take(), "Take resets the counts")
+
+	m.Add("alpha", ingress.Bytes{In: 1, Out: 2}) // a failed store puts its batch back
+	send(t, srv, "alpha.localhost", "/10", nil)
+	takeUntil(t, m, map[string]ingress.Bytes{"alpha": {In: 1, Out: 12}})
+}
+
+func TestMeterBlockedSlugIs429WithThePage(t *testing.T) {
+	t.Parallel()
+	m := ingress.NewMeter()
+	r, srv := newRouter(t, ingress.Config{Meter: m})
+	up := upstream(sink(t))
+	require.NoError(t, r.Set("alpha", "d1", up))
+	require.NoError(t, r.Set("beta", "d2", up))
+	until := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	m.Block(map[string]ingress.Block{"Alpha": {Message: "used 10 GB of <plan>", Until: until}})
+
+	code, hdr, body := send(t, srv, "ALPHA.localhost:1234", "/5000", make([]byte, 1000))
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.Contains(t, body, "used 10 GB of &lt;plan&gt;", "the message, HTML-escaped")
+	assert.Equal(t, "text/html; charset=utf-8", hdr.Get("Content-Type"))
+	assert.Equal(t, "Tue, 01 Dec 2026 00:00:00 GMT", hdr.Get("Retry-After"))
+	code, _, _ = send(t, srv, "beta.localhost", "/1", nil)
+	assert.Equal(t, http.StatusOK, code, "other slugs are served")
+	takeUntil(t, m, map[string]ingress.Bytes{"beta": {Out: 1}}) // a refused request counts nothing
+
+	m.Block(nil)
+	code, _, _ = send(t, srv, "alpha.localhost", "/1", nil)
+	assert.Equal(t, http.StatusOK, code, "unblocked")
+}
+
+// TestMeterCountsUpgradedConnections: a WebSocket-style upgrade carries bytes
+// outside any body; they are counted both ways.
+func TestMeterCountsUpgradedConnections(t *testing.T) {
+	t.Parallel()
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = brw.Flush()
+		buf := make([]byte, 4096)
+		for {
+			n, err := brw.Read(buf)
+			if err != nil {
+				return
+			}
+			_, _ = conn.Write(bytes.Repeat(buf[:n], 2)) // answer twice what came
+		}
+	}))
+	defer echo.Close()
+	m := ingress.NewMeter()
+	r, srv := newRouter(t, ingress.Config{Meter: m})
+	require.NoError(t, r.Set("ws", "d1", upstream(echo)))
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: ws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	_, err = conn.Write(make([]byte, 3000))
+	require.NoError(t, err)
+	_, err = io.ReadFull(br, make([]byte, 6000))
+	require.NoError(t, err)
+	conn.Close()
+	takeUntil(t, m, map[string]ingress.Bytes{"ws": {In: 3000, Out: 6000}})
+}
+
+// takeUntil sums the meter's Takes until they are want: a response's last
+// bytes may reach the client a moment before the proxy counts them. More
+// than want, or want not reached in time, fails.
+func takeUntil(t *testing.T, m *ingress.Meter, want map[string]ingress.Bytes) {
+	t.Helper()
+	got := map[string]ingress.Bytes{}
+	platformtest.Eventually(t, 10*time.Second, fmt.Sprintf("counts %v", want), func() bool {
+		for slug, b := range m.Take() {
+			g := got[slug]
+			got[slug] = ingress.Bytes{In: g.In + b.In, Out: g.Out + b.Out}
+		}
+		return assert.ObjectsAreEqual(want, got)
+	})
+	require.Equal(t, want, got)
+}
