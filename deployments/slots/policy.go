@@ -1,4 +1,8 @@
-package deployments
+// Package slots is the build-slot policy both deployment engines follow and
+// the queue the Temporal engine keeps in the database (deployment_build_slots)
+// to apply it across workers. It knows nothing of deployments but their ids,
+// owners and, in the queue's one query, which statuses still hold a slot.
+package slots
 
 import (
 	"context"
@@ -10,7 +14,7 @@ import (
 //
 //   - An account runs at most its Share.Max deployments at once.
 //   - Accounts on a FREE plan (Share.Free) together hold at most
-//     SlotPolicy.FreeSlots of the Slots (by default all but one), so FREE
+//     Policy.FreeSlots of the Slots (by default all but one), so FREE
 //     builds that sleep to their timeout cannot hold every slot: the rest is
 //     kept for the other plans.
 //   - When a slot frees, the waiting deployment taken is, among those whose
@@ -27,7 +31,7 @@ type Share struct {
 	// Priority: the account's builds are taken before others'.
 	Priority bool
 	// Free: the account is on a FREE-tier plan; FREE accounts together hold
-	// at most SlotPolicy.FreeSlots.
+	// at most Policy.FreeSlots.
 	Free bool
 }
 
@@ -42,9 +46,9 @@ type Shares interface {
 // (no Shares, or it failed): max at once, counted as FREE (fails closed).
 func DefaultShare(max int) Share { return Share{Max: max, Free: true} }
 
-// SlotPolicy is how many build slots there are and how many of them FREE
+// Policy is how many build slots there are and how many of them FREE
 // accounts may hold together.
-type SlotPolicy struct {
+type Policy struct {
 	Slots int
 	// FreeSlots is at most Slots-1 when there are two slots or more (0 or out
 	// of range: Slots-1); with one slot, FREE accounts may hold it.
@@ -52,7 +56,7 @@ type SlotPolicy struct {
 }
 
 // normal fills the defaults.
-func (p SlotPolicy) normal() SlotPolicy {
+func (p Policy) normal() Policy {
 	p.Slots = max(p.Slots, 1)
 	if p.FreeSlots <= 0 || p.FreeSlots >= p.Slots {
 		p.FreeSlots = max(p.Slots-1, 1)
@@ -60,15 +64,15 @@ func (p SlotPolicy) normal() SlotPolicy {
 	return p
 }
 
-// SlotUse is what holds the slots now.
-type SlotUse struct {
+// Use is what holds the slots now.
+type Use struct {
 	Busy   int            // slots taken (builds, and anything else the engine counts)
 	Owners map[string]int // builds running per account
 	Free   int            // builds of FREE accounts running
 }
 
-// SlotWaiter is a deployment waiting for a build slot.
-type SlotWaiter struct {
+// Waiter is a deployment waiting for a build slot.
+type Waiter struct {
 	ID, Owner string
 	Share     Share
 }
@@ -94,7 +98,7 @@ type Wait struct {
 }
 
 // Note is the log line of a deployment that waits for w, with p's figures.
-func (w Wait) Note(p SlotPolicy) string {
+func (w Wait) Note(p Policy) string {
 	p = p.normal()
 	switch w.Reason {
 	case WaitShare:
@@ -110,13 +114,13 @@ func (w Wait) Note(p SlotPolicy) string {
 // rules above, counting each start in use, and returns the indexes started,
 // in the order taken, and why a waiter not started waits (asked after Assign:
 // it reads use as the starts left it).
-func (p SlotPolicy) Assign(use *SlotUse, waiting []SlotWaiter) (start []int, why func(i int) Wait) {
+func (p Policy) Assign(use *Use, waiting []Waiter) (start []int, why func(i int) Wait) {
 	p = p.normal()
 	if use.Owners == nil {
 		use.Owners = map[string]int{}
 	}
 	started := make([]bool, len(waiting))
-	blocked := func(w SlotWaiter) WaitReason {
+	blocked := func(w Waiter) WaitReason {
 		switch {
 		case use.Owners[w.Owner] >= max(w.Share.Max, 1):
 			return WaitShare
