@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
 )
@@ -178,7 +179,7 @@ func New(d Deps) (*Service, error) {
 		return nil, err
 	}
 	return &Service{d: d, store: store, logs: logs, acts: acts, engine: eng, projects: d.Projects,
-		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, conns: newStreamConns()}, nil
+		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat)}, nil
 }
 
 // DefaultLogRetention is Deps.LogRetention's default.
@@ -213,7 +214,7 @@ func (s *Service) Close(ctx context.Context) error {
 	// The log streams ended with their subscriptions; close what is left of
 	// their connections (a stream blocked writing to a client that does not
 	// read) and wait for their goroutines.
-	errs = append(errs, s.conns.close(ctx))
+	errs = append(errs, s.streams.Close(ctx))
 	return errors.Join(errs...)
 }
 

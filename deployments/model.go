@@ -158,21 +158,6 @@ func (d *Deployment) BuildDuration() time.Duration {
 	return time.Duration(d.BuildDurationMs) * time.Millisecond
 }
 
-// LogLine is one stored log line of a deployment.
-type LogLine struct {
-	bun.BaseModel `bun:"table:deployment_logs"`
-
-	DeploymentID string    `bun:"deployment_id,pk,type:varchar(36)"`
-	Seq          int64     `bun:"seq,pk"`
-	Time         time.Time `bun:"ts,notnull"`
-	Stream       string    `bun:"stream,notnull"`
-	Message      string    `bun:"message,type:text,notnull"`
-
-	// frame is the line's SSE event, encoded once by the log writer and
-	// shared by every live stream (nil for lines read from the database).
-	frame []byte `bun:"-"`
-}
-
 // usage counts the deployments started per project and calendar month (UTC).
 // It is kept apart from the deployments table so deleting deployments does not
 // give quota back.

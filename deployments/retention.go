@@ -34,7 +34,7 @@ func (s *Service) PurgeLogs(ctx context.Context) (int64, error) {
 // startRetention runs PurgeLogs and EnforceLogBudgets now and hourly until
 // stopRetention.
 func (s *Service) startRetention() {
-	if s.d.LogRetention < 0 && s.logs.cfg.AccountBudget < 0 {
+	if s.d.LogRetention < 0 && s.logs.Budget() < 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

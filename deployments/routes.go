@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -17,14 +18,12 @@ type StreamGate interface {
 }
 
 type handlers struct {
-	svc       *Service
-	tokens    logTokens
-	tokenTTL  time.Duration
-	heartbeat time.Duration
-	streams   StreamGate
-	clock     platform.Clock
-	metrics   Metrics
-	conns     *streamConns // taken-over log streams (sse_conn.go)
+	svc      *Service
+	tokens   logstream.Tokens
+	tokenTTL time.Duration
+	streams  StreamGate
+	clock    platform.Clock
+	metrics  Metrics
 }
 
 // LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
@@ -34,8 +33,8 @@ const LogTokenScheme = "logToken"
 // log tokens) to api.
 func (s *Service) Register(api huma.API) error {
 	d := s.d
-	h := &handlers{svc: s, tokens: logTokens{key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
-		heartbeat: d.Heartbeat, streams: d.Streams, clock: d.Clock, metrics: d.Metrics, conns: s.conns}
+	h := &handlers{svc: s, tokens: logstream.Tokens{Key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
+		streams: d.Streams, clock: d.Clock, metrics: d.Metrics}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {
@@ -280,7 +279,7 @@ func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, e
 	}
 	exp := h.clock.Now().UTC().Add(h.tokenTTL).Truncate(time.Second)
 	out := &logTokenOutput{}
-	out.Body.Token, out.Body.ExpiresAt = h.tokens.issue(d.ID, user, exp), exp
+	out.Body.Token, out.Body.ExpiresAt = h.tokens.Issue(d.ID, user, exp), exp
 	return out, nil
 }
 

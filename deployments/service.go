@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -25,7 +26,7 @@ type Service struct {
 	cancelTO time.Duration
 	// retention stops the log purges Start began (nil: none running).
 	retention func()
-	conns     *streamConns // log streams on taken-over connections
+	streams   *logstream.Streams // the log streams (SSE)
 }
 
 // TriggerParams ask for a deployment of a project.

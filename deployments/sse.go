@@ -2,42 +2,15 @@ package deployments
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
-	"net"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// The log stream (SPEC 6.1, DESIGN.md section 4).
-//
-// Every event is unnamed: a "data:" line with a JSON object whose "type" is
-// ready, log, error or done; a log event also has an "id:" line holding its
-// cursor (the per-deployment sequence number, also "cursor" in the JSON).
-// Order: ready, the backlog, live lines, then done once the deployment is
-// terminal and every line stored up to then was sent. ": ping" comments keep
-// idle streams open.
-//
-// Where the backlog starts: the Last-Event-ID header (a reconnecting
-// EventSource) wins, then since (an RFC 3339 time: lines at or after it), then
-// after (a cursor); none means from the first line. A resume (Last-Event-ID or
-// after) at or past the last line of a terminal deployment (LIVE, FAILED,
-// CANCELLED) is answered 204 No Content: nothing more will come on this
-// stream, and 204 is what makes a browser's EventSource stop reconnecting.
-//
-// LIVE is terminal for the stream: a stream of a LIVE deployment sends what
-// the app logged so far, then done. Open it again (with after=<last cursor>)
-// to read the app's newer lines.
-//
-// Authentication: a bearer token, or ?token= from POST /deployments/{id}/logs/token
-// (browsers' EventSource cannot send headers).
+// The log stream's route: GET /deployments/{id}/logs (the stream itself,
+// its events and where it starts: deployments/logstream).
 
 type logsInput struct {
 	ID          string `path:"id" doc:"Deployment ID (UUID)"`
@@ -46,65 +19,6 @@ type logsInput struct {
 	LastEventID string `header:"Last-Event-ID" doc:"Cursor of the last event received; sent by a reconnecting EventSource, takes precedence over after and since"`
 	Token       string `query:"token" doc:"Log token from POST /deployments/{id}/logs/token, instead of the Authorization header"`
 }
-
-// logEvent is the JSON of one SSE event.
-type logEvent struct {
-	Type      string     `json:"type" enum:"ready,log,error,done"`
-	Cursor    int64      `json:"cursor,omitempty" doc:"log only: the line's cursor (also its SSE id)"`
-	Timestamp *time.Time `json:"timestamp,omitempty" doc:"log only"`
-	Message   string     `json:"message,omitempty" doc:"log and error"`
-	Stream    string     `json:"stream,omitempty" enum:"system,build,app" doc:"log only"`
-}
-
-// logEventSchema registers one schema per event type and returns a reference
-// to DeploymentLogEvent, their oneOf with type as discriminator.
-func logEventSchema(r huma.Registry) *huma.Schema {
-	const prefix = "#/components/schemas/"
-	typ := func(v string) *huma.Schema {
-		return &huma.Schema{Type: huma.TypeString, Enum: []any{v}, Description: "Event type"}
-	}
-	events := []struct {
-		name, typ, doc string
-		props          map[string]*huma.Schema
-	}{
-		{"DeploymentLogReady", "ready", "The stream is open; the backlog follows.", nil},
-		{"DeploymentLogLine", "log", "One log line. Its SSE id: line is the cursor.", map[string]*huma.Schema{
-			"cursor":    {Type: huma.TypeInteger, Format: "int64", Minimum: ptrFloat(1), Description: "The line's cursor (per-deployment sequence number), also its SSE id"},
-			"timestamp": {Type: huma.TypeString, Format: "date-time", Description: "When the line was logged (RFC 3339, UTC)"},
-			"stream":    {Type: huma.TypeString, Enum: []any{"system", "build", "app"}, Description: "Where the line came from"},
-			"message":   {Type: huma.TypeString, Description: "The line (absent when empty); secret env values are replaced by ***"},
-		}},
-		{"DeploymentLogError", "error", "The stream failed and ends.", map[string]*huma.Schema{
-			"message": {Type: huma.TypeString, Description: "What went wrong"},
-		}},
-		{"DeploymentLogDone", "done", "The deployment is terminal and every line was sent; the stream ends.", nil},
-	}
-	m := r.Map()
-	one := &huma.Schema{
-		Description:   "One event of a deployment's log stream (the JSON of its data: line).",
-		Discriminator: &huma.Discriminator{PropertyName: "type", Mapping: map[string]string{}},
-	}
-	for _, e := range events {
-		props := map[string]*huma.Schema{"type": typ(e.typ)}
-		required := []string{"type"}
-		for k, v := range e.props {
-			props[k] = v
-			if k != "message" || e.typ == "error" { // an empty log line has no message
-				required = append(required, k)
-			}
-		}
-		slices.Sort(required)
-		m[e.name] = &huma.Schema{Type: huma.TypeObject, Description: e.doc, Properties: props, Required: required,
-			AdditionalProperties: false}
-		ref := prefix + e.name
-		one.OneOf = append(one.OneOf, &huma.Schema{Ref: ref})
-		one.Discriminator.Mapping[e.typ] = ref
-	}
-	m["DeploymentLogEvent"] = one
-	return &huma.Schema{Ref: prefix + "DeploymentLogEvent"}
-}
-
-func ptrFloat(f float64) *float64 { return &f }
 
 func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
 	oa := api.OpenAPI()
@@ -118,7 +32,7 @@ func (h *handlers) registerLogs(api huma.API, auth platform.Authenticator) {
 		Type: "apiKey", In: "query", Name: "token",
 		Description: "Short-lived token from POST /deployments/{id}/logs/token, valid for that deployment's log stream only.",
 	}
-	schema := logEventSchema(oa.Components.Schemas)
+	schema := logstream.EventSchema(oa.Components.Schemas)
 	huma.Register(api, huma.Operation{
 		OperationID: "stream-deployment-logs", Method: http.MethodGet, Path: "/deployments/{id}/logs",
 		Summary: "Stream a deployment's logs (Server-Sent Events)",
@@ -155,7 +69,7 @@ func (h *handlers) logsAuth(api huma.API, auth platform.Authenticator) func(huma
 			bearer(ctx, next)
 			return
 		}
-		user, ok := h.tokens.verify(tok, ctx.Param("id"), h.clock.Now())
+		user, ok := h.tokens.Verify(tok, ctx.Param("id"), h.clock.Now())
 		if !ok {
 			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "query.token: invalid or expired log token")
 			return
@@ -164,63 +78,17 @@ func (h *handlers) logsAuth(api huma.API, auth platform.Authenticator) func(huma
 	}
 }
 
-// streamStart is where a stream's backlog begins.
-type streamStart struct {
-	after  int64
-	since  time.Time
-	resume bool // after comes from after= or Last-Event-ID (not since)
-}
-
-func parseStart(in *logsInput) (streamStart, error) {
-	var st streamStart
-	cursor := func(v, name string) (int64, error) {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < 0 {
-			return 0, platform.Invalidf("%s: must be a log cursor (a non-negative integer)", name)
-		}
-		return n, nil
-	}
-	// Validate every parameter given, even one that precedence ignores.
-	var after, last int64
-	var err error
-	if in.After != "" {
-		if after, err = cursor(in.After, "query.after"); err != nil {
-			return st, err
-		}
-	}
-	if in.LastEventID != "" {
-		if last, err = cursor(in.LastEventID, "header.Last-Event-ID"); err != nil {
-			return st, err
-		}
-	}
-	var since time.Time
-	if in.Since != "" {
-		if since, err = time.Parse(time.RFC3339Nano, in.Since); err != nil {
-			return st, platform.Invalid("query.since: must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
-		}
-	}
-	switch {
-	case in.LastEventID != "":
-		st.after, st.resume = last, true
-	case in.Since != "":
-		st.since = since.UTC()
-	default:
-		st.after, st.resume = after, in.After != ""
-	}
-	return st, nil
-}
-
 func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse, error) {
 	user := caller(ctx)
 	d, err := h.svc.Get(ctx, user, in.ID)
 	if err != nil {
 		return nil, err
 	}
-	start, err := parseStart(in)
+	start, err := logstream.ParseStart(in.After, in.Since, in.LastEventID)
 	if err != nil {
 		return nil, err
 	}
-	if start.resume && d.Status.Terminal() {
+	if start.Resume && d.Status.Terminal() {
 		// A reconnecting EventSource would otherwise replay ready and done
 		// every few seconds for as long as its token lasts: 204 is the one
 		// answer that stops it (WHATWG HTML, "server-sent events").
@@ -228,7 +96,7 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 		if err != nil {
 			return nil, err
 		}
-		if start.after >= last {
+		if start.After >= last {
 			return &huma.StreamResponse{Body: func(hctx huma.Context) { hctx.SetStatus(http.StatusNoContent) }}, nil
 		}
 	}
@@ -244,307 +112,6 @@ func (h *handlers) logs(ctx context.Context, in *logsInput) (*huma.StreamRespons
 			release()
 			h.metrics.LogStreamClosed()
 		}
-		s := &stream{h: h, id: d.ID, since: start.since, last: start.after}
-		hctx.SetHeader("Content-Type", "text/event-stream")
-		hctx.SetHeader("Cache-Control", "no-cache")
-		hctx.SetHeader("X-Accel-Buffering", "no")
-		if h.takeOver(hctx, s, end) {
-			return // the stream goes on in its own goroutine
-		}
-		defer end()
-		if rw, ok := hctx.BodyWriter().(http.ResponseWriter); ok {
-			s.rc = http.NewResponseController(rw)
-		}
-		s.w = hctx.BodyWriter()
-		hctx.SetStatus(http.StatusOK)
-		ctx := hctx.Context()
-		sub, ok := s.begin(ctx)
-		if ok {
-			sub = s.loop(ctx, sub, ctx.Done())
-		}
-		sub.Close()
+		h.svc.streams.Serve(hctx, d.ID, start, end)
 	}}, nil
-}
-
-// stream is one client's log stream. Frames are appended to out and sent by
-// flush: on a taken-over connection (HTTP/1.1, see takeOver) as one chunk
-// per flush written to the connection itself, else through the response
-// writer.
-type stream struct {
-	h     *handlers
-	id    string
-	since time.Time
-	last  int64  // cursor of the last line sent (or the resume point)
-	out   []byte // frames not sent yet (from outPool; nil when empty)
-
-	// A taken-over connection: frames go out as HTTP/1.1 chunks.
-	conn     net.Conn
-	gone     chan struct{} // closed when the client hung up (or the connection failed)
-	failed   bool          // a write failed: no terminal chunk
-	deadline time.Time     // the write deadline last set
-
-	// Otherwise: the response writer.
-	w  io.Writer
-	rc *http.ResponseController // nil when w is not an http.ResponseWriter
-}
-
-// replayPage is how many stored lines a replay reads per query.
-const replayPage = 500
-
-// maxPending is how many bytes of frames a stream gathers before it writes
-// them (in a replay, or live lines that queued up while it was writing).
-const maxPending = 64 << 10
-
-// begin subscribes, sends ready and the backlog, and reports whether the
-// stream goes on to live lines (false: it ended or failed). The caller closes
-// the returned subscription.
-func (s *stream) begin(ctx context.Context) (*Subscription, bool) {
-	// Subscribe first: a line stored while the backlog is read arrives here
-	// too, and is skipped by cursor.
-	sub := s.h.svc.logs.Subscribe(s.id)
-	s.event(logEvent{Type: "ready"}, 0)
-	if s.flush() != nil {
-		return sub, false
-	}
-	if s.replay(ctx) != nil {
-		return sub, false
-	}
-	if end, err := s.ended(ctx); err != nil || end {
-		return sub, false
-	}
-	return sub, true
-}
-
-// loop sends live lines and heartbeats until the deployment ends, the
-// client goes (gone), a write fails or the log writer closes. It returns the
-// subscription to close (a lagging stream subscribes again).
-func (s *stream) loop(ctx context.Context, sub *Subscription, gone <-chan struct{}) *Subscription {
-	logs := s.h.svc.logs
-	tick := time.NewTicker(s.h.heartbeat)
-	defer tick.Stop()
-	for {
-		select {
-		case <-gone:
-			return sub
-		case <-ctx.Done():
-			return sub
-		case ev, ok := <-sub.C:
-			for {
-				if !ok {
-					if !sub.Lagged() {
-						return sub // the server is shutting down
-					}
-					// Dropped for falling behind: resubscribe, then refill from the
-					// database (and see whether the end went by meanwhile).
-					sub = logs.Subscribe(s.id)
-					if s.replay(ctx) != nil {
-						return sub
-					}
-					if end, err := s.ended(ctx); err != nil || end {
-						return sub
-					}
-					break
-				}
-				if ev.Done {
-					if ev.Gone {
-						s.event(logEvent{Type: "error", Message: "the deployment was deleted"}, 0)
-						_ = s.flush()
-					} else if s.replay(ctx) == nil {
-						_ = s.done()
-					}
-					return sub
-				}
-				for _, ln := range ev.Lines {
-					if err := s.live(ctx, ln); err != nil {
-						return sub
-					}
-				}
-				// Lines that queued up meanwhile go out in the same write.
-				if len(s.out) >= maxPending {
-					break
-				}
-				select {
-				case ev, ok = <-sub.C:
-					continue
-				default:
-				}
-				break
-			}
-			if s.flush() != nil {
-				return sub
-			}
-		case <-tick.C:
-			// No query here: the log writer checks, for every stream of this
-			// process at once, whether a deployment ended elsewhere
-			// (LogsConfig.EndCheckEvery) and sends Done.
-			if s.ping() != nil {
-				return sub
-			}
-		}
-	}
-}
-
-// ended sends done (after a last replay) if the deployment is terminal.
-func (s *stream) ended(ctx context.Context) (bool, error) {
-	d, err := s.h.svc.store.DeploymentGet(ctx, s.id)
-	if errors.Is(err, platform.ErrNotFound) {
-		return true, s.fail("the deployment was deleted")
-	}
-	if err != nil {
-		_ = s.fail("could not read the deployment")
-		return true, err
-	}
-	if !d.Status.Terminal() {
-		return false, nil
-	}
-	if err := s.replay(ctx); err != nil {
-		return true, err
-	}
-	return true, s.done()
-}
-
-// live adds a line from the fan-out unless already sent; a gap (lines stored
-// but not yet seen here) is filled from the database first.
-func (s *stream) live(ctx context.Context, ln *LogLine) error {
-	if ln.Seq <= s.last {
-		return nil
-	}
-	if ln.Seq > s.last+1 {
-		if err := s.replay(ctx); err != nil {
-			return err
-		}
-		if ln.Seq <= s.last {
-			return nil
-		}
-	}
-	s.line(ln)
-	return nil
-}
-
-// replay sends the stored lines after s.last (and at or after s.since).
-func (s *stream) replay(ctx context.Context) error {
-	for {
-		lines, err := s.h.svc.store.LogList(ctx, LogListParams{DeploymentID: s.id, AfterSeq: s.last, Since: s.since, Limit: replayPage})
-		if err != nil {
-			_ = s.fail("could not read the deployment's logs")
-			return err
-		}
-		for i := range lines {
-			s.line(&lines[i])
-			if len(s.out) >= maxPending {
-				if err := s.flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := s.flush(); err != nil {
-			return err
-		}
-		if len(lines) < replayPage {
-			return nil
-		}
-	}
-}
-
-// line adds a log line's frame (the fan-out's shared one when it has it).
-func (s *stream) line(ln *LogLine) {
-	if !s.since.IsZero() && ln.Time.Before(s.since) {
-		return
-	}
-	s.grow()
-	if ln.frame != nil {
-		s.out = append(s.out, ln.frame...)
-	} else {
-		s.out = appendLogFrame(s.out, ln)
-	}
-	s.last = ln.Seq
-}
-
-// appendLogFrame appends the SSE event of a log line: its id: line and its
-// data: line (JSON keeps a message's newlines out of the framing).
-func appendLogFrame(b []byte, ln *LogLine) []byte {
-	ts := ln.Time.UTC()
-	j, err := json.Marshal(logEvent{Type: "log", Cursor: ln.Seq, Timestamp: &ts, Message: ln.Message, Stream: ln.Stream})
-	if err != nil { // cannot happen for these field types
-		j = []byte(`{"type":"log"}`)
-	}
-	b = append(b, "id: "...)
-	b = strconv.AppendInt(b, ln.Seq, 10)
-	b = append(b, "\ndata: "...)
-	b = append(b, j...)
-	return append(b, '\n', '\n')
-}
-
-func (s *stream) done() error {
-	s.event(logEvent{Type: "done"}, 0)
-	return s.flush()
-}
-
-func (s *stream) fail(msg string) error {
-	s.event(logEvent{Type: "error", Message: msg}, 0)
-	return s.flush()
-}
-
-// writeTimeout bounds a write to a client; a client that reads slower is
-// dropped. The deadline is moved only when less than half of it is left, not
-// on every write.
-const writeTimeout = 10 * time.Second
-
-// event adds one SSE event. JSON encoding keeps a message's newlines out of
-// the data: framing.
-func (s *stream) event(ev logEvent, id int64) {
-	s.grow()
-	if id > 0 {
-		s.out = append(s.out, "id: "...)
-		s.out = strconv.AppendInt(s.out, id, 10)
-		s.out = append(s.out, '\n')
-	}
-	s.out = append(s.out, "data: "...)
-	j, _ := json.Marshal(ev) // cannot fail for these field types
-	s.out = append(s.out, j...)
-	s.out = append(s.out, '\n', '\n')
-}
-
-func (s *stream) ping() error {
-	s.grow()
-	s.out = append(s.out, ": ping\n\n"...)
-	return s.flush()
-}
-
-// extendDeadline moves the write deadline when less than half of
-// writeTimeout is left: one deadline per few seconds, not one per write.
-func (s *stream) extendDeadline(set func(time.Time) error) {
-	now := time.Now()
-	if s.deadline.Sub(now) < writeTimeout/2 {
-		s.deadline = now.Add(writeTimeout)
-		_ = set(s.deadline)
-	}
-}
-
-// flush writes the frames gathered in out.
-func (s *stream) flush() error {
-	if s.conn != nil {
-		return s.flushConn(false)
-	}
-	if len(s.out) > 0 {
-		if s.rc != nil {
-			s.extendDeadline(s.rc.SetWriteDeadline)
-		}
-		_, err := s.w.Write(s.out[chunkHead:])
-		s.release()
-		if err != nil {
-			return err
-		}
-	}
-	if s.rc == nil {
-		if f, ok := s.w.(http.Flusher); ok {
-			f.Flush()
-		}
-		return nil
-	}
-	err := s.rc.Flush()
-	if errors.Is(err, http.ErrNotSupported) {
-		return nil
-	}
-	return err
 }

@@ -101,6 +101,20 @@ func (s *Store) DeploymentStatuses(ctx context.Context, ids []string) (map[strin
 	return out, nil
 }
 
+// DeploymentsEnded answers, for each of ids that exists, whether it is
+// terminal (logstream.Store: a stream's end, the writer's end check).
+func (s *Store) DeploymentsEnded(ctx context.Context, ids []string) (map[string]bool, error) {
+	st, err := s.DeploymentStatuses(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(st))
+	for id, status := range st {
+		out[id] = status.Terminal()
+	}
+	return out, nil
+}
+
 // DeploymentGetOwned returns the deployment id if ownerID owns it, else platform.ErrNotFound.
 func (s *Store) DeploymentGetOwned(ctx context.Context, id, ownerID string) (*Deployment, error) {
 	d := new(Deployment)
@@ -254,14 +268,6 @@ func (s *Store) LogInsert(ctx context.Context, lines []LogLine) error {
 		return err
 	})
 	return db.Translate(err)
-}
-
-// LogListParams select log lines of one deployment in sequence order.
-type LogListParams struct {
-	DeploymentID string
-	AfterSeq     int64     // lines with seq > AfterSeq
-	Since        time.Time // and, when set, ts >= Since
-	Limit        int
 }
 
 // LogList returns up to p.Limit lines in sequence order.

@@ -1,16 +1,16 @@
-package deployments
+package logstream
 
 // Fan-out: live subscribers of a deployment's lines; publishing never
 // blocks, a subscriber that falls behind is dropped and refills from the
 // database.
 
-func (l *Logs) publish(deploymentID string, ev LogEvent) {
+func (l *Hub) publish(deploymentID string, ev Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.publishLocked(deploymentID, ev)
 }
 
-func (l *Logs) publishLocked(deploymentID string, ev LogEvent) {
+func (l *Hub) publishLocked(deploymentID string, ev Event) {
 	for s := range l.subs[deploymentID] {
 		select {
 		case s.ch <- ev:
@@ -27,10 +27,10 @@ func (l *Logs) publishLocked(deploymentID string, ev LogEvent) {
 	}
 }
 
-// LogEvent is what a Subscription receives: stored lines in sequence order,
+// Event is what a Subscription receives: stored lines in sequence order,
 // or Done when the deployment reached a terminal status.
-type LogEvent struct {
-	Lines []*LogLine // read-only, shared between subscribers
+type Event struct {
+	Lines []*Line // read-only, shared between subscribers
 	Done  bool
 	Gone  bool // with Done: the deployment was deleted
 }
@@ -38,16 +38,16 @@ type LogEvent struct {
 // Subscription receives a deployment's lines as they are stored. C is closed
 // when the subscription is dropped for lagging (Lagged), closed, or Logs closes.
 type Subscription struct {
-	C      <-chan LogEvent
-	ch     chan LogEvent
-	logs   *Logs
+	C      <-chan Event
+	ch     chan Event
+	logs   *Hub
 	id     string
 	lagged bool // guarded by logs.mu
 }
 
 // Subscribe starts receiving the deployment's new lines.
-func (l *Logs) Subscribe(deploymentID string) *Subscription {
-	ch := make(chan LogEvent, l.cfg.SubscriberBuffer)
+func (l *Hub) Subscribe(deploymentID string) *Subscription {
+	ch := make(chan Event, l.cfg.SubscriberBuffer)
 	s := &Subscription{C: ch, ch: ch, logs: l, id: deploymentID}
 	l.qmu.RLock()
 	closed := l.closed

@@ -1,4 +1,4 @@
-package deployments
+package logstream
 
 import (
 	"crypto/hmac"
@@ -17,28 +17,29 @@ import (
 // base64url("v1|deploymentID|userID|expiryUnix") "." base64url(HMAC-SHA256).
 // It grants nothing else, and its owner must still own the deployment.
 
-type logTokens struct {
-	key []byte
+// Tokens issues and verifies log tokens signed with Key (at least 32 bytes).
+type Tokens struct {
+	Key []byte
 }
 
 const logTokenDomain = "keelson-deployment-log-token:"
 
-func (t logTokens) sign(payload string) []byte {
-	m := hmac.New(sha256.New, t.key)
+func (t Tokens) sign(payload string) []byte {
+	m := hmac.New(sha256.New, t.Key)
 	m.Write([]byte(logTokenDomain + payload))
 	return m.Sum(nil)
 }
 
-// issue returns a token for userID to read deploymentID's logs until exp.
-func (t logTokens) issue(deploymentID, userID string, exp time.Time) string {
+// Issue returns a token for userID to read deploymentID's logs until exp.
+func (t Tokens) Issue(deploymentID, userID string, exp time.Time) string {
 	payload := "v1|" + deploymentID + "|" + userID + "|" + strconv.FormatInt(exp.Unix(), 10)
 	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." +
 		base64.RawURLEncoding.EncodeToString(t.sign(payload))
 }
 
-// verify returns the user a token was issued to, if it is genuine, unexpired
+// Verify returns the user a token was issued to, if it is genuine, unexpired
 // at now and issued for deploymentID.
-func (t logTokens) verify(token, deploymentID string, now time.Time) (userID string, ok bool) {
+func (t Tokens) Verify(token, deploymentID string, now time.Time) (userID string, ok bool) {
 	p64, s64, found := strings.Cut(token, ".")
 	if !found {
 		return "", false

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package deployments
+package logstream
 
 import (
 	"net"

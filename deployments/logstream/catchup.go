@@ -1,4 +1,4 @@
-package deployments
+package logstream
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // publishStored publishes lines this process stored (one deployment, in
 // sequence order). Lines another process stored before them and that were not
 // published yet are read and published first, so subscribers see no gap.
-func (l *Logs) publishStored(ctx context.Context, lines []*LogLine) {
+func (l *Hub) publishStored(ctx context.Context, lines []*Line) {
 	id := lines[0].DeploymentID
 	l.mu.Lock()
 	p, known := l.published[id]
@@ -30,15 +30,15 @@ func (l *Logs) publishStored(ctx context.Context, lines []*LogLine) {
 
 // fill reads the deployment's stored lines after seq after (up to upTo when
 // upTo > 0) and publishes them.
-func (l *Logs) fill(ctx context.Context, id string, after, upTo int64) {
+func (l *Hub) fill(ctx context.Context, id string, after, upTo int64) {
 	for {
-		rows, err := l.store.LogList(ctx, LogListParams{DeploymentID: id, AfterSeq: after, Limit: l.cfg.BatchSize})
+		rows, err := l.store.LogList(ctx, ListParams{DeploymentID: id, AfterSeq: after, Limit: l.cfg.BatchSize})
 		if err != nil {
 			// The streams refill from the database themselves on the next gap or at the end.
 			l.log.Warn("read deployment log lines stored elsewhere", "deployment", id, "err", err)
 			return
 		}
-		lines := make([]*LogLine, 0, len(rows))
+		lines := make([]*Line, 0, len(rows))
 		for i := range rows {
 			if upTo > 0 && rows[i].Seq > upTo {
 				break
@@ -60,7 +60,7 @@ func (l *Logs) fill(ctx context.Context, id string, after, upTo int64) {
 
 // publishLines publishes the lines after the deployment's published mark and
 // raises the mark. It reports whether the deployment still has subscribers.
-func (l *Logs) publishLines(id string, lines []*LogLine) bool {
+func (l *Hub) publishLines(id string, lines []*Line) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.subs[id]) == 0 {
@@ -74,7 +74,7 @@ func (l *Logs) publishLines(id string, lines []*LogLine) bool {
 	if len(lines) == 0 {
 		return true
 	}
-	l.publishLocked(id, LogEvent{Lines: slices.Clip(lines)})
+	l.publishLocked(id, Event{Lines: slices.Clip(lines)})
 	if len(l.subs[id]) == 0 {
 		return false
 	}
@@ -86,7 +86,7 @@ func (l *Logs) publishLines(id string, lines []*LogLine) bool {
 // possibly by another process (a Postgres NOTIFY). If the deployment has
 // subscribers here, the writer reads the lines after the last one it
 // published and publishes them in order. It never blocks.
-func (l *Logs) LinesStored(deploymentID string, seq int64) {
+func (l *Hub) LinesStored(deploymentID string, seq int64) {
 	l.mu.Lock()
 	if len(l.subs[deploymentID]) == 0 {
 		l.mu.Unlock()
@@ -106,7 +106,7 @@ func (l *Logs) LinesStored(deploymentID string, seq int64) {
 // DeploymentEnded tells l that the deployment reached a terminal status,
 // possibly in another process: its subscribers here get the lines stored so
 // far, then Done. It never blocks.
-func (l *Logs) DeploymentEnded(deploymentID string) {
+func (l *Hub) DeploymentEnded(deploymentID string) {
 	l.mu.Lock()
 	if len(l.subs[deploymentID]) == 0 {
 		l.mu.Unlock()
@@ -122,7 +122,7 @@ func (l *Logs) DeploymentEnded(deploymentID string) {
 // Resync makes the writer re-read the stored lines of every deployment that
 // has subscribers here (for notifications lost while a listener reconnected).
 // It never blocks.
-func (l *Logs) Resync() {
+func (l *Hub) Resync() {
 	l.mu.Lock()
 	if len(l.subs) == 0 {
 		l.mu.Unlock()
@@ -137,7 +137,7 @@ func (l *Logs) Resync() {
 	l.poke()
 }
 
-func (l *Logs) poke() {
+func (l *Hub) poke() {
 	select {
 	case l.wake <- struct{}{}:
 	default: // already poked; the writer takes all remote work at once
@@ -145,7 +145,7 @@ func (l *Logs) poke() {
 }
 
 // catchUpRemote does the work LinesStored, DeploymentEnded and Resync queued.
-func (l *Logs) catchUpRemote() {
+func (l *Hub) catchUpRemote() {
 	l.mu.Lock()
 	work := l.remote
 	l.remote = map[string]remoteWork{}
@@ -157,7 +157,7 @@ func (l *Logs) catchUpRemote() {
 	}
 }
 
-func (l *Logs) catchUp(ctx context.Context, id string, w remoteWork) {
+func (l *Hub) catchUp(ctx context.Context, id string, w remoteWork) {
 	l.mu.Lock()
 	p, known := l.published[id]
 	has := len(l.subs[id]) > 0
@@ -187,6 +187,6 @@ func (l *Logs) catchUp(ctx context.Context, id string, w remoteWork) {
 		}
 	}
 	if w.end {
-		l.publish(id, LogEvent{Done: true, Gone: w.gone})
+		l.publish(id, Event{Done: true, Gone: w.gone})
 	}
 }

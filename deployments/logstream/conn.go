@@ -1,4 +1,4 @@
-package deployments
+package logstream
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // lines and heartbeats and writes them as chunks, one write per batch of
 // pending lines, and one that reads the connection to see the client hang
 // up at once. The write deadline is moved once every few seconds, not per
-// write. Service.Close ends every taken-over stream (Logs closes their
+// write. Streams.Close ends every taken-over stream (the Hub closes their
 // subscriptions; their connections are closed and their goroutines waited
 // for).
 
@@ -92,9 +92,9 @@ func (s *stream) flushConn(last bool) error {
 // backlog was sent and the live part runs in its own goroutine. It returns
 // false, having written nothing, when the connection cannot be taken (HTTP/2,
 // HTTP/1.0, a HEAD, a writer without Hijack).
-func (h *handlers) takeOver(hctx huma.Context, s *stream, release func()) bool {
+func (sv *Streams) takeOver(hctx huma.Context, s *stream, release func()) bool {
 	rw, ok := hctx.BodyWriter().(http.ResponseWriter)
-	if v := hctx.Version(); !ok || h.conns == nil || hctx.Method() != http.MethodGet || v.ProtoMajor != 1 || v.ProtoMinor < 1 {
+	if v := hctx.Version(); !ok || hctx.Method() != http.MethodGet || v.ProtoMajor != 1 || v.ProtoMinor < 1 {
 		return false
 	}
 	rc := http.NewResponseController(rw)
@@ -111,22 +111,22 @@ func (h *handlers) takeOver(hctx huma.Context, s *stream, release func()) bool {
 	_ = brw // net/http's buffers: empty (the headers were flushed), dropped
 	s.conn = conn
 	s.gone = make(chan struct{})
-	if !h.conns.add(conn) { // the service is closing
+	if !sv.conns.add(conn) { // the service is closing
 		_ = conn.Close()
 		release()
 		return true
 	}
-	setUserTimeout(conn, max(h.heartbeat, writeTimeout))
+	setUserTimeout(conn, max(sv.heartbeat, writeTimeout))
 	go s.read()
-	ctx := h.conns.ctx
+	ctx := sv.conns.ctx
 	sub, ok := s.begin(ctx)
 	if !ok {
 		s.end(sub, release)
-		h.conns.wg.Done() // no live goroutine
+		sv.conns.wg.Done() // no live goroutine
 		return true
 	}
 	go func() {
-		defer h.conns.wg.Done()
+		defer sv.conns.wg.Done()
 		s.end(s.loop(ctx, sub, s.gone), release)
 	}()
 	return true
@@ -135,7 +135,7 @@ func (h *handlers) takeOver(hctx huma.Context, s *stream, release func()) bool {
 // read waits for the client to hang up (a client sends nothing after its
 // request; whatever it sends is discarded) and closes gone.
 func (s *stream) read() {
-	defer s.h.conns.wg.Done()
+	defer s.sv.conns.wg.Done()
 	buf := make([]byte, 16)
 	for {
 		if _, err := s.conn.Read(buf); err != nil {
@@ -159,10 +159,10 @@ func (s *stream) end(sub *Subscription, release func()) {
 	}
 	_ = s.flushConn(true)
 	_ = s.conn.Close()
-	s.h.conns.remove(s.conn)
+	s.sv.conns.remove(s.conn)
 }
 
-// streamConns tracks the taken-over connections of a Service.
+// streamConns tracks the taken-over connections of a Streams.
 type streamConns struct {
 	ctx    context.Context // for the streams' database reads; cancelled by close
 	cancel context.CancelFunc

@@ -1,4 +1,4 @@
-package deployments
+package logstream
 
 import (
 	"fmt"
@@ -6,16 +6,18 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // Sinks and masking: one Sink per deployment masks secrets, cleans and caps
 // lines, keeps the tail of the current step and queues lines for the writer.
 
-// Sink is one deployment's LogSink: it masks secret values, strips bytes a
+// Sink is one deployment's rt.LogSink: it masks secret values, strips bytes a
 // database cannot store and queues each line for numbering, storage and
 // fan-out. Safe for concurrent use.
 type Sink struct {
-	logs *Logs
+	logs *Hub
 	id   string
 	// stored is the last sequence number the writer gave this deployment's
 	// lines (or found stored). Only the writer goroutine touches it.
@@ -30,11 +32,11 @@ type Sink struct {
 	appLines     int
 	appTrimmed   bool
 	secrets      []string
-	masker       *Masker
+	masker       *rt.Masker
 	tail         []string // last lines of build/app output of the current step
 }
 
-var _ LogSink = (*Sink)(nil)
+var _ rt.LogSink = (*Sink)(nil)
 
 // tailLines is how many output lines a failure message quotes.
 const tailLines = 15
@@ -52,7 +54,7 @@ func (s *Sink) AddSecrets(values ...string) {
 		}
 	}
 	if changed {
-		s.masker = NewMasker(s.secrets...)
+		s.masker = rt.NewMasker(s.secrets...)
 	}
 }
 
@@ -67,7 +69,7 @@ func (s *Sink) Mask(text string) string {
 func (s *Sink) Log(stream, line string) {
 	s.mu.Lock()
 	cfg := &s.logs.cfg
-	if stream == StreamBuild && s.buildDropped {
+	if stream == rt.StreamBuild && s.buildDropped {
 		s.mu.Unlock()
 		return // past the cap: dropped before any work
 	}
@@ -75,30 +77,30 @@ func (s *Sink) Log(stream, line string) {
 	// or an invalid byte could join the halves of a secret.
 	line = cutLine(s.masker.Mask(clean(s.masker.Mask(line))))
 	switch stream {
-	case StreamBuild:
+	case rt.StreamBuild:
 		if s.buildLines+1 > cfg.MaxBuildLines || s.buildBytes+int64(len(line)) > cfg.MaxBuildBytes {
 			s.buildDropped = true
-			s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: StreamSystem, Message: fmt.Sprintf(
+			s.logs.enqueue(logItem{sink: s, line: &Line{DeploymentID: s.id, Time: s.logs.now(), Stream: rt.StreamSystem, Message: fmt.Sprintf(
 				"build output reached the log cap (%d lines or %d MB per deployment): later build output is not stored", cfg.MaxBuildLines, cfg.MaxBuildBytes>>20)}})
 			s.mu.Unlock()
 			return
 		}
 		s.buildLines++
 		s.buildBytes += int64(len(line))
-	case StreamApp:
+	case rt.StreamApp:
 		// Trim in steps of a tenth of the cap, not at every line.
 		if s.appLines++; s.appLines > cfg.MaxAppLines+max(cfg.MaxAppLines/10, 1) {
 			if !s.appTrimmed {
 				s.appTrimmed = true
-				s.logs.enqueue(logItem{sink: s, line: &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: StreamSystem, Message: fmt.Sprintf(
+				s.logs.enqueue(logItem{sink: s, line: &Line{DeploymentID: s.id, Time: s.logs.now(), Stream: rt.StreamSystem, Message: fmt.Sprintf(
 					"app output is over the log cap (the newest %d lines are kept): older app lines are deleted", cfg.MaxAppLines)}})
 			}
 			s.logs.enqueue(logItem{sink: s, trim: cfg.MaxAppLines})
 			s.appLines = cfg.MaxAppLines
 		}
 	}
-	ln := &LogLine{DeploymentID: s.id, Time: s.logs.now(), Stream: stream, Message: line}
-	if stream != StreamSystem {
+	ln := &Line{DeploymentID: s.id, Time: s.logs.now(), Stream: stream, Message: line}
+	if stream != rt.StreamSystem {
 		if len(s.tail) == tailLines {
 			s.tail = append(s.tail[:0], s.tail[1:]...)
 		}
@@ -110,7 +112,7 @@ func (s *Sink) Log(stream, line string) {
 }
 
 // Systemf logs a line of the system stream.
-func (s *Sink) Systemf(format string, a ...any) { s.Log(StreamSystem, fmt.Sprintf(format, a...)) }
+func (s *Sink) Systemf(format string, a ...any) { s.Log(rt.StreamSystem, fmt.Sprintf(format, a...)) }
 
 // ResetTail forgets the output lines kept for failure messages (a step begins).
 func (s *Sink) ResetTail() {

@@ -1,4 +1,4 @@
-package deployments
+package logstream
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // deployment, stores them in batches (renumbering after lines another process
 // stored) and only then publishes them.
 
-func (l *Logs) run() {
+func (l *Hub) run() {
 	defer close(l.done)
 	batch := make([]logItem, 0, l.cfg.BatchSize)
 	check := time.NewTicker(l.cfg.EndCheckEvery)
@@ -60,7 +60,7 @@ const endCheckPage = 500
 
 // checkEnded marks, for catchUpRemote, the deployments with subscribers here
 // that are terminal (their streams get the stored lines, then Done) or gone.
-func (l *Logs) checkEnded() {
+func (l *Hub) checkEnded() {
 	l.mu.Lock()
 	ids := make([]string, 0, len(l.subs))
 	for id := range l.subs {
@@ -72,15 +72,15 @@ func (l *Logs) checkEnded() {
 	for len(ids) > 0 {
 		page := ids[:min(len(ids), endCheckPage)]
 		ids = ids[len(page):]
-		st, err := l.store.DeploymentStatuses(ctx, page)
+		st, err := l.store.DeploymentsEnded(ctx, page)
 		if err != nil {
 			l.log.Warn("check which deployments ended", "err", err)
 			return
 		}
 		l.mu.Lock()
 		for _, id := range page {
-			status, ok := st[id]
-			if ok && !status.Terminal() {
+			ended, ok := st[id]
+			if ok && !ended {
 				continue
 			}
 			w := l.remote[id]
@@ -91,7 +91,7 @@ func (l *Logs) checkEnded() {
 	}
 }
 
-func (l *Logs) mark(it logItem) {
+func (l *Hub) mark(it logItem) {
 	if it.trim > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := l.store.LogTrimApp(ctx, it.sink.id, it.trim); err != nil {
@@ -103,7 +103,7 @@ func (l *Logs) mark(it logItem) {
 		close(it.flush)
 	}
 	if it.end != "" {
-		l.publish(it.end, LogEvent{Done: true})
+		l.publish(it.end, Event{Done: true})
 		l.grew(it.end) // its logs may go for the budget now
 	}
 }
@@ -114,7 +114,7 @@ func (l *Logs) mark(it logItem) {
 // numbered again after them. A batch the database refuses otherwise is
 // retried line by line so one bad line cannot lose its neighbours; a line
 // that cannot be stored is logged and skipped (its number is reused).
-func (l *Logs) write(batch []logItem) []logItem {
+func (l *Hub) write(batch []logItem) []logItem {
 	if len(batch) == 0 {
 		return batch
 	}
@@ -126,8 +126,8 @@ func (l *Logs) write(batch []logItem) []logItem {
 			base[it.sink] = it.sink.stored
 		}
 	}
-	number := func() []LogLine {
-		rows := make([]LogLine, len(batch))
+	number := func() []Line {
+		rows := make([]Line, len(batch))
 		for i, it := range batch {
 			it.sink.stored++
 			it.line.Seq = it.sink.stored
@@ -165,7 +165,7 @@ func (l *Logs) write(batch []logItem) []logItem {
 	start := 0
 	for i := 1; i <= len(stored); i++ {
 		if i == len(stored) || stored[i].line.DeploymentID != stored[start].line.DeploymentID {
-			group := make([]*LogLine, i-start)
+			group := make([]*Line, i-start)
 			for j := range group {
 				group[j] = stored[start+j].line
 			}
@@ -178,7 +178,7 @@ func (l *Logs) write(batch []logItem) []logItem {
 
 // renumberFrom sets each sink's counter to its deployment's highest stored
 // seq (at least base), so the next numbering follows what others stored.
-func (l *Logs) renumberFrom(ctx context.Context, base map[*Sink]int64) error {
+func (l *Hub) renumberFrom(ctx context.Context, base map[*Sink]int64) error {
 	for s, b := range base {
 		m, err := l.store.LogMaxSeq(ctx, s.id)
 		if err != nil {
@@ -192,7 +192,7 @@ func (l *Logs) renumberFrom(ctx context.Context, base map[*Sink]int64) error {
 }
 
 // writeEach stores lines one at a time and returns those stored.
-func (l *Logs) writeEach(ctx context.Context, batch []logItem, base map[*Sink]int64) []logItem {
+func (l *Hub) writeEach(ctx context.Context, batch []logItem, base map[*Sink]int64) []logItem {
 	for s, b := range base {
 		s.stored = b
 	}
@@ -201,7 +201,7 @@ func (l *Logs) writeEach(ctx context.Context, batch []logItem, base map[*Sink]in
 		var err error
 		for {
 			it.line.Seq = it.sink.stored + 1
-			err = l.store.LogInsert(ctx, []LogLine{*it.line})
+			err = l.store.LogInsert(ctx, []Line{*it.line})
 			if !errors.Is(err, platform.ErrConflict) || ctx.Err() != nil {
 				break
 			}

@@ -1,0 +1,475 @@
+package logstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// The log stream (SPEC 6.1, DESIGN.md section 4).
+//
+// Every event is unnamed: a "data:" line with a JSON object whose "type" is
+// ready, log, error or done; a log event also has an "id:" line holding its
+// cursor (the per-deployment sequence number, also "cursor" in the JSON).
+// Order: ready, the backlog, live lines, then done once the deployment is
+// terminal and every line stored up to then was sent. ": ping" comments keep
+// idle streams open.
+//
+// Where the backlog starts: the Last-Event-ID header (a reconnecting
+// EventSource) wins, then since (an RFC 3339 time: lines at or after it), then
+// after (a cursor); none means from the first line. A resume (Last-Event-ID or
+// after) at or past the last line of a terminal deployment (LIVE, FAILED,
+// CANCELLED) is answered 204 No Content: nothing more will come on this
+// stream, and 204 is what makes a browser's EventSource stop reconnecting.
+//
+// LIVE is terminal for the stream: a stream of a LIVE deployment sends what
+// the app logged so far, then done. Open it again (with after=<last cursor>)
+// to read the app's newer lines.
+//
+// Authentication: a bearer token, or ?token= from POST /deployments/{id}/logs/token
+// (browsers' EventSource cannot send headers).
+
+// logEvent is the JSON of one SSE event.
+type logEvent struct {
+	Type      string     `json:"type" enum:"ready,log,error,done"`
+	Cursor    int64      `json:"cursor,omitempty" doc:"log only: the line's cursor (also its SSE id)"`
+	Timestamp *time.Time `json:"timestamp,omitempty" doc:"log only"`
+	Message   string     `json:"message,omitempty" doc:"log and error"`
+	Stream    string     `json:"stream,omitempty" enum:"system,build,app" doc:"log only"`
+}
+
+// EventSchema registers one schema per event type and returns a reference
+// to DeploymentLogEvent, their oneOf with type as discriminator.
+func EventSchema(r huma.Registry) *huma.Schema {
+	const prefix = "#/components/schemas/"
+	typ := func(v string) *huma.Schema {
+		return &huma.Schema{Type: huma.TypeString, Enum: []any{v}, Description: "Event type"}
+	}
+	events := []struct {
+		name, typ, doc string
+		props          map[string]*huma.Schema
+	}{
+		{"DeploymentLogReady", "ready", "The stream is open; the backlog follows.", nil},
+		{"DeploymentLogLine", "log", "One log line. Its SSE id: line is the cursor.", map[string]*huma.Schema{
+			"cursor":    {Type: huma.TypeInteger, Format: "int64", Minimum: ptrFloat(1), Description: "The line's cursor (per-deployment sequence number), also its SSE id"},
+			"timestamp": {Type: huma.TypeString, Format: "date-time", Description: "When the line was logged (RFC 3339, UTC)"},
+			"stream":    {Type: huma.TypeString, Enum: []any{"system", "build", "app"}, Description: "Where the line came from"},
+			"message":   {Type: huma.TypeString, Description: "The line (absent when empty); secret env values are replaced by ***"},
+		}},
+		{"DeploymentLogError", "error", "The stream failed and ends.", map[string]*huma.Schema{
+			"message": {Type: huma.TypeString, Description: "What went wrong"},
+		}},
+		{"DeploymentLogDone", "done", "The deployment is terminal and every line was sent; the stream ends.", nil},
+	}
+	m := r.Map()
+	one := &huma.Schema{
+		Description:   "One event of a deployment's log stream (the JSON of its data: line).",
+		Discriminator: &huma.Discriminator{PropertyName: "type", Mapping: map[string]string{}},
+	}
+	for _, e := range events {
+		props := map[string]*huma.Schema{"type": typ(e.typ)}
+		required := []string{"type"}
+		for k, v := range e.props {
+			props[k] = v
+			if k != "message" || e.typ == "error" { // an empty log line has no message
+				required = append(required, k)
+			}
+		}
+		slices.Sort(required)
+		m[e.name] = &huma.Schema{Type: huma.TypeObject, Description: e.doc, Properties: props, Required: required,
+			AdditionalProperties: false}
+		ref := prefix + e.name
+		one.OneOf = append(one.OneOf, &huma.Schema{Ref: ref})
+		one.Discriminator.Mapping[e.typ] = ref
+	}
+	m["DeploymentLogEvent"] = one
+	return &huma.Schema{Ref: prefix + "DeploymentLogEvent"}
+}
+
+func ptrFloat(f float64) *float64 { return &f }
+
+// Start is where a stream's backlog begins.
+type Start struct {
+	After  int64     // the cursor of the last line the client has
+	Since  time.Time // lines at or after this time (with After 0)
+	Resume bool      // After comes from after= or Last-Event-ID (not since)
+}
+
+// ParseStart reads a stream's after, since and Last-Event-ID parameters; a
+// bad one is a 400 naming it.
+func ParseStart(after, since, lastEventID string) (Start, error) {
+	var st Start
+	in := struct{ After, Since, LastEventID string }{after, since, lastEventID}
+	cursor := func(v, name string) (int64, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 {
+			return 0, platform.Invalidf("%s: must be a log cursor (a non-negative integer)", name)
+		}
+		return n, nil
+	}
+	// Validate every parameter given, even one that precedence ignores.
+	var afterN, last int64
+	var err error
+	if in.After != "" {
+		if afterN, err = cursor(in.After, "query.after"); err != nil {
+			return st, err
+		}
+	}
+	if in.LastEventID != "" {
+		if last, err = cursor(in.LastEventID, "header.Last-Event-ID"); err != nil {
+			return st, err
+		}
+	}
+	var sinceT time.Time
+	if in.Since != "" {
+		if sinceT, err = time.Parse(time.RFC3339Nano, in.Since); err != nil {
+			return st, platform.Invalid("query.since: must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
+		}
+	}
+	switch {
+	case in.LastEventID != "":
+		st.After, st.Resume = last, true
+	case in.Since != "":
+		st.Since = sinceT.UTC()
+	default:
+		st.After, st.Resume = afterN, in.After != ""
+	}
+	return st, nil
+}
+
+// Streams serves the log streams of a Hub's deployments. Close ends them.
+type Streams struct {
+	hub       *Hub
+	heartbeat time.Duration
+	conns     *streamConns // taken-over log streams (conn.go)
+}
+
+// NewStreams serves hub's lines, sending a heartbeat every heartbeat.
+func NewStreams(hub *Hub, heartbeat time.Duration) *Streams {
+	return &Streams{hub: hub, heartbeat: heartbeat, conns: newStreamConns()}
+}
+
+// Close ends every taken-over stream (the Hub, closed first, ended their
+// subscriptions): it closes what is left of their connections (a stream
+// blocked writing to a client that does not read) and waits, up to ctx, for
+// their goroutines.
+func (sv *Streams) Close(ctx context.Context) error { return sv.conns.close(ctx) }
+
+// Serve writes deploymentID's stream from start to hctx (headers included);
+// end is called once the stream ends, in whichever goroutine (Serve may
+// return while the stream goes on, on a taken-over connection).
+func (sv *Streams) Serve(hctx huma.Context, deploymentID string, start Start, end func()) {
+	s := &stream{sv: sv, id: deploymentID, since: start.Since, last: start.After}
+	hctx.SetHeader("Content-Type", "text/event-stream")
+	hctx.SetHeader("Cache-Control", "no-cache")
+	hctx.SetHeader("X-Accel-Buffering", "no")
+	if sv.takeOver(hctx, s, end) {
+		return // the stream goes on in its own goroutine
+	}
+	defer end()
+	if rw, ok := hctx.BodyWriter().(http.ResponseWriter); ok {
+		s.rc = http.NewResponseController(rw)
+	}
+	s.w = hctx.BodyWriter()
+	hctx.SetStatus(http.StatusOK)
+	ctx := hctx.Context()
+	sub, ok := s.begin(ctx)
+	if ok {
+		sub = s.loop(ctx, sub, ctx.Done())
+	}
+	sub.Close()
+}
+
+// stream is one client's log stream. Frames are appended to out and sent by
+// flush: on a taken-over connection (HTTP/1.1, see takeOver) as one chunk
+// per flush written to the connection itself, else through the response
+// writer.
+type stream struct {
+	sv    *Streams
+	id    string
+	since time.Time
+	last  int64  // cursor of the last line sent (or the resume point)
+	out   []byte // frames not sent yet (from outPool; nil when empty)
+
+	// A taken-over connection: frames go out as HTTP/1.1 chunks.
+	conn     net.Conn
+	gone     chan struct{} // closed when the client hung up (or the connection failed)
+	failed   bool          // a write failed: no terminal chunk
+	deadline time.Time     // the write deadline last set
+
+	// Otherwise: the response writer.
+	w  io.Writer
+	rc *http.ResponseController // nil when w is not an http.ResponseWriter
+}
+
+// replayPage is how many stored lines a replay reads per query.
+const replayPage = 500
+
+// maxPending is how many bytes of frames a stream gathers before it writes
+// them (in a replay, or live lines that queued up while it was writing).
+const maxPending = 64 << 10
+
+// begin subscribes, sends ready and the backlog, and reports whether the
+// stream goes on to live lines (false: it ended or failed). The caller closes
+// the returned subscription.
+func (s *stream) begin(ctx context.Context) (*Subscription, bool) {
+	// Subscribe first: a line stored while the backlog is read arrives here
+	// too, and is skipped by cursor.
+	sub := s.sv.hub.Subscribe(s.id)
+	s.event(logEvent{Type: "ready"}, 0)
+	if s.flush() != nil {
+		return sub, false
+	}
+	if s.replay(ctx) != nil {
+		return sub, false
+	}
+	if end, err := s.ended(ctx); err != nil || end {
+		return sub, false
+	}
+	return sub, true
+}
+
+// loop sends live lines and heartbeats until the deployment ends, the
+// client goes (gone), a write fails or the log writer closes. It returns the
+// subscription to close (a lagging stream subscribes again).
+func (s *stream) loop(ctx context.Context, sub *Subscription, gone <-chan struct{}) *Subscription {
+	logs := s.sv.hub
+	tick := time.NewTicker(s.sv.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-gone:
+			return sub
+		case <-ctx.Done():
+			return sub
+		case ev, ok := <-sub.C:
+			for {
+				if !ok {
+					if !sub.Lagged() {
+						return sub // the server is shutting down
+					}
+					// Dropped for falling behind: resubscribe, then refill from the
+					// database (and see whether the end went by meanwhile).
+					sub = logs.Subscribe(s.id)
+					if s.replay(ctx) != nil {
+						return sub
+					}
+					if end, err := s.ended(ctx); err != nil || end {
+						return sub
+					}
+					break
+				}
+				if ev.Done {
+					if ev.Gone {
+						s.event(logEvent{Type: "error", Message: "the deployment was deleted"}, 0)
+						_ = s.flush()
+					} else if s.replay(ctx) == nil {
+						_ = s.done()
+					}
+					return sub
+				}
+				for _, ln := range ev.Lines {
+					if err := s.live(ctx, ln); err != nil {
+						return sub
+					}
+				}
+				// Lines that queued up meanwhile go out in the same write.
+				if len(s.out) >= maxPending {
+					break
+				}
+				select {
+				case ev, ok = <-sub.C:
+					continue
+				default:
+				}
+				break
+			}
+			if s.flush() != nil {
+				return sub
+			}
+		case <-tick.C:
+			// No query here: the log writer checks, for every stream of this
+			// process at once, whether a deployment ended elsewhere
+			// (Config.EndCheckEvery) and sends Done.
+			if s.ping() != nil {
+				return sub
+			}
+		}
+	}
+}
+
+// ended sends done (after a last replay) if the deployment is terminal.
+func (s *stream) ended(ctx context.Context) (bool, error) {
+	st, err := s.sv.hub.store.DeploymentsEnded(ctx, []string{s.id})
+	if err != nil {
+		_ = s.fail("could not read the deployment")
+		return true, err
+	}
+	terminal, ok := st[s.id]
+	if !ok {
+		return true, s.fail("the deployment was deleted")
+	}
+	if !terminal {
+		return false, nil
+	}
+	if err := s.replay(ctx); err != nil {
+		return true, err
+	}
+	return true, s.done()
+}
+
+// live adds a line from the fan-out unless already sent; a gap (lines stored
+// but not yet seen here) is filled from the database first.
+func (s *stream) live(ctx context.Context, ln *Line) error {
+	if ln.Seq <= s.last {
+		return nil
+	}
+	if ln.Seq > s.last+1 {
+		if err := s.replay(ctx); err != nil {
+			return err
+		}
+		if ln.Seq <= s.last {
+			return nil
+		}
+	}
+	s.line(ln)
+	return nil
+}
+
+// replay sends the stored lines after s.last (and at or after s.since).
+func (s *stream) replay(ctx context.Context) error {
+	for {
+		lines, err := s.sv.hub.store.LogList(ctx, ListParams{DeploymentID: s.id, AfterSeq: s.last, Since: s.since, Limit: replayPage})
+		if err != nil {
+			_ = s.fail("could not read the deployment's logs")
+			return err
+		}
+		for i := range lines {
+			s.line(&lines[i])
+			if len(s.out) >= maxPending {
+				if err := s.flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.flush(); err != nil {
+			return err
+		}
+		if len(lines) < replayPage {
+			return nil
+		}
+	}
+}
+
+// line adds a log line's frame (the fan-out's shared one when it has it).
+func (s *stream) line(ln *Line) {
+	if !s.since.IsZero() && ln.Time.Before(s.since) {
+		return
+	}
+	s.grow()
+	if ln.frame != nil {
+		s.out = append(s.out, ln.frame...)
+	} else {
+		s.out = appendLogFrame(s.out, ln)
+	}
+	s.last = ln.Seq
+}
+
+// appendLogFrame appends the SSE event of a log line: its id: line and its
+// data: line (JSON keeps a message's newlines out of the framing).
+func appendLogFrame(b []byte, ln *Line) []byte {
+	ts := ln.Time.UTC()
+	j, err := json.Marshal(logEvent{Type: "log", Cursor: ln.Seq, Timestamp: &ts, Message: ln.Message, Stream: ln.Stream})
+	if err != nil { // cannot happen for these field types
+		j = []byte(`{"type":"log"}`)
+	}
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, ln.Seq, 10)
+	b = append(b, "\ndata: "...)
+	b = append(b, j...)
+	return append(b, '\n', '\n')
+}
+
+func (s *stream) done() error {
+	s.event(logEvent{Type: "done"}, 0)
+	return s.flush()
+}
+
+func (s *stream) fail(msg string) error {
+	s.event(logEvent{Type: "error", Message: msg}, 0)
+	return s.flush()
+}
+
+// writeTimeout bounds a write to a client; a client that reads slower is
+// dropped. The deadline is moved only when less than half of it is left, not
+// on every write.
+const writeTimeout = 10 * time.Second
+
+// event adds one SSE event. JSON encoding keeps a message's newlines out of
+// the data: framing.
+func (s *stream) event(ev logEvent, id int64) {
+	s.grow()
+	if id > 0 {
+		s.out = append(s.out, "id: "...)
+		s.out = strconv.AppendInt(s.out, id, 10)
+		s.out = append(s.out, '\n')
+	}
+	s.out = append(s.out, "data: "...)
+	j, _ := json.Marshal(ev) // cannot fail for these field types
+	s.out = append(s.out, j...)
+	s.out = append(s.out, '\n', '\n')
+}
+
+func (s *stream) ping() error {
+	s.grow()
+	s.out = append(s.out, ": ping\n\n"...)
+	return s.flush()
+}
+
+// extendDeadline moves the write deadline when less than half of
+// writeTimeout is left: one deadline per few seconds, not one per write.
+func (s *stream) extendDeadline(set func(time.Time) error) {
+	now := time.Now()
+	if s.deadline.Sub(now) < writeTimeout/2 {
+		s.deadline = now.Add(writeTimeout)
+		_ = set(s.deadline)
+	}
+}
+
+// flush writes the frames gathered in out.
+func (s *stream) flush() error {
+	if s.conn != nil {
+		return s.flushConn(false)
+	}
+	if len(s.out) > 0 {
+		if s.rc != nil {
+			s.extendDeadline(s.rc.SetWriteDeadline)
+		}
+		_, err := s.w.Write(s.out[chunkHead:])
+		s.release()
+		if err != nil {
+			return err
+		}
+	}
+	if s.rc == nil {
+		if f, ok := s.w.(http.Flusher); ok {
+			f.Flush()
+		}
+		return nil
+	}
+	err := s.rc.Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
+}
