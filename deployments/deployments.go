@@ -161,8 +161,7 @@ func New(d Deps) (*Service, error) {
 		return nil, fmt.Errorf("deployments: %w", err)
 	}
 	d = d.withDefaults()
-	store := NewStore(d.DB)
-	store.clock = d.Clock
+	store := newStore(d.DB, d.Clock)
 	logs := NewLogs(store, d.Logs)
 	acts, err := NewActivities(ActivitiesConfig{Store: store, Logs: logs, Runtime: d.Runtime, Projects: d.Projects,
 		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics})

@@ -3,6 +3,7 @@ package deployments
 import (
 	"context"
 
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -30,13 +31,13 @@ func Migrations() db.MigrationSet {
 			),
 		}, {
 			// Each deployment's stored log bytes, for the account log budget
-			// (logs_budget.go), counted once from the lines already stored.
+			// (deployments/logstream/budget.go), counted once from the lines already stored.
 			ID: "0003_log_bytes",
 			Up: db.Steps(
 				db.AddColumn("deployments", "log_bytes", "BIGINT NOT NULL DEFAULT 0"),
 				func(ctx context.Context, idb bun.IDB) error {
 					_, err := idb.NewUpdate().Model((*Deployment)(nil)).
-						Set("log_bytes = COALESCE((SELECT SUM(" + messageBytes(idb) + ") FROM deployment_logs AS l WHERE l.deployment_id = ?TableAlias.id), 0)").
+						Set("log_bytes = COALESCE((SELECT SUM(" + logstream.MessageBytes(idb) + ") FROM deployment_logs AS l WHERE l.deployment_id = ?TableAlias.id), 0)").
 						Where("TRUE").Exec(ctx)
 					return err
 				},

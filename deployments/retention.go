@@ -67,3 +67,25 @@ func (s *Service) stopRetention() {
 		s.retention = nil
 	}
 }
+
+// EnforceLogBudgets brings every account whose logs are over the account
+// budget within it (see the package's log budget) and returns how many
+// deployments' logs were deleted. The hourly retention pass runs it.
+func (s *Service) EnforceLogBudgets(ctx context.Context) (int, error) {
+	budget := s.logs.Budget()
+	if budget < 0 {
+		return 0, nil
+	}
+	owners, err := s.store.LogOwnersOver(ctx, budget)
+	if err != nil {
+		return 0, err
+	}
+	return s.logs.PruneOwners(ctx, owners)
+}
+
+// LogUsage returns the size of the owner's stored log messages and the
+// account log budget (0: none), for GET /usage.
+func (s *Service) LogUsage(ctx context.Context, owner string) (used, budget int64, err error) {
+	used, err = s.store.LogBytesOwned(ctx, owner)
+	return used, max(s.logs.Budget(), 0), err
+}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -20,11 +19,18 @@ import (
 type Store struct {
 	db    bun.IDB
 	clock platform.Clock // stamps updated_at; deployments.New sets its Deps.Clock
+	// The log lines' SQL (Log* methods): deployment_logs and each
+	// deployment's log_bytes.
+	*logstream.SQL
 }
 
 // NewStore returns a Store over idb (usually the *bun.DB pool) that stamps
 // times with the system clock.
-func NewStore(idb bun.IDB) *Store { return &Store{db: idb, clock: platform.SystemClock{}} }
+func NewStore(idb bun.IDB) *Store { return newStore(idb, platform.SystemClock{}) }
+
+func newStore(idb bun.IDB, clock platform.Clock) *Store {
+	return &Store{db: idb, clock: clock, SQL: logstream.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled))}
+}
 
 // errQuota is returned by DeploymentInsert when the project's monthly quota is used up.
 var errQuota = errors.New("deployment quota reached")
@@ -242,110 +248,6 @@ func (s *Store) UsageByOwner(ctx context.Context, ownerID, month string) (map[st
 		out[r.ProjectID] = r.Count
 	}
 	return out, nil
-}
-
-// LogInsert stores lines in one statement and adds their message bytes to
-// their deployments' LogBytes, in one transaction. Each deployment's row is
-// updated before the lines are inserted (in id order), so a prune or trim,
-// which also updates the row first, never misses lines stored meanwhile.
-func (s *Store) LogInsert(ctx context.Context, lines []LogLine) error {
-	if len(lines) == 0 {
-		return nil
-	}
-	grown := map[string]int64{}
-	for _, l := range lines {
-		grown[l.DeploymentID] += int64(len(l.Message))
-	}
-	ids := slices.Sorted(maps.Keys(grown))
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		for _, id := range ids {
-			if _, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("log_bytes = log_bytes + ?", grown[id]).
-				Where("id = ?", id).Exec(ctx); err != nil {
-				return err
-			}
-		}
-		_, err := tx.NewInsert().Model(&lines).Exec(ctx)
-		return err
-	})
-	return db.Translate(err)
-}
-
-// LogList returns up to p.Limit lines in sequence order.
-func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogLine, error) {
-	var out []LogLine
-	q := s.db.NewSelect().Model(&out).Where("deployment_id = ? AND seq > ?", p.DeploymentID, p.AfterSeq)
-	if !p.Since.IsZero() {
-		q = q.Where("ts >= ?", p.Since.UTC())
-	}
-	if err := q.Order("seq").Limit(int64(p.Limit)).Scan(ctx); err != nil {
-		return nil, db.Translate(err)
-	}
-	return out, nil
-}
-
-// LogDeleteFinished deletes the log lines of deployments that ended FAILED or
-// CANCELLED before before (LIVE ones keep theirs: their app still logs), and
-// returns how many lines went.
-func (s *Store) LogDeleteFinished(ctx context.Context, before time.Time) (int64, error) {
-	var n int64
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		ended := tx.NewSelect().Model((*Deployment)(nil)).Column("id").
-			Where("status IN (?)", bun.In(prunable)).
-			Where("finished_at IS NOT NULL AND finished_at < ?", before.UTC())
-		if _, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("log_bytes = 0").
-			Where("id IN (?)", ended).Exec(ctx); err != nil {
-			return err
-		}
-		res, err := tx.NewDelete().Model((*LogLine)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
-	return n, db.Translate(err)
-}
-
-// LogTrimApp deletes the deployment's app output lines but the newest keep,
-// and takes their bytes off its LogBytes.
-func (s *Store) LogTrimApp(ctx context.Context, deploymentID string, keep int) error {
-	var cutoff []int64
-	if err := s.db.NewSelect().Model((*LogLine)(nil)).Column("seq").
-		Where("deployment_id = ? AND stream = ?", deploymentID, StreamApp).
-		Order("seq DESC").Limit(1).Offset(int64(keep)).Scan(ctx, &cutoff); err != nil {
-		return db.Translate(err)
-	}
-	if len(cutoff) == 0 {
-		return nil // no more than keep lines
-	}
-	// A fixed cutoff: lines stored meanwhile are newer and stay.
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		gone := tx.NewSelect().Model((*LogLine)(nil)).ColumnExpr("COALESCE(SUM("+messageBytes(tx)+"), 0)").
-			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, StreamApp, cutoff[0])
-		if _, err := tx.NewUpdate().Model((*Deployment)(nil)).
-			Set("log_bytes = CASE WHEN log_bytes > (?) THEN log_bytes - (?) ELSE 0 END", gone, gone).
-			Where("id = ?", deploymentID).Exec(ctx); err != nil {
-			return err
-		}
-		_, err := tx.NewDelete().Model((*LogLine)(nil)).
-			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, StreamApp, cutoff[0]).Exec(ctx)
-		return err
-	})
-	return db.Translate(err)
-}
-
-// LogMaxSeq returns the highest sequence number stored for the deployment (0 if none).
-func (s *Store) LogMaxSeq(ctx context.Context, deploymentID string) (int64, error) {
-	var n *int64
-	err := s.db.NewSelect().Model((*LogLine)(nil)).ColumnExpr("MAX(seq)").
-		Where("deployment_id = ?", deploymentID).Scan(ctx, &n)
-	if err != nil {
-		return 0, db.Translate(err)
-	}
-	if n == nil {
-		return 0, nil
-	}
-	return *n, nil
 }
 
 // now is the store's timestamp: UTC, microsecond precision so values survive a
