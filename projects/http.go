@@ -146,7 +146,8 @@ func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summ
 
 	usage := op("get-usage", http.MethodGet, "/usage", "The caller's use of their plan's quotas",
 		"Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, "+
-			"and the account's stored deployment logs against its log budget.")
+			"the account's stored deployment logs against its log budget, "+
+			"and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.")
 	usage.Tags = []string{"Plans"}
 	huma.Register(api, usage, func(ctx context.Context, _ *struct{}) (*usageOutput, error) {
 		u, err := s.Usage(ctx, caller(ctx))

@@ -78,6 +78,7 @@ type Plan struct {
 	MaxStorageGi     int
 	BuildTimeoutMins int
 	PriorityBuilds   bool
+	MaxBandwidthGb   int // per project per calendar month, UTC
 }
 
 // PlanSource looks plans up.
@@ -115,6 +116,13 @@ type LogCounter interface {
 	LogUsage(ctx context.Context, ownerID string) (used, budget int64, err error)
 }
 
+// BandwidthCounter reports the bytes projects carried through the ingress
+// this calendar month (UTC), for GET /usage, and how many bytes one GB of
+// maxBandwidthGb is. The bandwidth module implements it.
+type BandwidthCounter interface {
+	BandwidthThisMonth(ctx context.Context, projectIDs []string) (used map[string]int64, bytesPerGB int64, err error)
+}
+
 // ErrNotCounted is what a DeploymentCounter returns (wrapped or not) when it
 // cannot count on this server; GET /usage then says deploymentsCounted false.
 var ErrNotCounted = errors.New("projects: deployments are not counted on this server")
@@ -136,6 +144,9 @@ type Deps struct {
 	// Logs reports stored log bytes against the account log budget for GET
 	// /usage. Optional: without it the report has no logs field.
 	Logs LogCounter
+	// Bandwidth reports this month's bytes per project for GET /usage.
+	// Optional: without it the report has no bandwidth field.
+	Bandwidth BandwidthCounter
 	// Regions a project may choose; the first is the default. Default ["local"].
 	Regions []string
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or

@@ -4,17 +4,29 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/db"
 )
 
 // Usage is the caller's use of each quota of their account plan.
 type Usage struct {
-	Plan        UsagePlan        `json:"plan" doc:"The caller's account plan"`
-	PeriodStart time.Time        `json:"periodStart" doc:"Start of the current calendar month (UTC), when deployment counts reset"`
-	PeriodEnd   time.Time        `json:"periodEnd" doc:"Start of the next calendar month (UTC)"`
-	Projects    Quota            `json:"projects" doc:"Projects owned (not deleted) against maxProjects"`
-	Deployments []ProjectDeploys `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
-	Counted     bool             `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
-	Logs        *LogQuota        `json:"logs,omitempty" doc:"Stored deployment logs against the account's log budget (absent when this server does not count them)"`
+	Plan        UsagePlan          `json:"plan" doc:"The caller's account plan"`
+	PeriodStart time.Time          `json:"periodStart" doc:"Start of the current calendar month (UTC), when deployment counts reset"`
+	PeriodEnd   time.Time          `json:"periodEnd" doc:"Start of the next calendar month (UTC)"`
+	Projects    Quota              `json:"projects" doc:"Projects owned (not deleted) against maxProjects"`
+	Deployments []ProjectDeploys   `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
+	Counted     bool               `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
+	Logs        *LogQuota          `json:"logs,omitempty" doc:"Stored deployment logs against the account's log budget (absent when this server does not count them)"`
+	Bandwidth   []ProjectBandwidth `json:"bandwidth,omitempty" doc:"Bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb (absent when this server does not meter them)"`
+}
+
+// ProjectBandwidth is one project's bandwidth this month.
+type ProjectBandwidth struct {
+	ProjectID  string `json:"projectId"`
+	Slug       string `json:"slug"`
+	PlanName   string `json:"planName" doc:"The project's effective plan"`
+	UsedBytes  int64  `json:"usedBytes" doc:"Bytes of request and response bodies (and upgraded connections) the ingress carried for the project's hosts this month"`
+	LimitBytes int64  `json:"limitBytes" doc:"maxBandwidthGb of the effective plan in bytes (1 GB = 10^9 bytes); past it the project's hosts answer 429 until the month ends or the plan changes. 0 means no limit"`
 }
 
 // LogQuota is an account's stored log bytes against its log budget.
@@ -34,6 +46,7 @@ type UsagePlan struct {
 	MaxStorageGi     int    `json:"maxStorageGi"`
 	BuildTimeoutMins int    `json:"buildTimeoutMins"`
 	PriorityBuilds   bool   `json:"priorityBuilds"`
+	MaxBandwidthGb   int    `json:"maxBandwidthGb"`
 }
 
 // Quota is use against a limit (0: no limit).
@@ -79,7 +92,7 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 	u := &Usage{
 		Plan: UsagePlan{Name: acct.Name, Tier: acct.Tier, MaxProjects: acct.MaxProjects, MaxDeployments: acct.MaxDeployments,
 			MaxMemoryMi: acct.MaxMemoryMi, MaxCpuM: acct.MaxCpuM, MaxStorageGi: acct.MaxStorageGi,
-			BuildTimeoutMins: acct.BuildTimeoutMins, PriorityBuilds: acct.PriorityBuilds},
+			BuildTimeoutMins: acct.BuildTimeoutMins, PriorityBuilds: acct.PriorityBuilds, MaxBandwidthGb: acct.MaxBandwidthGb},
 		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
 		Projects:    Quota{Used: len(rows), Limit: acct.MaxProjects},
 		Deployments: make([]ProjectDeploys, 0, len(rows)),
@@ -104,5 +117,62 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 		u.Deployments = append(u.Deployments, ProjectDeploys{ProjectID: r.ID, Slug: r.Slug, PlanName: p.Name,
 			Used: counts[r.ID], Limit: p.MaxDeployments})
 	}
+	if s.d.Bandwidth != nil {
+		if u.Bandwidth, err = s.bandwidth(ctx, u.Deployments, plans); err != nil {
+			return nil, err
+		}
+	}
 	return u, nil
+}
+
+// bandwidth is each project's bytes this month against its effective plan
+// (by name in plans, as Usage found them).
+func (s *Service) bandwidth(ctx context.Context, projects []ProjectDeploys, plans map[string]*Plan) ([]ProjectBandwidth, error) {
+	byName := make(map[string]*Plan, len(plans))
+	ids := make([]string, len(projects))
+	for i, p := range projects {
+		ids[i] = p.ProjectID
+	}
+	for _, p := range plans {
+		byName[p.Name] = p
+	}
+	used, perGB, err := s.d.Bandwidth.BandwidthThisMonth(ctx, ids)
+	if err != nil {
+		return nil, wrap("bandwidth", err)
+	}
+	out := make([]ProjectBandwidth, 0, len(projects))
+	for _, p := range projects {
+		out = append(out, ProjectBandwidth{ProjectID: p.ProjectID, Slug: p.Slug, PlanName: p.PlanName,
+			UsedBytes: used[p.ProjectID], LimitBytes: int64(byName[p.PlanName].MaxBandwidthGb) * perGB})
+	}
+	return out, nil
+}
+
+// ProjectPlan is a live project's owner and effective plan, found by slug.
+type ProjectPlan struct {
+	ID, OwnerID, Slug string
+	Plan              *Plan
+}
+
+// ProjectBySlug returns the ACTIVE project whose slug is slug, with its
+// effective plan (for the ingress' bandwidth limit). Anything else is
+// ErrNotFound.
+func (s *Service) ProjectBySlug(ctx context.Context, slug string) (*ProjectPlan, error) {
+	row := new(projectRow)
+	if err := s.d.DB.NewSelect().Model(row).Column("id", "owner_id", "slug", "plan_name").
+		Where("slug = ? AND status = ?", slug, StatusActive).Limit(1).Scan(ctx); err != nil {
+		if err = db.Translate(err); isNotFound(err) {
+			return nil, notFound()
+		}
+		return nil, wrap("project by slug", err)
+	}
+	acct, err := s.d.Plans.AccountPlan(ctx, row.OwnerID)
+	if err != nil {
+		return nil, wrap("account plan", err)
+	}
+	plan, err := s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
+	if err != nil {
+		return nil, err
+	}
+	return &ProjectPlan{ID: row.ID, OwnerID: row.OwnerID, Slug: row.Slug, Plan: plan}, nil
 }

@@ -1130,6 +1130,20 @@ type Project struct {
 // ProjectStatus ACTIVE, DELETING, or FAILED (a teardown failed; DELETE retries)
 type ProjectStatus string
 
+// ProjectBandwidth defines model for ProjectBandwidth.
+type ProjectBandwidth struct {
+	// LimitBytes maxBandwidthGb of the effective plan in bytes (1 GB = 10^9 bytes); past it the project's hosts answer 429 until the month ends or the plan changes. 0 means no limit
+	LimitBytes int64 `json:"limitBytes"`
+
+	// PlanName The project's effective plan
+	PlanName  string `json:"planName"`
+	ProjectId string `json:"projectId"`
+	Slug      string `json:"slug"`
+
+	// UsedBytes Bytes of request and response bodies (and upgraded connections) the ingress carried for the project's hosts this month
+	UsedBytes int64 `json:"usedBytes"`
+}
+
 // ProjectDeleteStatus defines model for ProjectDeleteStatus.
 type ProjectDeleteStatus struct {
 	// ErrorMessage Why the last teardown failed (status FAILED)
@@ -1380,6 +1394,9 @@ type UpdateProfileRequest struct {
 
 // Usage defines model for Usage.
 type Usage struct {
+	// Bandwidth Bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb (absent when this server does not meter them)
+	Bandwidth *[]ProjectBandwidth `json:"bandwidth,omitempty"`
+
 	// Deployments Deployments started this month per project against its plan's maxDeployments
 	Deployments []ProjectDeploymentUsage `json:"deployments"`
 
@@ -1405,6 +1422,7 @@ type Usage struct {
 // UsagePlan defines model for UsagePlan.
 type UsagePlan struct {
 	BuildTimeoutMins int64  `json:"buildTimeoutMins"`
+	MaxBandwidthGb   int64  `json:"maxBandwidthGb"`
 	MaxCpuM          int64  `json:"maxCpuM"`
 	MaxDeployments   int64  `json:"maxDeployments"`
 	MaxMemoryMi      int64  `json:"maxMemoryMi"`
@@ -2912,7 +2930,7 @@ type ClientInterface interface {
 
 	// GetUsage The caller's use of their plan's quotas
 	//
-	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
+	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, the account's stored deployment logs against its log budget, and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.
 	//
 	// Corresponds with GET /usage (the `GetUsage` operationId).
 	GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5029,7 +5047,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // GetUsage The caller's use of their plan's quotas
 //
-// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
+// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, the account's stored deployment logs against its log budget, and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.
 //
 // Corresponds with GET /usage (the `GetUsage` operationId).
 func (c *Client) GetUsage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10491,7 +10509,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetUsageWithResponse The caller's use of their plan's quotas
 	//
-	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
+	// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, the account's stored deployment logs against its log budget, and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17174,7 +17192,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // GetUsageWithResponse The caller's use of their plan's quotas
 //
-// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, and the account's stored deployment logs against its log budget.
+// Account plan, projects used against maxProjects, deployments started this calendar month (UTC) per project against its plan's maxDeployments, the account's stored deployment logs against its log budget, and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -22,6 +22,8 @@ import (
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/apidocs"
@@ -44,8 +46,9 @@ type App struct {
 	Log       *slog.Logger
 	DB        *bun.DB
 	API       huma.API
-	Handler   http.Handler // the API with request logging, ids, recovery
-	Ingress   http.Handler // the apps' ingress proxy; nil when this role runs no apps
+	Handler   http.Handler   // the API with request logging, ids, recovery
+	Ingress   http.Handler   // the apps' ingress proxy; nil when this role runs no apps
+	meter     *ingress.Meter // the ingress' byte counts; nil when this role runs no apps
 	Authn     platform.Authenticator
 	Sealer    *secret.Sealer
 	JWTSecret []byte
@@ -67,6 +70,7 @@ type App struct {
 	Deployments *deployments.Service
 	Codehost    *codehost.Service
 	Domains     *domains.Service
+	Bandwidth   *bandwidth.Service
 
 	// Mailer sends the server's mail (the auth module's, and notices of
 	// other modules): SMTP, or the log without KEELSON_SMTP_URL.
@@ -99,6 +103,7 @@ type edges struct {
 	deployments *deployments.Service
 	codehost    *codehost.Service
 	domains     *domains.Service
+	bandwidth   *bandwidth.Service
 }
 
 // MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
@@ -170,6 +175,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"codehost", a.buildCodehost},
 		{"deployhooks", a.buildDeployHooks},
 		{"domains", a.buildDomains},
+		{"bandwidth", a.buildBandwidth},
 		{"scaffold", a.buildScaffold},
 	} {
 		if err := b.fn(ctx); err != nil {
@@ -177,7 +183,8 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}
 	// Phase two: bind the edges that point at later modules.
-	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains}
+	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
+		bandwidth: a.Bandwidth}
 
 	// Then every module's routes are registered, all migrations run, and
 	// the modules start in build order (a failure closes them all).

@@ -143,6 +143,12 @@ type Config struct {
 	// deployments keep together, in MiB; past it the logs of its oldest
 	// ended deployments are deleted. 0: no budget. Default 512.
 	LogBudgetMB int
+
+	// bandwidthBytesPerGB replaces the 10^9 bytes of one GB of a plan's
+	// maxBandwidthGb (bandwidth.Deps.BytesPerGB). A test hook with no
+	// setting: plans are sold in GB, and a setting would make every plan's
+	// figure mean something else than it says.
+	bandwidthBytesPerGB int64
 }
 
 // Defaults of the connection settings.

@@ -33,6 +33,10 @@ type serverMetrics struct {
 	builds   *prometheus.HistogramVec
 	lines    prometheus.Counter
 	streams  prometheus.Gauge
+	// The ingress' bandwidth (deployments/bandwidth).
+	bwBytes   *prometheus.CounterVec
+	bwRefused prometheus.Gauge
+	bwFailed  prometheus.Counter
 }
 
 var _ deployments.Metrics = (*serverMetrics)(nil)
@@ -62,13 +66,27 @@ func newServerMetrics() (*serverMetrics, error) {
 			Name: "keelson_log_streams_open",
 			Help: "Deployment log streams (SSE) this process is serving now.",
 		}),
+		bwBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keelson_ingress_bytes_total",
+			Help: "Bytes this process's ingress carried for projects and stored in their monthly bandwidth, by direction (in: requests, out: responses).",
+		}, []string{"direction"}),
+		bwRefused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keelson_bandwidth_refused_projects",
+			Help: "Projects this process's ingress answers 429 for, past their plan's monthly bandwidth.",
+		}),
+		bwFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keelson_bandwidth_flush_failures_total",
+			Help: "Flushes of the ingress' byte counts that stored nothing (the counts are kept for the next one).",
+		}),
 	}
+	m.bwBytes.WithLabelValues("in")
+	m.bwBytes.WithLabelValues("out")
 	// Every outcome is present from the start, so a rate() over a
 	// never-failed build is 0, not absent.
 	for _, o := range []deployments.BuildOutcome{deployments.BuildSucceeded, deployments.BuildFailed, deployments.BuildCancelled} {
 		m.builds.WithLabelValues(string(o))
 	}
-	err := m.register(m.requests, m.duration, m.builds, m.lines, m.streams,
+	err := m.register(m.requests, m.duration, m.builds, m.lines, m.streams, m.bwBytes, m.bwRefused, m.bwFailed,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m, err
@@ -89,8 +107,16 @@ func (m *serverMetrics) BuildFinished(outcome deployments.BuildOutcome, took tim
 }
 
 func (m *serverMetrics) LogLinesStored(n int) { m.lines.Add(float64(n)) }
-func (m *serverMetrics) LogStreamOpened()     { m.streams.Inc() }
-func (m *serverMetrics) LogStreamClosed()     { m.streams.Dec() }
+
+// BandwidthFlushed, BandwidthRefused and BandwidthFlushFailed implement bandwidth.Metrics.
+func (m *serverMetrics) BandwidthFlushed(in, out int64) {
+	m.bwBytes.WithLabelValues("in").Add(float64(in))
+	m.bwBytes.WithLabelValues("out").Add(float64(out))
+}
+func (m *serverMetrics) BandwidthRefused(projects int) { m.bwRefused.Set(float64(projects)) }
+func (m *serverMetrics) BandwidthFlushFailed()         { m.bwFailed.Inc() }
+func (m *serverMetrics) LogStreamOpened()              { m.streams.Inc() }
+func (m *serverMetrics) LogStreamClosed()              { m.streams.Dec() }
 
 // instrument counts and times every request h answers, labelled with the
 // pattern of mux's route for it ("unmatched" when none: a 404, a 405).

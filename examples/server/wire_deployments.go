@@ -60,7 +60,8 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
 			publicPort, _ = strconv.Atoi(p)
 		}
-		router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log})
+		a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
+		router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter})
 		if err != nil {
 			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 		}

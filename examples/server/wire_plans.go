@@ -35,7 +35,8 @@ func (u planUsage) PlanInUse(ctx context.Context, name string) (bool, error) {
 }
 
 // planChanges forwards plans.ChangeObserver to the projects module, whose
-// cached lists show account plan names. (Other replicas hear of the same
+// cached lists show account plan names, and to the bandwidth module, which
+// checks the projects it refuses again. (Other replicas hear of the same
 // changes through plans.ChangeChannel: projects.Deps.PlanChannel.)
 type planChanges struct{ e *edges }
 
@@ -43,10 +44,16 @@ func (c planChanges) AccountPlanChanged(userID string) {
 	if c.e.projects != nil {
 		c.e.projects.AccountPlanChanged(userID)
 	}
+	if c.e.bandwidth != nil {
+		c.e.bandwidth.PlanChanged()
+	}
 }
 
 func (c planChanges) PlansChanged() {
 	if c.e.projects != nil {
 		c.e.projects.PlansChanged()
+	}
+	if c.e.bandwidth != nil {
+		c.e.bandwidth.PlanChanged()
 	}
 }

@@ -23,6 +23,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		Teardown:        projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
 		Deployments:     deploymentCounter{a.edges},
 		Logs:            deploymentCounter{a.edges},
+		Bandwidth:       bandwidthCounter{a.edges},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
 		ReservedSlugs:   projects.HostSlugs(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
@@ -82,7 +83,7 @@ func toProjectsPlan(p *plans.Plan) *projects.Plan {
 		Name: p.Name, Tier: string(p.Tier), TierRank: p.Tier.Rank(),
 		MaxProjects: p.MaxProjects, MaxDeployments: p.MaxDeployments, MaxMemoryMi: p.MaxMemoryMi,
 		MaxCpuM: p.MaxCpuM, MaxStorageGi: p.MaxStorageGi, BuildTimeoutMins: p.BuildTimeoutMins,
-		PriorityBuilds: p.PriorityBuilds, Public: p.Public,
+		PriorityBuilds: p.PriorityBuilds, Public: p.Public, MaxBandwidthGb: p.MaxBandwidthGb,
 	}
 }
 
