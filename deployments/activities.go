@@ -30,6 +30,9 @@ type ActivitiesConfig struct {
 	Clock platform.Clock
 	// Metrics is told how long each build took. Optional.
 	Metrics Metrics
+	// Hosts routes the project's custom domains in the DNS step. Optional:
+	// nil serves the apps-domain host only.
+	Hosts HostRouter
 }
 
 // Activities are the bodies of a deployment's steps, the same for every
@@ -52,6 +55,7 @@ type Activities struct {
 	release  time.Duration
 	clock    platform.Clock
 	metrics  Metrics
+	hosts    HostRouter
 }
 
 // NewActivities checks cfg and returns the activities.
@@ -67,7 +71,7 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 		return nil, errors.New("deployments: ActivitiesConfig.Projects is required")
 	}
 	a := &Activities{store: cfg.Store, logs: cfg.Logs, rt: cfg.Runtime, projects: cfg.Projects,
-		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock, metrics: cfg.Metrics}
+		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock, metrics: cfg.Metrics, hosts: cfg.Hosts}
 	if a.metrics == nil {
 		a.metrics = noMetrics{}
 	}
@@ -124,12 +128,14 @@ func (a *Activities) Provision(ctx context.Context, id string) error {
 }
 
 // ConfigureDNS runs the DNS step of a provisioned deployment: route the
-// project's host to it, mark it LIVE, then stop the project's previous LIVE
-// deployment (which ends CANCELLED with supersededBy set).
+// project's host and its active custom domains to it (one switch: the
+// custom domains follow the host's route), mark it LIVE, then stop the
+// project's previous LIVE deployment (which ends CANCELLED with supersededBy
+// set). The step's log names each hostname and its certificate's state.
 func (a *Activities) ConfigureDNS(ctx context.Context, id string) error {
 	var live *Deployment
 	err := a.step(ctx, id, StepDNS, StatusProvisioning, func(ctx context.Context, d *Deployment, job Job, sink *Sink) ([]string, error) {
-		url, err := a.rt.Route(ctx, d.ProjectSlug, d.ID, d.Upstream)
+		url, err := a.route(ctx, d, d.Upstream, sink)
 		if err != nil {
 			return nil, err
 		}
@@ -144,6 +150,27 @@ func (a *Activities) ConfigureDNS(ctx context.Context, id string) error {
 	}
 	a.logs.End(id)
 	return a.Supersede(context.WithoutCancel(ctx), live.ID)
+}
+
+// route points the project's custom domains (Hosts) and its apps-domain
+// host at upstream, the latter last: that is the switch, and the custom
+// domains follow it. It logs each hostname with its certificate's state.
+func (a *Activities) route(ctx context.Context, d *Deployment, upstream string, sink *Sink) (string, error) {
+	var hosts []HostState
+	if a.hosts != nil {
+		var err error
+		if hosts, err = a.hosts.RouteHosts(ctx, d.ProjectID, d.ProjectSlug); err != nil {
+			return "", fmt.Errorf("route the project's custom domains: %w", err)
+		}
+	}
+	url, err := a.rt.Route(ctx, d.ProjectSlug, d.ID, upstream)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hosts {
+		sink.Systemf("serving %s (certificate: %s)", h.Hostname, h.Certificate)
+	}
+	return url, nil
 }
 
 // Supersede stops the project's other LIVE deployments, now that the LIVE
@@ -441,7 +468,7 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		url, err := a.rt.Route(ctx, d.ProjectSlug, d.ID, up)
+		url, err := a.route(ctx, d, up, sink)
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,9 @@ type Deps struct {
 	// Metrics is told about builds, stored log lines and open log streams.
 	// Optional: nil records nothing.
 	Metrics Metrics
+	// Hosts routes a project's custom domains with its apps-domain host in
+	// the DNS step. Optional: nil serves the apps-domain host only.
+	Hosts HostRouter
 }
 
 // EngineDeps are what Deps.NewEngine gets: the parts New built, behind the
@@ -164,7 +167,7 @@ func New(d Deps) (*Service, error) {
 	store := newStore(d.DB, d.Clock)
 	logs := NewLogs(store, d.Logs)
 	acts, err := NewActivities(ActivitiesConfig{Store: store, Logs: logs, Runtime: d.Runtime, Projects: d.Projects,
-		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics})
+		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics, Hosts: d.Hosts})
 	if err != nil {
 		logs.Close()
 		return nil, err
@@ -222,7 +225,7 @@ func (s *Service) Close(ctx context.Context) error {
 // side's Runtime only signals workflows.
 func (s *Service) Activities(rt Runtime) (*Activities, error) {
 	return NewActivities(ActivitiesConfig{Store: s.store, Logs: s.logs, Runtime: rt, Projects: s.d.Projects,
-		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock, Metrics: s.d.Metrics})
+		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock, Metrics: s.d.Metrics, Hosts: s.d.Hosts})
 }
 
 // Store returns the service's store as engines and workers see it.

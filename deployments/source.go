@@ -46,3 +46,22 @@ type GitCredentials interface {
 type RepoAccess interface {
 	CheckRepoAccess(ctx context.Context, projectID, repoURL string) error
 }
+
+// HostRouter routes a project's custom domains along with its apps-domain
+// host in the DNS step (the reference server adapts the custom-domains module
+// and the ingress to it). The ingress resolves each custom hostname to the
+// project's route, so the step's one route switch moves every hostname.
+type HostRouter interface {
+	// RouteHosts points projectID's active custom domains at slug's route
+	// and returns every hostname the project answers on, its apps-domain
+	// host first.
+	RouteHosts(ctx context.Context, projectID, slug string) ([]HostState, error)
+}
+
+// HostState is one hostname a project answers on, for the DNS step's log.
+type HostState struct {
+	Hostname string
+	// Certificate says in words whether HTTPS is ready for it ("ready,
+	// expires ...", "issued at the first HTTPS request", "HTTPS is off").
+	Certificate string
+}

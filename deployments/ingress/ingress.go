@@ -2,6 +2,10 @@
 // routes a request by its Host (<slug>.<apps-domain>, any port, any case) to the
 // upstream (host:port) of the project's live deployment.
 //
+// A project's custom domains are names of its slug (SetHosts): the ingress
+// resolves such a host to the slug's route, so the one route switch of a
+// deployment moves every hostname of the project together.
+//
 // The route table is replaced atomically on every change, so a reader sees the
 // old route or the new one, never none. A deployment swap therefore sets the new
 // route first and stops the old app afterwards; Drain lets the caller wait for
@@ -26,6 +30,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,8 +84,9 @@ type Router struct {
 	proxy *httputil.ReverseProxy
 	tr    *http.Transport
 
-	mu       sync.Mutex                        // serializes writers of table and counts
+	mu       sync.Mutex                        // serializes writers of table, hosts and counts
 	table    atomic.Pointer[map[string]*route] // slug -> route; replaced, never mutated
+	hosts    atomic.Pointer[map[string]string] // custom hostname -> slug; replaced, never mutated
 	counters map[string]*atomic.Int64          // deploymentID -> requests in flight
 }
 
@@ -98,6 +104,8 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{cfg: cfg, counters: map[string]*atomic.Int64{}}
 	empty := map[string]*route{}
 	r.table.Store(&empty)
+	noHosts := map[string]string{}
+	r.hosts.Store(&noHosts)
 	r.tr = &http.Transport{
 		Proxy:                 nil, // never send app traffic through the server's HTTP_PROXY
 		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -215,6 +223,67 @@ func routed(m map[string]*route, deploymentID string) bool {
 	return false
 }
 
+// SetHosts makes hosts (custom hostnames, normalised: lower case, ASCII)
+// the names of slug, replacing the ones it had: a request for any of them
+// goes to slug's route, whichever deployment that is. A hostname given to
+// another slug moves there. An empty hosts removes slug's names.
+func (r *Router) SetHosts(slug string, hosts []string) {
+	slug = strings.ToLower(slug)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.hosts.Load()
+	next := make(map[string]string, len(old)+len(hosts))
+	for h, s := range old {
+		if s != slug {
+			next[h] = s
+		}
+	}
+	for _, h := range hosts {
+		if h = normHost(h); h != "" {
+			next[h] = slug
+		}
+	}
+	r.hosts.Store(&next)
+}
+
+// ReplaceHosts replaces every slug's names at once with hosts (hostname ->
+// slug): a full resync from the database.
+func (r *Router) ReplaceHosts(hosts map[string]string) {
+	next := make(map[string]string, len(hosts))
+	for h, s := range hosts {
+		if h = normHost(h); h != "" {
+			next[h] = strings.ToLower(s)
+		}
+	}
+	r.mu.Lock()
+	r.hosts.Store(&next)
+	r.mu.Unlock()
+}
+
+// Hosts returns the custom hostnames of slug, sorted.
+func (r *Router) Hosts(slug string) []string {
+	slug = strings.ToLower(slug)
+	var out []string
+	for h, s := range *r.hosts.Load() {
+		if s == slug {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Resolve returns the route host (as a request names it: any case, a port
+// or a trailing dot) reaches: <slug>.<apps-domain>, or a custom hostname of
+// a slug that is routed.
+func (r *Router) Resolve(host string) (Route, bool) {
+	slug := r.slugOf(host)
+	if slug == "" {
+		return Route{}, false
+	}
+	return r.Lookup(slug)
+}
+
 // Lookup returns the route of slug.
 func (r *Router) Lookup(slug string) (Route, bool) {
 	rt := (*r.table.Load())[strings.ToLower(slug)]
@@ -234,9 +303,12 @@ func (r *Router) Routes() []Route {
 	return out
 }
 
+// Host is slug's host under the apps domain: <slug>.<apps-domain>.
+func (r *Router) Host(slug string) string { return strings.ToLower(slug) + "." + r.cfg.AppsDomain }
+
 // URL is the public URL of slug: http://<slug>.<apps-domain>[:<port>].
 func (r *Router) URL(slug string) string {
-	host := strings.ToLower(slug) + "." + r.cfg.AppsDomain
+	host := r.Host(slug)
 	if r.cfg.PublicPort != 0 && r.cfg.PublicPort != 80 {
 		host = net.JoinHostPort(host, strconv.Itoa(r.cfg.PublicPort))
 	}
@@ -268,15 +340,21 @@ func (r *Router) Drain(ctx context.Context, deploymentID string) error {
 // Close closes idle connections to upstreams.
 func (r *Router) Close() { r.tr.CloseIdleConnections() }
 
-// slugOf returns the slug of host, or "" when host is not under the apps domain.
-func (r *Router) slugOf(host string) string {
+// normHost is host without a port or a trailing dot, in lower case.
+func normHost(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// slugOf returns the slug host names: <slug>.<apps-domain>, or a custom
+// hostname of slug (SetHosts); "" for any other host.
+func (r *Router) slugOf(host string) string {
+	host = normHost(host)
 	slug, ok := strings.CutSuffix(host, "."+r.cfg.AppsDomain)
 	if !ok || slug == "" {
-		return ""
+		return (*r.hosts.Load())[host]
 	}
 	return slug
 }

@@ -302,3 +302,59 @@ func TestDrainWaitsForInFlightRequests(t *testing.T) {
 	cancel()
 	assert.NoError(t, r.Drain(ctx, "never-routed"))
 }
+
+func TestCustomHostsFollowTheSlugsRoute(t *testing.T) {
+	t.Parallel()
+	r, srv := newRouter(t, ingress.Config{AppsDomain: "apps.test"})
+	a, b := app(t, "A"), app(t, "B")
+	require.NoError(t, r.Set("alpha", "d1", upstream(a)))
+	r.SetHosts("alpha", []string{"www.example.com", "Shop.Example.COM."})
+	assert.Equal(t, []string{"shop.example.com", "www.example.com"}, r.Hosts("alpha"))
+
+	for _, host := range []string{"www.example.com", "SHOP.example.com:8443", "www.example.com."} {
+		code, body := get(t, srv, host, "/")
+		assert.Equal(t, http.StatusOK, code, host)
+		assert.True(t, strings.HasPrefix(body, "A host="+host), "%s: %s", host, body)
+	}
+	// One route switch moves every hostname of the slug.
+	require.NoError(t, r.Set("alpha", "d2", upstream(b)))
+	for _, host := range []string{"alpha.apps.test", "www.example.com", "shop.example.com"} {
+		_, body := get(t, srv, host, "/")
+		assert.True(t, strings.HasPrefix(body, "B "), "%s: %s", host, body)
+	}
+	rt, ok := r.Resolve("WWW.example.com:443")
+	assert.True(t, ok)
+	assert.Equal(t, "d2", rt.DeploymentID)
+
+	// A name dropped from the set is not served any more, at once.
+	r.SetHosts("alpha", []string{"shop.example.com"})
+	code, body := get(t, srv, "www.example.com", "/")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, `no app is served at host "www.example.com"`)
+	_, ok = r.Resolve("www.example.com")
+	assert.False(t, ok)
+
+	// A hostname given to another slug moves there; the first slug keeps the rest.
+	c := app(t, "C")
+	require.NoError(t, r.Set("gamma", "d3", upstream(c)))
+	r.SetHosts("gamma", []string{"shop.example.com"})
+	_, body = get(t, srv, "shop.example.com", "/")
+	assert.True(t, strings.HasPrefix(body, "C "), body)
+	assert.Empty(t, r.Hosts("alpha"))
+
+	// A name of a slug with no route answers 404, like the slug's own host.
+	r.SetHosts("idle", []string{"idle.example.org"})
+	code, _ = get(t, srv, "idle.example.org", "/")
+	assert.Equal(t, http.StatusNotFound, code)
+	_, ok = r.Resolve("idle.example.org")
+	assert.False(t, ok)
+
+	// A resync replaces every slug's names.
+	r.ReplaceHosts(map[string]string{"new.example.net": "alpha"})
+	assert.Empty(t, r.Hosts("gamma"))
+	assert.Equal(t, []string{"new.example.net"}, r.Hosts("alpha"))
+	code, _ = get(t, srv, "shop.example.com", "/")
+	assert.Equal(t, http.StatusNotFound, code)
+	_, body = get(t, srv, "new.example.net", "/")
+	assert.True(t, strings.HasPrefix(body, "B "), body)
+}

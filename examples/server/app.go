@@ -71,6 +71,7 @@ type App struct {
 	Codehost    *codehost.Service
 	Domains     *domains.Service
 	Bandwidth   *bandwidth.Service
+	hosts       *hostRoutes // the ingress's custom hostnames; nil when this role runs no apps
 
 	// Mailer sends the server's mail (the auth module's, and notices of
 	// other modules): SMTP, or the log without KEELSON_SMTP_URL.

@@ -71,6 +71,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 			return err
 		}
 		a.Ingress = router
+		d.Hosts = a.routeHosts(router)
 	}
 	var worker func(*deployments.Service) error
 	var engine *local.Engine // the local engine, for its queue depth

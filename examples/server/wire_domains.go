@@ -23,7 +23,8 @@ func (a *App) buildDomains(context.Context) error {
 		AppsDomain: a.Cfg.AppsDomain, PublicURL: a.Cfg.PublicURL, FrontendURL: a.Cfg.FrontendURL,
 		IngressIPs: a.Cfg.IngressIPs, Resolvers: a.Cfg.DNSResolvers,
 		MaxPerProject: a.Cfg.MaxDomainsPerProject, CheckInterval: a.Cfg.DomainCheckInterval,
-		Log: a.Log.With("module", "domains"),
+		ActiveChanged: a.activeChanged,
+		Log:           a.Log.With("module", "domains"),
 	})
 	if err != nil {
 		return err

@@ -69,6 +69,9 @@ func TestVerifyStepsWithReasons(t *testing.T) {
 		if _, err := e.svc.ProjectForHost(ctx, "other.example.com"); !errIsNotFound(err) {
 			t.Fatalf("ProjectForHost(unknown): %v", err)
 		}
+		if all, err := e.svc.ActiveRoutes(ctx); err != nil || len(all) != 1 || all["www.example.com"] != "shop" {
+			t.Fatalf("ActiveRoutes: %v %v", all, err)
+		}
 
 		if resp := e.api.Delete("/projects/"+p+"/domains/"+d.ID, asAlice); resp.Code != 204 {
 			t.Fatalf("delete: %d %s", resp.Code, resp.Body)
@@ -79,6 +82,9 @@ func TestVerifyStepsWithReasons(t *testing.T) {
 		e.wantChanges(t, p, p)
 		if _, err := e.svc.ProjectForHost(ctx, "www.example.com"); !errIsNotFound(err) {
 			t.Fatalf("ProjectForHost after delete: %v", err)
+		}
+		if all, err := e.svc.ActiveRoutes(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("ActiveRoutes after delete: %v %v", all, err)
 		}
 	})
 }

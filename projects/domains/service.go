@@ -323,6 +323,21 @@ func (s *Service) ActiveHostnames(ctx context.Context, projectID string) ([]stri
 	return hs, db.Translate(err)
 }
 
+// ActiveRoutes maps every active custom domain to its project's slug (for
+// the ingress's full resync).
+func (s *Service) ActiveRoutes(ctx context.Context) (map[string]string, error) {
+	var rows []domainRow
+	err := s.d.DB.NewSelect().Model(&rows).Column("hostname", "slug").Where("status = ?", StatusActive).Scan(ctx)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.Hostname] = r.Slug
+	}
+	return out, nil
+}
+
 // ProjectForHost returns the project whose active custom domain host is
 // (host as a request names it: any case, a trailing dot or a port are
 // ignored); ErrNotFound when it is not an active custom domain.

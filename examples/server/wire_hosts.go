@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// hostSyncEvery is how often an ingress reloads every active custom domain
+// from the database: changes made in this process route at once
+// (domains.Deps.ActiveChanged); this picks up those of other processes (an
+// API replica's domain delete, another worker's recheck).
+const hostSyncEvery = 30 * time.Second
+
+// hostRoutes keeps the ingress's custom hostnames (ingress.Router.SetHosts)
+// equal to the active custom domains: the DNS step routes a project's own
+// (RouteHosts), and every change of the domains module reloads them all
+// (sync), so a deleted or deactivated domain, or a deleted project's, stops
+// being served at once.
+type hostRoutes struct {
+	e      *edges
+	router *ingress.Router
+	// certificate says whether a hostname's certificate is ready (nil: HTTPS is off).
+	certificate func(ctx context.Context, host string) string
+
+	mu sync.Mutex // one reload or project update at a time: the later one reads the later state
+}
+
+var _ deployments.HostRouter = (*hostRoutes)(nil)
+
+// RouteHosts points projectID's active custom domains at slug.
+func (h *hostRoutes) RouteHosts(ctx context.Context, projectID, slug string) ([]deployments.HostState, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names, err := h.e.domains.ActiveHostnames(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	h.router.SetHosts(slug, names)
+	out := []deployments.HostState{{Hostname: h.router.Host(slug)}}
+	for _, n := range names {
+		out = append(out, deployments.HostState{Hostname: n})
+	}
+	for i := range out {
+		out[i].Certificate = "HTTPS is off"
+		if h.certificate != nil {
+			out[i].Certificate = h.certificate(ctx, out[i].Hostname)
+		}
+	}
+	return out, nil
+}
+
+// sync reloads every active custom domain into the ingress.
+func (h *hostRoutes) sync(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	all, err := h.e.domains.ActiveRoutes(ctx)
+	if err != nil {
+		return err
+	}
+	h.router.ReplaceHosts(all)
+	return nil
+}
+
+// routeHosts wires hostRoutes on router: the deployments' DNS step uses it,
+// and it reloads the custom domains at start, on every change the domains
+// module reports, and every hostSyncEvery until shutdown.
+func (a *App) routeHosts(router *ingress.Router) *hostRoutes {
+	h := &hostRoutes{e: a.edges, router: router}
+	a.hosts = h
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	started := false
+	a.add(platform.Part{
+		OnStart: func(sctx context.Context) error {
+			if err := h.sync(sctx); err != nil {
+				return err
+			}
+			started = true
+			go h.reloadEvery(ctx, done, a.Log)
+			return nil
+		},
+		OnClose: func(context.Context) error {
+			cancel()
+			if started {
+				<-done
+			}
+			return nil
+		},
+	})
+	return h
+}
+
+// reloadEvery syncs every hostSyncEvery until ctx ends, then closes done.
+func (h *hostRoutes) reloadEvery(ctx context.Context, done chan<- struct{}, log *slog.Logger) {
+	defer close(done)
+	t := time.NewTicker(hostSyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("ingress: reload custom domains", "err", err)
+		}
+	}
+}
+
+// activeChanged is the domains module's ActiveChanged: reload the custom
+// domains into this process's ingress, if it has one.
+func (a *App) activeChanged(ctx context.Context, projectID string) {
+	if a.hosts == nil {
+		return
+	}
+	if err := a.hosts.sync(ctx); err != nil {
+		a.Log.Warn("ingress: route custom domains", "project_id", projectID, "err", err)
+	}
+}
