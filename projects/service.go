@@ -458,17 +458,7 @@ func (s *Service) ProjectForDeploy(ctx context.Context, id string) (*DeployInfo,
 		return nil, notFound()
 	}
 	row := new(projectRow)
-	if err := s.d.DB.NewSelect().Model(row).Where("id = ? AND status = ?", id, StatusActive).Scan(ctx); err != nil {
-		if err = db.Translate(err); isNotFound(err) {
-			return nil, notFound()
-		}
-		return nil, wrap("project for deploy", err)
-	}
-	acct, err := s.d.Plans.AccountPlan(ctx, row.OwnerID)
-	if err != nil {
-		return nil, wrap("account plan", err)
-	}
-	plan, err := s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
+	plan, err := s.activeWithPlan(ctx, row, s.d.DB.NewSelect().Model(row).Where("id = ?", id), "project for deploy")
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
 )
 
 // Usage is the caller's use of each quota of their account plan.
@@ -159,20 +160,27 @@ type ProjectPlan struct {
 // ErrNotFound.
 func (s *Service) ProjectBySlug(ctx context.Context, slug string) (*ProjectPlan, error) {
 	row := new(projectRow)
-	if err := s.d.DB.NewSelect().Model(row).Column("id", "owner_id", "slug", "plan_name").
-		Where("slug = ? AND status = ?", slug, StatusActive).Limit(1).Scan(ctx); err != nil {
+	plan, err := s.activeWithPlan(ctx, row, s.d.DB.NewSelect().Model(row).Column("id", "owner_id", "slug", "plan_name").
+		Where("slug = ?", slug), "project by slug")
+	if err != nil {
+		return nil, err
+	}
+	return &ProjectPlan{ID: row.ID, OwnerID: row.OwnerID, Slug: row.Slug, Plan: plan}, nil
+}
+
+// activeWithPlan scans the ACTIVE project q selects into row and returns its
+// effective plan. No such project is ErrNotFound; what names the lookup in
+// other errors.
+func (s *Service) activeWithPlan(ctx context.Context, row *projectRow, q *bun.SelectQuery, what string) (*Plan, error) {
+	if err := q.Where("status = ?", StatusActive).Limit(1).Scan(ctx); err != nil {
 		if err = db.Translate(err); isNotFound(err) {
 			return nil, notFound()
 		}
-		return nil, wrap("project by slug", err)
+		return nil, wrap(what, err)
 	}
 	acct, err := s.d.Plans.AccountPlan(ctx, row.OwnerID)
 	if err != nil {
 		return nil, wrap("account plan", err)
 	}
-	plan, err := s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
-	if err != nil {
-		return nil, err
-	}
-	return &ProjectPlan{ID: row.ID, OwnerID: row.OwnerID, Slug: row.Slug, Plan: plan}, nil
+	return s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
 }
