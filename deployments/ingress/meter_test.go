@@ -89,9 +89,19 @@ func TestMeterBlockedSlugIs429WithThePage(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "other slugs are served")
 	takeUntil(t, m, map[string]ingress.Bytes{"beta": {Out: 1}}) // a refused request counts nothing
 
+	// A custom hostname of the slug is the slug's: refused the same way,
+	// and counted to it once served.
+	r.SetHosts("alpha", []string{"www.example.com"})
+	code, _, body = send(t, srv, "www.example.com", "/1", nil)
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.Contains(t, body, "used 10 GB")
+
 	m.Block(nil)
 	code, _, _ = send(t, srv, "alpha.localhost", "/1", nil)
 	assert.Equal(t, http.StatusOK, code, "unblocked")
+	code, _, _ = send(t, srv, "www.example.com", "/2", make([]byte, 3))
+	assert.Equal(t, http.StatusOK, code)
+	takeUntil(t, m, map[string]ingress.Bytes{"alpha": {In: 3, Out: 3}})
 }
 
 // TestMeterCountsUpgradedConnections: a WebSocket-style upgrade carries bytes
