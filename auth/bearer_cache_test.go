@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
@@ -66,7 +67,7 @@ func TestBearerCacheInvalidatedAtOnce(t *testing.T) {
 			s := e.tokens("ada@example.com")
 			e.cachedAs(s.AccessToken)
 			if _, err := bdb.NewUpdate().Model((*refreshRow)(nil)).Set("revoked_at = ?", e.clock.Now()).
-				Where("hash = ?", hashToken(s.RefreshToken)).Exec(context.Background()); err != nil {
+				Where("hash = ?", onetime.Hash(s.RefreshToken)).Exec(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if e.refused(s.AccessToken) {
@@ -162,7 +163,7 @@ func TestBearerCacheAcrossReplicas(t *testing.T) {
 	b.cachedAs(s.AccessToken)
 	a.cachedAs(s.AccessToken)
 	if _, err := bdb.ExecContext(context.Background(), "UPDATE auth_refresh_tokens SET revoked_at = now() WHERE hash = ?",
-		hashToken(s.RefreshToken)); err != nil {
+		onetime.Hash(s.RefreshToken)); err != nil {
 		t.Fatal(err)
 	}
 	ended(s.AccessToken)

@@ -118,7 +118,7 @@ func BenchmarkLoginBurst100(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "logins/s")
 	b.ReportMetric(float64(peakAbove)/(1<<20), "peak-heap-MiB")
-	b.ReportMetric(float64(cap(svc.hasher.sem)), "hash-concurrency")
+	b.ReportMetric(float64(svc.hasher.Concurrency()), "hash-concurrency")
 }
 
 // BenchmarkAuthenticate measures the bearer check every protected request

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -30,7 +31,7 @@ func (s *Service) TwoFactorChallenge(ctx context.Context, userID platform.ID) (s
 	if !row.TOTPEnabled {
 		return "", nil
 	}
-	raw, hash := newOpaqueToken()
+	raw, hash := onetime.NewToken()
 	now := s.now()
 	if _, err := s.db.NewDelete().Model((*challengeRow)(nil)).Where("expires_at < ?", now).Exec(ctx); err != nil {
 		s.log.WarnContext(ctx, "purge expired 2FA challenges", "err", err)
@@ -52,7 +53,7 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return TokenPair{}, err
 	}
-	id, now := hashToken(challenge), s.now()
+	id, now := onetime.Hash(challenge), s.now()
 	ch := new(challengeRow)
 	if err := s.db.NewSelect().Model(ch).Where("id = ?", id).Scan(ctx); err != nil {
 		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {

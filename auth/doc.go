@@ -10,12 +10,8 @@
 //
 // Decisions SPEC.md and DESIGN.md leave open, written down here:
 //
-//   - Passwords are hashed with argon2id, m=19 MiB, t=2, p=1 (the OWASP
-//     minimum), 16-byte salt, 32-byte key, stored as a PHC string
-//     ($argon2id$v=19$m=19456,t=2,p=1$salt$hash). At most
-//     Config.PasswordHashConcurrency hashes run at once (default max(2,
-//     NumCPU)), so a burst of logins costs at most that many times 19 MiB.
-//     An unknown email is hashed against a dummy so it takes as long as a wrong
+//   - Passwords are argon2id PHC strings (auth/internal/password). An unknown
+//     email is hashed against a dummy so it takes as long as a wrong
 //     password, and both answer the same 401 body.
 //   - Access tokens are HS256 JWTs (the only accepted algorithm) carrying sub,
 //     role, typ "access", iss, aud, iat, exp, sv (the user's session version)
@@ -38,15 +34,11 @@
 //     older tokens, but a successful reset kills every token of the user and
 //     every refresh token. The link is FrontendURL + /reset-password?token=...
 //   - Mail never runs inside a request: forgot-password, register, resend and
-//     email change queue a job (bounded queue, MailQueueSize, default 1000;
-//     full: 503 whatever the account) that MailWorkers background senders run
-//     between Start and Close. The forgot-password job itself looks the
-//     account up and stores the token, so the request does the same work
-//     whether or not the address has an account. Close drains the queue
-//     until its context ends and returns when every sender has. Mail goes
-//     through SMTP when configured; otherwise LogMailer writes the mail, link
-//     included, to the log at INFO: the documented development fallback of
-//     DESIGN.md section 2. No other log line ever holds a token.
+//     email change queue a job (auth/mailer's bounded Queue; full: 503
+//     whatever the account). The forgot-password job itself looks the account
+//     up and stores the token, so the request does the same work whether or
+//     not the address has an account. Without SMTP, LogMailer logs the mail,
+//     link included (DESIGN.md section 2). No other log line holds a token.
 //   - Email verification: sign-up (and POST /auth/verify-email/resend)
 //     mails FrontendURL + /verify-email?token=..., 32 random bytes, SHA-256
 //     at rest, single-use, valid VerifyTTL (24h); POST /auth/verify-email
@@ -71,10 +63,8 @@
 //     codes (SHA-256 at rest); disable needs a valid code or recovery code.
 //     A TOTP code is accepted for one time step either side of now, and the
 //     last accepted time step is stored, so each code works once.
-//   - Rate limits are token buckets in the auth_rate_limits table (one
-//     atomic upsert per attempt), so every replica on one database shares
-//     them; buckets idle longer than the longest period are purged (at most
-//     once a minute, no goroutine). They are keyed per account (lower-cased
+//   - Rate limits are token buckets every replica shares
+//     (auth/internal/ratelimit). They are keyed per account (lower-cased
 //     email, or user id for 2FA), per client address and per mail
 //     destination, and checked before any password is hashed; 429 with
 //     Retry-After. The client address is the TCP peer; only when the peer is

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -27,7 +28,7 @@ func (s *Service) allowMail(ctx context.Context, userID, to string) error {
 // queue adds a mail job, or answers 503 when the queue is full (whatever the
 // account: the answer reveals nothing).
 func (s *Service) queue(name string, run func(ctx context.Context) error) error {
-	if err := s.mq.enqueue(name, run); err != nil {
+	if err := s.mq.Enqueue(name, run); err != nil {
 		return platform.Unavailable("too many mails waiting to be sent; try again in a minute")
 	}
 	return nil
@@ -37,7 +38,7 @@ func (s *Service) queue(name string, run func(ctx context.Context) error) error 
 // address email, and answers the raw token. A new change token retires the
 // user's older pending ones (only the latest requested address can win).
 func (s *Service) issueEmailToken(ctx context.Context, userID, kind, email string) (string, error) {
-	raw, hash := newOpaqueToken()
+	raw, hash := onetime.NewToken()
 	now := s.now()
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		if kind == emailKindChange {
@@ -133,7 +134,7 @@ func (s *Service) forgotJob(email string) func(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		raw, hash := newOpaqueToken()
+		raw, hash := onetime.NewToken()
 		now := s.now()
 		rr := &resetRow{ID: platform.NewID(), Hash: hash, UserID: row.ID, CreatedAt: now, ExpiresAt: now.Add(s.d.ResetTTL)}
 		if _, err := s.db.NewInsert().Model(rr).Exec(ctx); err != nil {
@@ -168,7 +169,7 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
 		t := new(emailTokenRow)
-		if err := tx.NewSelect().Model(t).Where("hash = ?", hashToken(raw)).Scan(ctx); err != nil {
+		if err := tx.NewSelect().Model(t).Where("hash = ?", onetime.Hash(raw)).Scan(ctx); err != nil {
 			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
 				return errBadVerify
 			}
@@ -252,7 +253,7 @@ func (s *Service) reauthenticate(ctx context.Context, row *userRow, password, co
 		return err
 	}
 	if row.PasswordHash != "" {
-		ok, err := s.hasher.verify(ctx, password, row.PasswordHash)
+		ok, err := s.hasher.Verify(ctx, password, row.PasswordHash)
 		if err != nil {
 			return err
 		}

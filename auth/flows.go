@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -69,7 +70,7 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	}
 	device := ""
 	if row != nil && p.Device != "" {
-		device = s.deviceOf(p.Device, row.ID)
+		device = s.devices.Of(p.Device, row.ID)
 	}
 	taken, err := s.takeLoginBuckets(ctx, email, device, p.IP)
 	if err != nil {
@@ -79,7 +80,7 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	if row != nil {
 		encoded = row.PasswordHash // empty for OAuth-only users: checked against the dummy, never matches
 	}
-	ok, err := s.hasher.verify(ctx, p.Password, encoded)
+	ok, err := s.hasher.Verify(ctx, p.Password, encoded)
 	if err != nil {
 		return LoginResult{}, err
 	}
@@ -91,7 +92,7 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	}
 	deviceToken := p.Device
 	if device == "" {
-		deviceToken = s.newDeviceToken(row.ID)
+		deviceToken = s.devices.New(row.ID)
 	}
 	if row.TOTPEnabled {
 		pair, err := s.loginSecondFactor(ctx, row, p.TwoFactorCode)
@@ -194,7 +195,7 @@ var errBadReset = platform.Invalid("token: invalid or expired reset token")
 // (session version). 2FA stays as it is.
 func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) error {
 	rr := new(resetRow)
-	if err := s.db.NewSelect().Model(rr).Where("hash = ?", hashToken(token)).Scan(ctx); err != nil {
+	if err := s.db.NewSelect().Model(rr).Where("hash = ?", onetime.Hash(token)).Scan(ctx); err != nil {
 		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
 			return errBadReset
 		}
@@ -203,7 +204,7 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 	if rr.UsedAt != nil || !s.now().Before(rr.ExpiresAt) {
 		return errBadReset
 	}
-	hash, err := s.hasher.hash(ctx, newPassword)
+	hash, err := s.hasher.Hash(ctx, newPassword)
 	if err != nil {
 		return err
 	}

@@ -65,18 +65,11 @@ func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
 			xff = append(xff, value)
 		}
 	})
-	client := ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)
+	client := httpx.ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)
 	if a, err := netip.ParseAddr(client); err == nil {
 		client = httpx.AddrKey(a)
 	}
 	next(huma.WithValue(ctx, ipKey{}, client))
-}
-
-// ClientAddr is httpx.ClientAddr: the client address of a request from its
-// TCP peer and X-Forwarded-For, believed only as far as trusted proxies
-// wrote it; "unknown" when there is no usable address.
-func ClientAddr(remoteAddr, xff string, trusted []netip.Prefix) string {
-	return httpx.ClientAddr(remoteAddr, xff, trusted)
 }
 
 func ipFrom(ctx context.Context) string {

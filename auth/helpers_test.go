@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2/humatest"
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
@@ -125,7 +126,7 @@ func newEnv(t *testing.T, bdb *bun.DB, mutate func(*Deps)) *env {
 func (e *env) settle() {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for e.svc.mq.pending.Load() != 0 {
+	for e.svc.mq.Pending() != 0 {
 		if time.Now().After(deadline) {
 			e.t.Fatal("mail queue did not drain within 10s")
 		}
@@ -207,7 +208,7 @@ func (e *env) tokens(email string) TokenPair {
 // code is the TOTP code for secret at the test clock's time plus offset.
 func (e *env) code(secret string, offset time.Duration) string {
 	e.t.Helper()
-	c, err := totp.GenerateCodeCustom(secret, e.clock.Now().Add(offset), totpOpts)
+	c, err := totp.GenerateCodeCustom(secret, e.clock.Now().Add(offset), onetime.Opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

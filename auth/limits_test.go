@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/uptrace/bun"
 )
 
@@ -28,14 +30,14 @@ func TestLoginLimits(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			e.wantErr(e.login("ada@example.com", "wrong-password", ""), 401, "")
 		}
-		hashes := e.svc.hasher.runs.Load()
+		hashes := e.svc.hasher.Runs()
 		resp := e.login("ADA@example.com", testPassword, "") // right password, any case: still limited
 		e.wantErr(resp, 429, "too many attempts")
 		ra, err := strconv.Atoi(resp.Header().Get("Retry-After"))
 		if err != nil || ra < 1 || ra > 300 {
 			t.Errorf("Retry-After %q", resp.Header().Get("Retry-After"))
 		}
-		if e.svc.hasher.runs.Load() != hashes {
+		if e.svc.hasher.Runs() != hashes {
 			t.Error("a rate-limited login still hashed the password")
 		}
 		// The budget comes back with time (3 per 15 minutes: one per 5).
@@ -105,7 +107,7 @@ func TestClientAddr(t *testing.T) {
 		{"[::ffff:10.0.0.1]:1234", "::ffff:5.6.7.8", "5.6.7.8", testProxies},    // IPv4-mapped forms
 		{"[2001:db8::1]:443", "1.2.3.4", "2001:db8::1", testProxies},
 	} {
-		if got := ClientAddr(c.peer, c.xff, c.trusted); got != c.want {
+		if got := httpx.ClientAddr(c.peer, c.xff, c.trusted); got != c.want {
 			t.Errorf("ClientAddr(%q, %q) = %q, want %q", c.peer, c.xff, got, c.want)
 		}
 	}
@@ -149,7 +151,7 @@ func TestAttackerCannotLockOutTheOwner(t *testing.T) {
 		e.want(login("203.0.113.9", testPassword, first.DeviceToken), http.StatusOK, nil)
 		// A device token of another account, or forged, is no device token.
 		bob := e.register("bob@example.com")
-		if e.svc.deviceOf(first.DeviceToken, bob.ID) != "" || e.svc.deviceOf(first.DeviceToken[:len(first.DeviceToken)-2]+"AA", ada.ID) != "" || e.svc.deviceOf(first.DeviceToken, ada.ID) == "" {
+		if e.svc.devices.Of(first.DeviceToken, bob.ID) != "" || e.svc.devices.Of(first.DeviceToken[:len(first.DeviceToken)-2]+"AA", ada.ID) != "" || e.svc.devices.Of(first.DeviceToken, ada.ID) == "" {
 			t.Error("a device token of ada's, or a forged one, was taken")
 		}
 		e.wantErr(login("203.0.113.9", testPassword, strings.Replace(first.DeviceToken, "v1.", "v1.x", 1)), 429, "")
@@ -188,7 +190,7 @@ func TestLimitsAreSharedByReplicas(t *testing.T) {
 		a, b := newEnv(t, bdb, lim), newEnv(t, bdb, lim)
 		b.clock = a.clock
 		b.svc.d.Clock = a.clock
-		b.svc.limiter.now = a.clock.Now
+		b.svc.limiter = ratelimit.New(bdb, a.clock.Now, b.svc.d.Limits.maxPer())
 		forgot := func(e *env) int {
 			return e.do("POST", "/auth/forgot-password", "", map[string]any{"email": "u" + platform.NewID() + "@example.com"}).Code
 		}
@@ -205,7 +207,7 @@ func TestLimitsAreSharedByReplicas(t *testing.T) {
 		if n := a.count("auth_rate_limits", "last_ns < ?", a.clock.Now().UnixNano()); n != 0 {
 			t.Errorf("%d idle buckets kept", n)
 		}
-		if ok, _, err := a.svc.limiter.allow(context.Background(), "x", Limit{Max: -1}); !ok || err != nil {
+		if ok, _, err := a.svc.limiter.Allow(context.Background(), "x", Limit{Max: -1}); !ok || err != nil {
 			t.Error("negative Max must mean unlimited")
 		}
 	})

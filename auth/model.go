@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -124,16 +125,6 @@ const (
 	emailKindChange = "change"
 )
 
-// rateRow is one token bucket of the rate limits, shared by every replica
-// on the database. Tokens is what is left at LastNS (unix nanoseconds).
-type rateRow struct {
-	bun.BaseModel `bun:"table:auth_rate_limits"`
-
-	Key    string  `bun:"key,pk,type:varchar(300)"`
-	Tokens float64 `bun:"tokens,notnull"`
-	LastNS int64   `bun:"last_ns,notnull"`
-}
-
 // loginSourceRow recorded that a client address logged in successfully to
 // an account. Unused since device tokens replaced known addresses (an
 // address is shared, a device token is not); the table stays for the
@@ -180,10 +171,10 @@ func Migrations() db.MigrationSet {
 	}, {
 		ID: "0002_verification_limits",
 		Up: db.Steps(
-			db.CreateTables((*emailTokenRow)(nil), (*rateRow)(nil), (*loginSourceRow)(nil)),
+			db.CreateTables((*emailTokenRow)(nil), (*ratelimit.Row)(nil), (*loginSourceRow)(nil)),
 			db.CreateIndex((*emailTokenRow)(nil), "auth_email_tokens_hash_uq", true, "hash"),
 			db.CreateIndex((*emailTokenRow)(nil), "auth_email_tokens_user_idx", false, "user_id"),
-			db.CreateIndex((*rateRow)(nil), "auth_rate_limits_last_idx", false, "last_ns"),
+			db.CreateIndex((*ratelimit.Row)(nil), "auth_rate_limits_last_idx", false, "last_ns"),
 			// The role is derived from the verified email at every request;
 			// a role stored at sign-up grants nothing any more.
 			func(ctx context.Context, idb bun.IDB) error {

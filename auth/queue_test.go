@@ -58,7 +58,7 @@ func TestMailQueueIsBoundedAndLeaksNothing(t *testing.T) {
 	if err := e.svc.Close(ctx); err == nil || !strings.Contains(err.Error(), "before every mail was sent") {
 		t.Fatalf("Close with stuck mail: %v", err)
 	}
-	if n := e.svc.mq.pending.Load(); n != 0 {
+	if n := e.svc.mq.Pending(); n != 0 {
 		t.Fatalf("%d jobs still pending after Close", n)
 	}
 	// After Close nothing is queued any more.

@@ -13,6 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/device"
+	"github.com/keelson-dev/keelson/auth/internal/password"
+	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
+	"github.com/keelson-dev/keelson/auth/mailer"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -150,17 +154,17 @@ func (d Deps) withDefaults() Deps {
 	d.FrontendURL = strings.TrimRight(cmp.Or(d.FrontendURL, "http://localhost:3000"), "/")
 	d.PasswordHashConcurrency = cmp.Or(d.PasswordHashConcurrency, max(2, runtime.NumCPU()))
 	l := &d.Limits
-	l.LoginPerAccount = l.LoginPerAccount.or(Limit{100, time.Hour})
-	l.LoginPerAccountAddr = l.LoginPerAccountAddr.or(Limit{10, 15 * time.Minute})
-	l.LoginPerDevice = l.LoginPerDevice.or(Limit{10, 15 * time.Minute})
-	l.LoginPerIP = l.LoginPerIP.or(Limit{100, 15 * time.Minute})
-	l.TwoFactorPerUser = l.TwoFactorPerUser.or(Limit{10, 15 * time.Minute})
-	l.TwoFactorPerIP = l.TwoFactorPerIP.or(Limit{100, 15 * time.Minute})
-	l.ForgotPerAccount = l.ForgotPerAccount.or(Limit{5, time.Hour})
-	l.ForgotPerIP = l.ForgotPerIP.or(Limit{30, time.Hour})
-	l.RegisterPerIP = l.RegisterPerIP.or(Limit{30, time.Hour})
-	l.MailPerAccount = l.MailPerAccount.or(Limit{5, time.Hour})
-	l.MailPerDestination = l.MailPerDestination.or(Limit{5, time.Hour})
+	l.LoginPerAccount = l.LoginPerAccount.Or(Limit{Max: 100, Per: time.Hour})
+	l.LoginPerAccountAddr = l.LoginPerAccountAddr.Or(Limit{Max: 10, Per: 15 * time.Minute})
+	l.LoginPerDevice = l.LoginPerDevice.Or(Limit{Max: 10, Per: 15 * time.Minute})
+	l.LoginPerIP = l.LoginPerIP.Or(Limit{Max: 100, Per: 15 * time.Minute})
+	l.TwoFactorPerUser = l.TwoFactorPerUser.Or(Limit{Max: 10, Per: 15 * time.Minute})
+	l.TwoFactorPerIP = l.TwoFactorPerIP.Or(Limit{Max: 100, Per: 15 * time.Minute})
+	l.ForgotPerAccount = l.ForgotPerAccount.Or(Limit{Max: 5, Per: time.Hour})
+	l.ForgotPerIP = l.ForgotPerIP.Or(Limit{Max: 30, Per: time.Hour})
+	l.RegisterPerIP = l.RegisterPerIP.Or(Limit{Max: 30, Per: time.Hour})
+	l.MailPerAccount = l.MailPerAccount.Or(Limit{Max: 5, Per: time.Hour})
+	l.MailPerDestination = l.MailPerDestination.Or(Limit{Max: 5, Per: time.Hour})
 	return d
 }
 
@@ -218,11 +222,12 @@ type Service struct {
 	d       Deps
 	db      bun.IDB
 	log     *slog.Logger
-	hasher  *hasher
-	limiter *limiter
+	hasher  *password.Hasher
+	limiter *ratelimit.Limiter
+	devices device.Tokens
 	admins  map[string]bool
-	mq      *mailQueue
-	bearer  bearerStmt
+	mq      *mailer.Queue
+	bearer  *db.Prepared // bearerQuery
 
 	cache      *bearerCache
 	stopListen func() // the bearer cache's Postgres listener (db.StartListen)
@@ -237,15 +242,16 @@ func New(d Deps) (*Service, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	d = d.withDefaults()
-	h, err := newHasher(d.PasswordHashConcurrency)
+	h, err := password.New(d.PasswordHashConcurrency)
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	s := &Service{
-		d: d, db: d.DB, log: d.Logger, hasher: h,
-		limiter: newLimiter(d.DB, d.Clock.Now, d.Limits.maxPer()),
+		d: d, db: d.DB, log: d.Logger, hasher: h, bearer: db.NewPrepared(bearerQuery),
+		devices: device.NewTokens(d.JWTSecret),
+		limiter: ratelimit.New(d.DB, d.Clock.Now, d.Limits.maxPer()),
 		admins:  map[string]bool{},
-		mq:      newMailQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
+		mq:      mailer.NewQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 		// On Postgres the cache serves only once Start's listener is proven.
 		cache: newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
 	}
@@ -260,7 +266,7 @@ func New(d Deps) (*Service, error) {
 // notices) are queued by requests and sent in the background. Mails queued
 // before Start wait for it.
 func (s *Service) Start(context.Context) error {
-	s.mq.start()
+	s.mq.Start()
 	if bdb, ok := s.db.(*bun.DB); ok && db.IsPostgres(bdb) && s.d.BearerCacheSize > 0 && s.stopListen == nil {
 		// Triggers on auth_users and auth_refresh_tokens name the user.
 		s.stopListen = db.StartListen(bdb, s.cache, db.ListenConfig{Channels: []string{bearerChannel}, Logger: s.log})
@@ -274,7 +280,7 @@ func (s *Service) Close(ctx context.Context) error {
 	if s.stopListen != nil {
 		s.stopListen()
 	}
-	return errors.Join(s.mq.close(ctx), s.bearer.close())
+	return errors.Join(s.mq.Close(ctx), s.bearer.Close())
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
@@ -317,7 +323,7 @@ func (s *Service) CreateUser(ctx context.Context, p CreateUserParams) (*User, er
 	}
 	hash := ""
 	if p.Password != "" {
-		if hash, err = s.hasher.hash(ctx, p.Password); err != nil {
+		if hash, err = s.hasher.Hash(ctx, p.Password); err != nil {
 			return nil, err
 		}
 	}

@@ -2,16 +2,13 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -107,20 +104,6 @@ func (s *Service) parseAccess(token string) (accessClaims, error) {
 	return c, nil
 }
 
-// newOpaqueToken returns 32 random bytes, base64url, and their SHA-256 hex,
-// which is what we store.
-func newOpaqueToken() (raw, hash string) {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	raw = base64.RawURLEncoding.EncodeToString(b)
-	return raw, hashToken(raw)
-}
-
-func hashToken(raw string) string {
-	sum := sha256.Sum256([]byte(raw))
-	return hex.EncodeToString(sum[:])
-}
-
 // IssueTokens starts a new login session (refresh-token family) for the user
 // and answers its first token pair. The OAuth flows call it after a provider
 // vouched for the user.
@@ -136,7 +119,7 @@ func (s *Service) IssueTokens(ctx context.Context, userID platform.ID) (TokenPai
 // issue stores a new refresh token of family (expiring at exp) and signs an
 // access token for u.
 func (s *Service) issue(ctx context.Context, idb bun.IDB, u *userRow, family string, exp time.Time) (TokenPair, error) {
-	raw, hash := newOpaqueToken()
+	raw, hash := onetime.NewToken()
 	rt := &refreshRow{ID: platform.NewID(), Hash: hash, FamilyID: family, UserID: u.ID, CreatedAt: s.now(), ExpiresAt: exp}
 	if _, err := idb.NewInsert().Model(rt).Exec(ctx); err != nil {
 		return TokenPair{}, db.Translate(err)
@@ -161,7 +144,7 @@ func (s *Service) Refresh(ctx context.Context, raw string) (TokenPair, error) {
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
 		rt := new(refreshRow)
-		if err := tx.NewSelect().Model(rt).Where("hash = ?", hashToken(raw)).Scan(ctx); err != nil {
+		if err := tx.NewSelect().Model(rt).Where("hash = ?", onetime.Hash(raw)).Scan(ctx); err != nil {
 			return db.Translate(err)
 		}
 		if rt.RevokedAt != nil || !now.Before(rt.ExpiresAt) {
@@ -210,7 +193,7 @@ func revokeFamily(ctx context.Context, idb bun.IDB, family string, now time.Time
 // userID. Unknown tokens are ignored: logout always succeeds.
 func (s *Service) RevokeSession(ctx context.Context, userID platform.ID, raw string) error {
 	rt := new(refreshRow)
-	err := s.db.NewSelect().Model(rt).Where("hash = ? AND user_id = ?", hashToken(raw), userID).Scan(ctx)
+	err := s.db.NewSelect().Model(rt).Where("hash = ? AND user_id = ?", onetime.Hash(raw), userID).Scan(ctx)
 	if err != nil {
 		if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
 			return nil

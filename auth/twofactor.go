@@ -2,28 +2,17 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/base32"
 	"errors"
 	"strings"
-	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
-	"github.com/pquerna/otp"
-	"github.com/pquerna/otp/totp"
 	"github.com/uptrace/bun"
 )
 
-// TOTP per DESIGN.md section 4: RFC 6238, SHA-1, 6 digits, 30 s.
-const (
-	totpPeriod        = 30
-	totpSkew          = 1 // accept one time step either side of now (clock drift)
-	recoveryCodeCount = 10
-)
-
-var totpOpts = totp.ValidateOpts{Period: totpPeriod, Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1}
+// recoveryCodeCount is how many recovery codes enabling 2FA answers.
+const recoveryCodeCount = 10
 
 // TwoFactorSetup is the answer of POST /auth/2fa/setup.
 type TwoFactorSetup struct {
@@ -42,10 +31,7 @@ func (s *Service) SetupTwoFactor(ctx context.Context, userID platform.ID) (TwoFa
 	if row.TOTPEnabled {
 		return TwoFactorSetup{}, platform.Conflict("two-factor authentication is already enabled; disable it first")
 	}
-	key, err := totp.Generate(totp.GenerateOpts{
-		Issuer: s.d.TOTPIssuer, AccountName: row.Email, Period: totpPeriod,
-		Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1, SecretSize: 20,
-	})
+	key, err := onetime.Generate(s.d.TOTPIssuer, row.Email)
 	if err != nil {
 		return TwoFactorSetup{}, err
 	}
@@ -94,7 +80,7 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 	}
 	codes := make([]string, recoveryCodeCount)
 	for i := range codes {
-		codes[i] = newRecoveryCode()
+		codes[i] = onetime.NewRecoveryCode()
 	}
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		ok, err := s.consumeTOTP(ctx, tx, row, code)
@@ -117,7 +103,7 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 		}
 		rows := make([]recoveryRow, len(codes))
 		for i, c := range codes {
-			rows[i] = recoveryRow{ID: platform.NewID(), UserID: userID, Hash: hashToken(normalizeRecovery(c)), CreatedAt: s.now()}
+			rows[i] = recoveryRow{ID: platform.NewID(), UserID: userID, Hash: onetime.Hash(onetime.NormalizeRecovery(c)), CreatedAt: s.now()}
 		}
 		_, err = tx.NewInsert().Model(&rows).Exec(ctx)
 		return db.Translate(err)
@@ -172,15 +158,15 @@ func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code
 // and uses it up (in idb, which should be the caller's transaction).
 func (s *Service) consumeSecondFactor(ctx context.Context, idb bun.IDB, row *userRow, code string) (bool, error) {
 	code = strings.TrimSpace(code)
-	if isTOTPShape(code) {
+	if onetime.Shaped(code) {
 		return s.consumeTOTP(ctx, idb, row, code)
 	}
-	n := normalizeRecovery(code)
+	n := onetime.NormalizeRecovery(code)
 	if n == "" {
 		return false, nil
 	}
 	res, err := idb.NewUpdate().Model((*recoveryRow)(nil)).Set("used_at = ?", s.now()).
-		Where("user_id = ? AND hash = ? AND used_at IS NULL", row.ID, hashToken(n)).Exec(ctx)
+		Where("user_id = ? AND hash = ? AND used_at IS NULL", row.ID, onetime.Hash(n)).Exec(ctx)
 	if err != nil {
 		return false, db.Translate(err)
 	}
@@ -193,26 +179,16 @@ func (s *Service) consumeSecondFactor(ctx context.Context, idb bun.IDB, row *use
 // works again.
 func (s *Service) consumeTOTP(ctx context.Context, idb bun.IDB, row *userRow, code string) (bool, error) {
 	code = strings.TrimSpace(code)
-	if !isTOTPShape(code) || row.TOTPSecret == "" {
+	if !onetime.Shaped(code) || row.TOTPSecret == "" {
 		return false, nil
 	}
 	secret, err := s.d.Sealer.Open(row.TOTPSecret)
 	if err != nil {
 		return false, errors.New("auth: open TOTP secret: sealed value unreadable")
 	}
-	now := s.now().Unix() / totpPeriod
-	var matched int64 = -1
-	for st := now - totpSkew; st <= now+totpSkew; st++ {
-		want, err := totp.GenerateCodeCustom(secret, time.Unix(st*totpPeriod, 0).UTC(), totpOpts)
-		if err != nil {
-			return false, err
-		}
-		if subtle.ConstantTimeCompare([]byte(want), []byte(code)) == 1 && st > row.TOTPLastStep && matched < 0 {
-			matched = st
-		}
-	}
-	if matched < 0 {
-		return false, nil
+	matched, err := onetime.Match(secret, code, s.now(), row.TOTPLastStep)
+	if err != nil || matched < 0 {
+		return false, err
 	}
 	res, err := idb.NewUpdate().Model((*userRow)(nil)).Set("totp_last_step = ?", matched).
 		Where("id = ? AND totp_last_step < ?", row.ID, matched).Exec(ctx)
@@ -221,44 +197,4 @@ func (s *Service) consumeTOTP(ctx context.Context, idb bun.IDB, row *userRow, co
 	}
 	n, _ := res.RowsAffected()
 	return n == 1, nil
-}
-
-func isTOTPShape(code string) bool {
-	if len(code) != 6 {
-		return false
-	}
-	for _, r := range code {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-var recoveryEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
-
-// newRecoveryCode returns 60 random bits as xxxx-xxxx-xxxx (lower-case base32).
-func newRecoveryCode() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	s := strings.ToLower(recoveryEncoding.EncodeToString(b))[:12]
-	return s[:4] + "-" + s[4:8] + "-" + s[8:]
-}
-
-// normalizeRecovery makes "ABCD EFGH-ijkl" and "abcdefghijkl" the same code.
-func normalizeRecovery(code string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(code) {
-		switch {
-		case r == '-' || r == ' ':
-		case (r >= 'a' && r <= 'z') || (r >= '2' && r <= '7'):
-			b.WriteRune(r)
-		default:
-			return ""
-		}
-	}
-	if b.Len() != 12 {
-		return ""
-	}
-	return b.String()
 }

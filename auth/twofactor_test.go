@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/uptrace/bun"
 )
@@ -55,7 +56,7 @@ func TestTwoFactor(t *testing.T) {
 		if !enabled.Enabled || len(enabled.RecoveryCodes) != 10 {
 			t.Fatalf("verify answered %+v", enabled)
 		}
-		if e.count("auth_recovery_codes", "user_id = ? AND hash = ?", u.ID, hashToken(normalizeRecovery(enabled.RecoveryCodes[0]))) != 1 ||
+		if e.count("auth_recovery_codes", "user_id = ? AND hash = ?", u.ID, onetime.Hash(onetime.NormalizeRecovery(enabled.RecoveryCodes[0]))) != 1 ||
 			e.count("auth_recovery_codes", "hash = ?", enabled.RecoveryCodes[0]) != 0 {
 			t.Fatal("recovery codes not stored hashed")
 		}

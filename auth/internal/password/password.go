@@ -1,4 +1,13 @@
-package auth
+// Package password hashes account passwords with argon2id into PHC strings
+// (the parameters travel with each hash) and bounds how many hashes run at
+// once, since each holds 19 MiB.
+//
+// Passwords are hashed with argon2id, m=19 MiB, t=2, p=1 (the OWASP
+// minimum), 16-byte salt, 32-byte key, stored as a PHC string
+// ($argon2id$v=19$m=19456,t=2,p=1$salt$hash). At most the module's
+// Deps.PasswordHashConcurrency hashes run at once (default max(2, NumCPU)),
+// so a burst of logins costs at most that many times 19 MiB.
+package password
 
 import (
 	"context"
@@ -26,17 +35,18 @@ const (
 
 var errBadHash = errors.New("auth: malformed password hash")
 
-// hasher runs argon2id under a semaphore so that at most cap(sem) hashes (each
+// Hasher runs argon2id under a semaphore so that at most cap(sem) hashes (each
 // holding argonMemoryKiB of memory) run at once, whatever the request burst.
-type hasher struct {
+type Hasher struct {
 	sem   chan struct{}
 	dummy string       // a hash of a random password, verified for unknown accounts
 	runs  atomic.Int64 // hashes computed, for tests that check limits come first
 }
 
-func newHasher(concurrency int) (*hasher, error) {
-	h := &hasher{sem: make(chan struct{}, concurrency)}
-	dummy, err := h.hash(context.Background(), rand.Text())
+// New returns a Hasher running at most concurrency hashes at once.
+func New(concurrency int) (*Hasher, error) {
+	h := &Hasher{sem: make(chan struct{}, concurrency)}
+	dummy, err := h.Hash(context.Background(), rand.Text())
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +54,7 @@ func newHasher(concurrency int) (*hasher, error) {
 	return h, nil
 }
 
-func (h *hasher) acquire(ctx context.Context) error {
+func (h *Hasher) acquire(ctx context.Context) error {
 	select {
 	case h.sem <- struct{}{}:
 		return nil
@@ -53,10 +63,10 @@ func (h *hasher) acquire(ctx context.Context) error {
 	}
 }
 
-func (h *hasher) release() { <-h.sem }
+func (h *Hasher) release() { <-h.sem }
 
-// hash returns the PHC string of password with a fresh salt.
-func (h *hasher) hash(ctx context.Context, password string) (string, error) {
+// Hash returns the PHC string of password with a fresh salt.
+func (h *Hasher) Hash(ctx context.Context, password string) (string, error) {
 	salt := make([]byte, argonSaltLen)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
@@ -72,10 +82,10 @@ func (h *hasher) hash(ctx context.Context, password string) (string, error) {
 		argon2.Version, argonMemoryKiB, argonTime, argonThreads, b64.EncodeToString(salt), b64.EncodeToString(key)), nil
 }
 
-// verify reports whether password matches the PHC string encoded. An empty
+// Verify reports whether password matches the PHC string encoded. An empty
 // encoded (no password set) is checked against the dummy hash and never matches,
 // so it costs the same time as a wrong password.
-func (h *hasher) verify(ctx context.Context, password, encoded string) (bool, error) {
+func (h *Hasher) Verify(ctx context.Context, password, encoded string) (bool, error) {
 	match := true
 	if encoded == "" {
 		encoded, match = h.dummy, false
@@ -125,3 +135,9 @@ func parsePHC(s string) (phc, error) {
 	}
 	return p, nil
 }
+
+// Runs is how many hashes were computed (tests check that limits come first).
+func (h *Hasher) Runs() int64 { return h.runs.Load() }
+
+// Concurrency is how many hashes may run at once.
+func (h *Hasher) Concurrency() int { return cap(h.sem) }

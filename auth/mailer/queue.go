@@ -1,4 +1,4 @@
-package auth
+package mailer
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// mailQueue runs mail jobs (look up the account, store a token, send) off the
+// Queue runs mail jobs (look up the account, store a token, send) off the
 // request path, so a request does the same work whether or not an account
 // exists and never waits for the mail server. It holds at most size jobs;
 // workers goroutines run them between Start and Close.
-type mailQueue struct {
+type Queue struct {
 	log     *slog.Logger
 	jobs    chan mailJob
 	workers int
@@ -32,32 +32,35 @@ type mailJob struct {
 	run  func(ctx context.Context) error
 }
 
-func newMailQueue(log *slog.Logger, size, workers int, timeout time.Duration) *mailQueue {
-	return &mailQueue{log: log, jobs: make(chan mailJob, size), workers: workers, timeout: timeout}
+// NewQueue holds at most size jobs, run by workers goroutines between Start
+// and Close, each for at most timeout.
+func NewQueue(log *slog.Logger, size, workers int, timeout time.Duration) *Queue {
+	return &Queue{log: log, jobs: make(chan mailJob, size), workers: workers, timeout: timeout}
 }
 
-var errQueueFull = errors.New("mail queue full")
+// ErrQueueFull answers Enqueue on a full or closed queue.
+var ErrQueueFull = errors.New("mail queue full")
 
-// enqueue adds a job without waiting. A full or closed queue answers
-// errQueueFull (the caller answers 503 whatever the account: that reveals
+// Enqueue adds a job without waiting. A full or closed queue answers
+// ErrQueueFull (the caller answers 503 whatever the account: that reveals
 // nothing either).
-func (q *mailQueue) enqueue(name string, run func(ctx context.Context) error) error {
+func (q *Queue) Enqueue(name string, run func(ctx context.Context) error) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return errQueueFull
+		return ErrQueueFull
 	}
 	select {
 	case q.jobs <- mailJob{name: name, run: run}:
 		q.pending.Add(1)
 		return nil
 	default:
-		return errQueueFull
+		return ErrQueueFull
 	}
 }
 
-// start launches the workers. Jobs queued before start wait for it.
-func (q *mailQueue) start() {
+// Start launches the workers. Jobs queued before start wait for it.
+func (q *Queue) Start() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.started || q.closed {
@@ -77,7 +80,7 @@ func (q *mailQueue) start() {
 	}
 }
 
-func (q *mailQueue) run(ctx context.Context, j mailJob) {
+func (q *Queue) run(ctx context.Context, j mailJob) {
 	defer q.pending.Add(-1)
 	if ctx.Err() != nil {
 		q.log.Warn("mail job dropped: shutting down", "job", j.name)
@@ -91,9 +94,9 @@ func (q *mailQueue) run(ctx context.Context, j mailJob) {
 	}
 }
 
-// close stops taking jobs, lets the workers finish what is queued until ctx
+// Close stops taking jobs, lets the workers finish what is queued until ctx
 // ends, then cancels the rest and waits for every worker to return.
-func (q *mailQueue) close(ctx context.Context) error {
+func (q *Queue) Close(ctx context.Context) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -126,3 +129,6 @@ func (q *mailQueue) close(ctx context.Context) error {
 		return errors.New("auth: mail queue closed before every mail was sent")
 	}
 }
+
+// Pending is how many jobs are queued or running.
+func (q *Queue) Pending() int64 { return q.pending.Load() }
