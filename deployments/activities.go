@@ -484,6 +484,11 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 		return ctx.Err() // shutting down again: try at the next start
 	}
 	a.releaseResources(ctx, d)
+	if errors.Is(err, ErrNewerRouted) {
+		// A newer deployment went LIVE meanwhile; its DNS step supersedes this one.
+		sink.Systemf("not started again: a newer deployment of the project is live")
+		return nil
+	}
 	d.Status = StatusFailed
 	d.ErrorMessage = sink.Mask("the app did not start again after a server restart: " + err.Error())
 	d.FinishedAt = a.now()

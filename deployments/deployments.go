@@ -88,6 +88,7 @@ type EngineStore interface {
 	DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error)
 	DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
+	DeploymentSetHost(ctx context.Context, id, host string) error // where the app runs (Deployment.Host)
 	// The build slots of engines that run in several processes.
 	BuildSlotAcquire(ctx context.Context, req SlotRequest, policy SlotPolicy) (SlotAnswer, error)
 	BuildSlotRenew(ctx context.Context, id string, until time.Time) error

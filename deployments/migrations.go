@@ -53,6 +53,11 @@ func Migrations() db.MigrationSet {
 				db.AddColumn("deployment_build_slots", "priority", "BOOLEAN NOT NULL DEFAULT FALSE"),
 				db.AddColumn("deployment_build_slots", "free", "BOOLEAN NOT NULL DEFAULT FALSE"),
 			),
+		}, {
+			// Where each app runs, so a worker started again restarts its own
+			// LIVE apps (Deployment.Host).
+			ID: "0005_host",
+			Up: db.AddColumn("deployments", "host", "VARCHAR(255) NOT NULL DEFAULT ''"),
 		}},
 	}
 }

@@ -139,6 +139,9 @@ type Deployment struct {
 	WorkflowName    string `bun:"workflow_name,notnull"`
 	// Upstream is the host:port the running app answers on (set by PROVISION).
 	Upstream        string    `bun:"upstream,notnull"`
+	// Host is where the app runs when a host of several runs it (the
+	// Temporal worker's own task queue, set by PROVISION); "" on the embedded engine.
+	Host            string    `bun:"host,notnull,default:''"`
 	SupersededBy    string    `bun:"superseded_by,notnull"`
 	ReplacedAt      time.Time `bun:"replaced_at,nullzero"`
 	CancelRequested bool      `bun:"cancel_requested,notnull"`

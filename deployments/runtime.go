@@ -37,3 +37,7 @@ const MinSecretLen = rt.MinSecretLen
 
 // NewMasker returns a Masker of values.
 func NewMasker(values ...string) *Masker { return rt.NewMasker(values...) }
+
+// ErrNewerRouted is returned by Runtime.Route when the project's host already
+// routes a newer deployment.
+var ErrNewerRouted = rt.ErrNewerRouted

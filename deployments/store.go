@@ -180,6 +180,12 @@ func (s *Store) DeploymentCountByStatus(ctx context.Context) (map[Status]int64, 
 	return out, nil
 }
 
+// DeploymentSetHost records the host (worker) that runs the deployment's app.
+func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
+	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("host = ?", host).Where("id = ?", id).Exec(ctx)
+	return db.Translate(err)
+}
+
 // DeploymentListByProject returns every deployment of a project, oldest first.
 func (s *Store) DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error) {
 	var out []*Deployment

@@ -3,8 +3,6 @@ package container
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -184,7 +182,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("container: %w", err)
 	}
 	if cfg.Instance == "" {
-		if cfg.Instance, err = storedInstance(filepath.Join(cfg.DataDir, "containers", "instance")); err != nil {
+		if cfg.Instance, err = platform.StoredID(filepath.Join(cfg.DataDir, "containers", "instance")); err != nil {
 			return nil, fmt.Errorf("container: instance id: %w", err)
 		}
 	}
@@ -226,44 +224,6 @@ func New(cfg Config) (*Runtime, error) {
 			Relaunched: func(upstream string, _ bool) string { return "the app is running again on " + upstream },
 		}),
 	}, nil
-}
-
-// storedInstance reads the instance id kept in path, or makes a random one
-// and keeps it there (the first of two servers starting at once wins).
-func storedInstance(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		id := strings.TrimSpace(string(b))
-		if !namePattern.MatchString(id) {
-			return "", fmt.Errorf("%s holds %q, not lowercase letters and digits", path, id)
-		}
-		return id, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	// Written whole, then linked into place: a reader never sees half an id.
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".instance-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	id := hex.EncodeToString(b)
-	if _, err := tmp.WriteString(id + "\n"); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
-		return storedInstance(path)
-	} else if err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // Instance is the label value that marks this server's containers.

@@ -21,6 +21,7 @@
 package ingress
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -36,6 +37,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // Config configures a Router.
@@ -132,7 +136,8 @@ func New(cfg Config) (*Router, error) {
 }
 
 // Set points slug at upstream for deploymentID, atomically replacing any
-// previous route of that slug.
+// previous route of that slug, unless that route leads to a newer deployment
+// (rt.ErrNewerRouted; see newer).
 func (r *Router) Set(slug, deploymentID, upstream string) error {
 	slug = strings.ToLower(slug)
 	if slug == "" || strings.ContainsAny(slug, ".:/ ") {
@@ -147,6 +152,9 @@ func (r *Router) Set(slug, deploymentID, upstream string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if cur := (*r.table.Load())[slug]; cur != nil && newer(cur.DeploymentID, deploymentID) {
+		return fmt.Errorf("ingress: %q routes deployment %s: %w", slug, cur.DeploymentID, rt.ErrNewerRouted)
+	}
 	c := r.counters[deploymentID]
 	if c == nil {
 		c = new(atomic.Int64)
@@ -159,6 +167,18 @@ func (r *Router) Set(slug, deploymentID, upstream string) error {
 	}
 	r.swap(func(m map[string]*route) { m[slug] = rt })
 	return nil
+}
+
+// newer reports whether deployment id a was made after b. Deployment ids are
+// UUIDv7 (platform.NewID), which begin with their creation time in
+// milliseconds; ids of another form are never newer.
+func newer(a, b string) bool {
+	ua, errA := uuid.Parse(a)
+	ub, errB := uuid.Parse(b)
+	if errA != nil || errB != nil || ua.Version() != 7 || ub.Version() != 7 {
+		return false
+	}
+	return bytes.Compare(ua[:], ub[:]) > 0
 }
 
 // Update changes the upstream of slug only if it still points at

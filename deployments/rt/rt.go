@@ -7,8 +7,15 @@ package rt
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrNewerRouted is returned by Route when the slug's host already leads to a
+// deployment created after this one: a route only moves forward, so a LIVE
+// deployment started again after a restart never takes its host back from the
+// deployment that replaced it meanwhile.
+var ErrNewerRouted = errors.New("the host already routes a newer deployment")
 
 // Job is everything a Runtime needs to build and run one deployment. It is
 // assembled by the engine from the project (through ProjectSource) when a step
@@ -85,6 +92,7 @@ type Runtime interface {
 	Start(ctx context.Context, job Job, logs LogSink) (upstream string, err error)
 	// Route points <slug>.<apps-domain> at upstream in the ingress, atomically
 	// replacing any previous route of that slug, and returns the public URL.
+	// It fails with ErrNewerRouted when the slug routes a newer deployment.
 	Route(ctx context.Context, slug, deploymentID, upstream string) (url string, err error)
 	// Unroute removes the route of slug if it still points at deploymentID.
 	Unroute(ctx context.Context, slug, deploymentID string) error

@@ -68,6 +68,10 @@ func (a *activities) build(ctx context.Context, id string) (BuildResult, error) 
 func (a *activities) provision(ctx context.Context, id string) error {
 	stop := heartbeat(ctx)
 	defer stop()
+	// Recorded first: a worker started again after a crash finds its apps by it.
+	if err := a.store.DeploymentSetHost(ctx, id, a.hostQueue); err != nil {
+		return err
+	}
 	return a.stepError(ctx, a.acts.Provision(ctx, id))
 }
 

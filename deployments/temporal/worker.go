@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +28,12 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Options are passed to the SDK's worker (concurrency, identity, ...).
 	Options worker.Options
+	// HostID names this host: its own task queue is <taskQueue>/worker/<HostID>.
+	// Give a stable one (platform.StoredID in the data dir) so a worker started
+	// again after a crash takes back its queue, and with it the release of
+	// the apps it ran, and starts its LIVE apps again (Start). Default: a new
+	// id per process (the apps of a crashed worker then stay down).
+	HostID string
 	// PerUser caps one owner's deployments running at once, across every
 	// worker, when Shares is nil or fails. Default 2.
 	PerUser int
@@ -51,6 +58,8 @@ type WorkerStore interface {
 	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
 	DeploymentListByProject(ctx context.Context, projectID string) ([]*deployments.Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
+	DeploymentListByStatus(ctx context.Context, statuses ...deployments.Status) ([]*deployments.Deployment, error)
+	DeploymentSetHost(ctx context.Context, id, host string) error
 	BuildSlotAcquire(ctx context.Context, req deployments.SlotRequest, policy deployments.SlotPolicy) (deployments.SlotAnswer, error)
 	BuildSlotRenew(ctx context.Context, id string, until time.Time) error
 	BuildSlotRelease(ctx context.Context, id string, policy deployments.SlotPolicy, lease time.Duration) error
@@ -63,6 +72,11 @@ type WorkerStore interface {
 type Worker struct {
 	shared, host worker.Worker
 	hostQueue    string
+	a            *activities
+	log          *slog.Logger
+
+	stop     context.CancelFunc // ends restartLive
+	restarts sync.WaitGroup
 }
 
 // NewWorker returns a worker for taskQueue that runs steps with rt. Start it
@@ -84,8 +98,12 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	host, _ := os.Hostname()
-	hostQueue := fmt.Sprintf("%s/worker/%s-%d-%s", taskQueue, host, os.Getpid(), uuid.NewString()[:8])
+	hostID := cfg.HostID
+	if hostID == "" {
+		host, _ := os.Hostname()
+		hostID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	hostQueue := taskQueue + "/worker/" + hostID
 	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log,
 		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute),
 		slots: deployments.SlotPolicy{Slots: cmp.Or(cfg.BuildSlots, 4), FreeSlots: cfg.FreeSlots}}
@@ -110,13 +128,15 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	reg(own, a.configureDNS, activityConfigureDNS)
 	reg(own, a.finish, activityFinish)
 	reg(own, a.release, activityRelease)
-	return &Worker{shared: shared, host: own, hostQueue: hostQueue}, nil
+	return &Worker{shared: shared, host: own, hostQueue: hostQueue, a: a, log: log, stop: func() {}}, nil
 }
 
 // HostQueue is the worker's own task queue.
 func (w *Worker) HostQueue() string { return w.hostQueue }
 
-// Start starts polling; it returns once both pollers run.
+// Start starts polling; it returns once both pollers run. In the
+// background it starts again the apps of the LIVE deployments this host ran
+// (see HostID).
 func (w *Worker) Start() error {
 	if err := w.host.Start(); err != nil {
 		return fmt.Errorf("temporal: start worker: %w", err)
@@ -125,12 +145,44 @@ func (w *Worker) Start() error {
 		w.host.Stop()
 		return fmt.Errorf("temporal: start worker: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stop = cancel
+	w.restarts.Add(1)
+	go func() {
+		defer w.restarts.Done()
+		w.restartLive(ctx)
+	}()
 	return nil
 }
 
+// restartLive starts again the app of every LIVE deployment recorded on this
+// host, oldest first: a worker killed with -9 took its apps (or their routes,
+// with its ingress) along. A deployment replaced meanwhile keeps its place
+// (the ingress routes only forward, see deployments.ErrNewerRouted).
+func (w *Worker) restartLive(ctx context.Context) {
+	lives, err := w.a.store.DeploymentListByStatus(ctx, deployments.StatusLive)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("temporal: list live deployments to start again", "err", err)
+		}
+		return
+	}
+	for _, d := range lives {
+		if d.Host != w.hostQueue {
+			continue
+		}
+		if err := w.a.acts.RestartLive(ctx, d.ID); err != nil && ctx.Err() == nil {
+			w.log.Error("temporal: start a live deployment again", "deployment", d.ID, "err", err)
+		}
+	}
+}
+
 // Stop stops polling and waits for running activities (up to the SDK's
-// WorkerStopTimeout; then their contexts are cancelled).
+// WorkerStopTimeout; then their contexts are cancelled), and for the
+// restarts Start began.
 func (w *Worker) Stop() {
+	w.stop()
+	w.restarts.Wait()
 	w.shared.Stop()
 	w.host.Stop()
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/temporal"
+	"github.com/keelson-dev/keelson/platform"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -56,8 +58,13 @@ func (a *App) temporalDeps(ctx context.Context, d *deployments.Deps, rt appRunti
 		if err != nil {
 			return err
 		}
+		// Kept in the data dir: started again, the worker is the same host.
+		hostID, err := platform.StoredID(filepath.Join(c.DataDir, "host-id"))
+		if err != nil {
+			return &ConfigError{"KEELSON_DATA_DIR", oneLine(err)}
+		}
 		w, err := temporal.NewWorker(tc, c.TemporalTaskQueue, rt, temporal.WorkerConfig{
-			Activities: workerActs, Store: svc.Store(), Logger: log,
+			Activities: workerActs, Store: svc.Store(), Logger: log, HostID: hostID,
 			// The build slots across every worker, shared by the embedded
 			// engine's rules (plan shares, the FREE pool, fair order).
 			PerUser: c.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
