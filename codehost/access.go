@@ -70,16 +70,16 @@ func (s *Service) checkLink(ctx context.Context, userID, tok string, installatio
 	now := s.now()
 	switch {
 	case err == nil:
-		return repos, s.store.setView(ctx, userID, installationID, repos, now)
+		return repos, s.store.SetView(ctx, userID, installationID, repos, now)
 	case errors.Is(err, platform.ErrNotFound):
 		s.d.Log.InfoContext(ctx, "codehost: the user can no longer access the installation; link removed",
 			"user_id", userID, "installation_id", installationID)
-		if err := s.store.unlink(ctx, userID, installationID); err != nil {
+		if err := s.store.Unlink(ctx, userID, installationID); err != nil {
 			return nil, err
 		}
 		return nil, errAccessLost
 	case errors.Is(err, platform.ErrUnauthorized):
-		if err := s.store.setView(ctx, userID, installationID, nil, now); err != nil {
+		if err := s.store.SetView(ctx, userID, installationID, nil, now); err != nil {
 			return nil, err
 		}
 		return nil, errRelink
@@ -149,7 +149,7 @@ func (s *Service) cloneAccess(ctx context.Context, projectID, repoURL string) (i
 	if err != nil || ownerID == "" {
 		return 0, err
 	}
-	insts, err := s.store.userInstallations(ctx, ownerID, InstallationActive)
+	insts, err := s.store.UserInstallations(ctx, ownerID, InstallationActive)
 	if err != nil || len(insts) == 0 {
 		return 0, wrap("git auth: installations", err)
 	}
@@ -264,7 +264,7 @@ func (s *Service) RecheckLinks(ctx context.Context) (int, error) {
 	if s.configured() != nil {
 		return 0, nil
 	}
-	due, err := s.store.dueLinks(ctx, s.now().Add(-s.d.RecheckInterval), 1000)
+	due, err := s.store.DueLinks(ctx, s.now().Add(-s.d.RecheckInterval), 1000)
 	if err != nil {
 		return 0, err
 	}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/keelson-dev/keelson/codehost/forge"
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -15,7 +17,7 @@ import (
 // (matched to the one project whose secret signed it). deployPush then runs
 // the one path: decide, claim, trigger, commit status.
 type pushDelivery struct {
-	row      *deliveryRow
+	row      *store.DeliveryRow
 	push     *Push
 	projects []RepoProject
 	// installationID is the app installation the push came through; 0 for
@@ -35,11 +37,11 @@ var decisionOrder = []string{DecisionDeployed, DecisionAlreadyDeployed, Decision
 // decision. It returns the delivery's summary.
 func (s *Service) deployPush(ctx context.Context, d *pushDelivery) (string, error) {
 	sort.Slice(d.projects, func(i, j int) bool { return d.projects[i].ProjectID < d.projects[j].ProjectID })
-	existing, err := s.store.decisionsOf(ctx, d.row.ID)
+	existing, err := s.store.DecisionsOf(ctx, d.row.ID)
 	if err != nil {
 		return "", err
 	}
-	decided := map[string]decisionRow{}
+	decided := map[string]store.DecisionRow{}
 	for _, dec := range existing {
 		decided[dec.ProjectID] = dec
 	}
@@ -72,7 +74,7 @@ func (s *Service) deployPush(ctx context.Context, d *pushDelivery) (string, erro
 // condition holds.
 func (s *Service) deployOne(ctx context.Context, d *pushDelivery, proj RepoProject) (string, error) {
 	p := d.push
-	dec := &decisionRow{
+	dec := &store.DecisionRow{
 		ID: platform.NewID(), DeliveryRowID: d.row.ID, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID, CreatedAt: s.now(),
 	}
 	blocked, why, err := s.sourceGate(ctx, d, proj)
@@ -114,7 +116,7 @@ func (s *Service) deployOne(ctx context.Context, d *pushDelivery, proj RepoProje
 // commit (its signature took the link's place).
 func (s *Service) sourceGate(ctx context.Context, d *pushDelivery, proj RepoProject) (blocked, why string, err error) {
 	if d.installationID <= 0 && d.source != "" {
-		if !commitRE.MatchString(d.push.After) {
+		if !forge.CommitRE.MatchString(d.push.After) {
 			return DecisionFailed, "the push names no commit to deploy", nil
 		}
 		return "", "", nil

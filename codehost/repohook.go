@@ -8,22 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
-	"strconv"
 	"strings"
 
+	"github.com/keelson-dev/keelson/codehost/forge"
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
-)
-
-// Sources of a delivery: the app, or a repository webhook of one of the hosts
-// self-hosters use. A repository webhook is authenticated by a project's
-// webhookSecret and acts on that project only.
-const (
-	SourceApp    = "app"
-	SourceGitHub = "github"
-	SourceGitea  = "gitea" // Gitea, Forgejo and Gogs share one format
-	SourceGitLab = "gitlab"
 )
 
 // DecisionNotPush is recorded for a repository webhook's event that deploys
@@ -42,7 +31,7 @@ func (in *webhookInput) signed(source string) bool {
 	if source == SourceGitLab {
 		return in.GitLabToken != ""
 	}
-	return firstOf(in.Signature, in.GiteaSignature, in.ForgejoSignature, in.GogsSignature) != ""
+	return forge.FirstOf(in.Signature, in.GiteaSignature, in.ForgejoSignature, in.GogsSignature) != ""
 }
 
 // errRepoHookAuth is the one answer to every repository webhook that no
@@ -80,9 +69,9 @@ func (in *webhookInput) eventName(source string) string {
 		e = strings.TrimSuffix(e, " hook")
 		return strings.ReplaceAll(e, " ", "_")
 	case SourceGitea:
-		return firstOf(in.ForgejoEvent, in.GiteaEvent, in.GogsEvent, in.GitHubEvent)
+		return forge.FirstOf(in.ForgejoEvent, in.GiteaEvent, in.GogsEvent, in.GitHubEvent)
 	}
-	return firstOf(in.Event, in.GitHubEvent)
+	return forge.FirstOf(in.Event, in.GitHubEvent)
 }
 
 // deliveryID is the host's id of the delivery ("" when it sent none).
@@ -91,7 +80,7 @@ func (in *webhookInput) deliveryID(source string) string {
 	case SourceGitLab:
 		return in.GitLabEventUUID
 	case SourceGitea:
-		return firstOf(in.ForgejoDelivery, in.GiteaDelivery, in.GogsDelivery, in.Delivery)
+		return forge.FirstOf(in.ForgejoDelivery, in.GiteaDelivery, in.GogsDelivery, in.Delivery)
 	}
 	return in.Delivery
 }
@@ -147,15 +136,15 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	if !in.signed(source) {
 		return reject("no signature or token header")
 	}
-	payload, err := webhookPayload(in.ContentType, in.RawBody)
+	payload, err := forge.Body(in.ContentType, in.RawBody)
 	if err != nil {
 		return reject("body is not a JSON payload")
 	}
-	var p hookPayload
+	var p forge.Payload
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return reject("body does not decode")
 	}
-	urls, repoID := p.identity()
+	urls, repoID := p.Identity()
 	if len(urls) == 0 && repoID == "" {
 		return reject("payload names no repository")
 	}
@@ -180,14 +169,14 @@ func (s *Service) repositoryWebhook(ctx context.Context, in *webhookInput) (*web
 	}
 	stored := false
 	for _, proj := range signed {
-		row := &deliveryRow{
+		row := &store.DeliveryRow{
 			ID: platform.NewID(), DeliveryID: deliveryID, Event: event, SignatureValid: true,
 			Source: source, ProjectID: proj.ProjectID, OwnerID: proj.OwnerID,
-			Repository: clean(p.fullName(), 255),
+			Repository: store.Clean(p.FullName(), 255),
 			Status:     DeliveryPending, Payload: append([]byte(nil), payload...), ReceivedAt: s.now(),
 		}
-		switch err := s.store.insertDelivery(ctx, row); {
-		case isConflict(err):
+		switch err := s.store.InsertDelivery(ctx, row); {
+		case store.IsConflict(err):
 			// A redelivery for this project: acknowledged, not processed again.
 		case err != nil:
 			return nil, err
@@ -240,12 +229,12 @@ func (s *Service) repoHookSigners(ctx context.Context, in *webhookInput, source 
 
 // processRepoHook decides what a repository webhook delivery does for the one
 // project whose secret authenticated it.
-func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
-	var p hookPayload
+func (s *Service) processRepoHook(ctx context.Context, row *store.DeliveryRow) error {
+	var p forge.Payload
 	if err := json.Unmarshal(row.Payload, &p); err != nil {
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload", s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload", s.now())
 	}
-	dec := &decisionRow{ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: row.ProjectID, OwnerID: row.OwnerID, CreatedAt: s.now()}
+	dec := &store.DecisionRow{ID: platform.NewID(), DeliveryRowID: row.ID, ProjectID: row.ProjectID, OwnerID: row.OwnerID, CreatedAt: s.now()}
 	if row.Event != EventPush {
 		dec.Decision, dec.Detail = DecisionNotPush, "event "+row.Event+" deploys nothing"
 		if row.Event == EventPing {
@@ -254,15 +243,15 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 		if _, err := s.recordDecision(ctx, dec); err != nil {
 			return err
 		}
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
 	}
-	push := p.push()
+	push := p.Push()
 	if push.Ref == "" {
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "push payload without ref", s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryFailed, "push payload without ref", s.now())
 	}
 	// The project as it is now: it may have been deleted, moved to another
 	// repository or had autoDeploy switched off since the delivery came in.
-	urls, repoID := p.identity()
+	urls, repoID := p.Identity()
 	projects, err := s.d.Projects.ProjectsForRepository(ctx, urls, repoID)
 	if err != nil {
 		return fmt.Errorf("projects for repository: %w", err)
@@ -278,189 +267,11 @@ func (s *Service) processRepoHook(ctx context.Context, row *deliveryRow) error {
 		if _, err := s.recordDecision(ctx, dec); err != nil {
 			return err
 		}
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryProcessed, dec.Detail, s.now())
 	}
 	detail, err := s.deployPush(ctx, &pushDelivery{row: row, push: push, source: row.Source, projects: []RepoProject{*proj}})
 	if err != nil {
 		return err
 	}
-	return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, detail, s.now())
-}
-
-// commitRE is a full or abbreviated commit id, as deployments accepts it.
-var commitRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
-
-// hookPayload is what Keelson reads of a push (or any event) of GitHub,
-// Gitea/Forgejo/Gogs and GitLab; unknown fields are ignored. GitHub and Gitea
-// name the repository under "repository"; GitLab under "project" (its
-// "repository" carries URLs only).
-type hookPayload struct {
-	Ref         string  `json:"ref"`
-	Before      string  `json:"before"`
-	After       string  `json:"after"`
-	CheckoutSHA *string `json:"checkout_sha"` // GitLab: the commit to check out; null when the branch was deleted
-	Deleted     bool    `json:"deleted"`
-	HeadCommit  *struct {
-		ID      string `json:"id"`
-		Message string `json:"message"`
-	} `json:"head_commit"`
-	Commits []struct {
-		ID      string `json:"id"`
-		Message string `json:"message"`
-	} `json:"commits"`
-	Repository *struct {
-		ID            json.RawMessage `json:"id"` // a number on GitHub and Gitea
-		FullName      string          `json:"full_name"`
-		HTMLURL       hookURL         `json:"html_url"`
-		CloneURL      hookURL         `json:"clone_url"`
-		SSHURL        hookURL         `json:"ssh_url"`
-		DefaultBranch string          `json:"default_branch"`
-		GitHTTPURL    hookURL         `json:"git_http_url"` // GitLab
-		GitSSHURL     hookURL         `json:"git_ssh_url"`  // GitLab
-	} `json:"repository"`
-	Project *struct {
-		ID                int64   `json:"id"`
-		PathWithNamespace string  `json:"path_with_namespace"`
-		WebURL            hookURL `json:"web_url"`
-		GitHTTPURL        hookURL `json:"git_http_url"`
-		GitSSHURL         hookURL `json:"git_ssh_url"`
-		DefaultBranch     string  `json:"default_branch"`
-	} `json:"project"`
-	Pusher *struct {
-		Name     string `json:"name"`
-		Login    string `json:"login"`
-		Username string `json:"username"`
-	} `json:"pusher"`
-	UserUsername string `json:"user_username"` // GitLab
-}
-
-// maxHookURL is the longest repository URL a repository webhook is matched by.
-const maxHookURL = 2048
-
-// hookURL is a repository URL of a webhook payload, bounded where it is
-// decoded: no repository URL is longer than maxHookURL (surrounding space
-// aside), so a longer one decodes as "" (absent). An unsigned payload naming
-// a 25 MB "URL" must not cost a database query built from it.
-type hookURL string
-
-func (u *hookURL) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	if len(strings.TrimSpace(s)) > maxHookURL {
-		s = ""
-	}
-	*u = hookURL(s)
-	return nil
-}
-
-// identity returns the repository's URLs (ssh ones as their https twin) and
-// its host id ("" when none).
-func (p *hookPayload) identity() (urls []string, id string) {
-	add := func(hu hookURL) {
-		if u := strings.TrimSpace(string(hu)); u != "" && len(urls) < 8 {
-			if h := sshToHTTPS(u); h != "" {
-				u = h
-			}
-			urls = append(urls, u)
-		}
-	}
-	if r := p.Repository; r != nil {
-		for _, u := range []hookURL{r.CloneURL, r.HTMLURL, r.SSHURL, r.GitHTTPURL, r.GitSSHURL} {
-			add(u)
-		}
-		if n, err := strconv.ParseInt(string(r.ID), 10, 64); err == nil && n > 0 {
-			id = strconv.FormatInt(n, 10)
-		}
-	}
-	if pr := p.Project; pr != nil {
-		for _, u := range []hookURL{pr.GitHTTPURL, pr.WebURL, pr.GitSSHURL} {
-			add(u)
-		}
-		if pr.ID > 0 {
-			id = strconv.FormatInt(pr.ID, 10)
-		}
-	}
-	return urls, id
-}
-
-func (p *hookPayload) fullName() string {
-	if p.Project != nil && p.Project.PathWithNamespace != "" {
-		return p.Project.PathWithNamespace
-	}
-	if p.Repository != nil {
-		return p.Repository.FullName
-	}
-	return ""
-}
-
-// push is the deciding part of a push payload of any of the three hosts.
-func (p *hookPayload) push() *Push {
-	out := &Push{Ref: p.Ref, Before: p.Before, After: p.After}
-	if p.CheckoutSHA != nil && *p.CheckoutSHA != "" {
-		out.After = *p.CheckoutSHA
-	}
-	out.Deleted = p.Deleted || isZeroSHA(p.After)
-	switch {
-	case p.HeadCommit != nil:
-		out.HeadCommitMessage = p.HeadCommit.Message
-	default:
-		for _, c := range p.Commits {
-			if c.ID == out.After {
-				out.HeadCommitMessage = c.Message
-			}
-		}
-	}
-	out.Repository.FullName = p.fullName()
-	if p.Repository != nil {
-		out.Repository.HTMLURL, out.Repository.CloneURL = string(p.Repository.HTMLURL), string(p.Repository.CloneURL)
-		out.Repository.DefaultBranch = p.Repository.DefaultBranch
-	}
-	if p.Project != nil {
-		out.Repository.HTMLURL, out.Repository.CloneURL = string(p.Project.WebURL), string(p.Project.GitHTTPURL)
-		out.Repository.DefaultBranch = p.Project.DefaultBranch
-	}
-	if p.Pusher != nil {
-		out.Pusher = firstOf(p.Pusher.Login, p.Pusher.Username, p.Pusher.Name)
-	} else {
-		out.Pusher = p.UserUsername
-	}
-	return out
-}
-
-// sshToHTTPS turns git@host:owner/repo.git or ssh://user@host[:port]/owner/repo.git
-// into https://host/owner/repo.git, the form a project's repoUrl has. Anything
-// else is "".
-func sshToHTTPS(u string) string {
-	if strings.HasPrefix(u, "ssh://") {
-		pu, err := url.Parse(u)
-		if err != nil || pu.Hostname() == "" || pu.Path == "" {
-			return ""
-		}
-		return "https://" + pu.Hostname() + pu.Path
-	}
-	if strings.Contains(u, "://") {
-		return ""
-	}
-	userHost, path, ok := strings.Cut(u, ":")
-	if !ok || path == "" || strings.HasPrefix(path, "/") {
-		return ""
-	}
-	_, host, ok := strings.Cut(userHost, "@")
-	if !ok || host == "" {
-		return ""
-	}
-	return "https://" + host + "/" + path
-}
-
-func isZeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
-
-func firstOf(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
+	return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryProcessed, detail, s.now())
 }

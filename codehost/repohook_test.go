@@ -7,12 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/keelson-dev/keelson/platform/dbtest"
 	"net/http"
 	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/dbtest"
 
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/codehost/githubfake"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
 )
@@ -204,8 +205,8 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 	case err != nil:
 		return ReasonInvalidState
 	}
-	if err := s.store.useState(ctx, stateID, exp, now); err != nil {
-		if isConflict(err) {
+	if err := s.store.UseState(ctx, stateID, exp, now); err != nil {
+		if store.IsConflict(err) {
 			return ReasonStateUsed
 		}
 		log.ErrorContext(ctx, "codehost: record used state", "err", err)
@@ -225,7 +226,7 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 		return reason
 	}
 	if inst.AccountType != "Organization" {
-		others, err := s.store.otherLinkedUsers(ctx, installationID, userID)
+		others, err := s.store.OtherLinkedUsers(ctx, installationID, userID)
 		if err != nil {
 			log.ErrorContext(ctx, "codehost: installation links", "err", err)
 			return ReasonProviderUnavailable
@@ -235,11 +236,11 @@ func (s *Service) link(ctx context.Context, installationID int64, state string) 
 		}
 	}
 	err = s.d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		st := store{db: tx}
-		if err := st.upsertInstallation(ctx, inst, InstallationActive, now); err != nil {
+		st := store.Store{DB: tx}
+		if err := st.UpsertInstallation(ctx, inst, InstallationActive, now); err != nil {
 			return err
 		}
-		return st.link(ctx, userID, installationID, now)
+		return st.Link(ctx, userID, installationID, now)
 	})
 	if err != nil {
 		log.ErrorContext(ctx, "codehost: link installation", "err", err)
@@ -337,7 +338,7 @@ func (s *Service) repositories(ctx context.Context, _ *struct{}) (*repositoriesO
 		return nil, err
 	}
 	p, _ := platform.PrincipalFrom(ctx)
-	insts, err := s.store.userInstallations(ctx, p.UserID, InstallationActive)
+	insts, err := s.store.UserInstallations(ctx, p.UserID, InstallationActive)
 	if err != nil {
 		return nil, err
 	}
@@ -437,11 +438,11 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	if err != nil {
 		return nil, err
 	}
-	f := deliveryFilter{UserID: p.UserID, All: p.IsAdmin(), ProjectID: in.ProjectID, Limit: in.Size() + 1}
+	f := store.DeliveryFilter{UserID: p.UserID, All: p.IsAdmin(), ProjectID: in.ProjectID, Limit: in.Size() + 1}
 	if cur != nil {
 		f.AfterID = cur.ID
 	}
-	rows, err := s.store.listDeliveries(ctx, f)
+	rows, err := s.store.ListDeliveries(ctx, f)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +456,7 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	decs, err := s.store.decisionsFor(ctx, ids, p.UserID, p.IsAdmin())
+	decs, err := s.store.DecisionsFor(ctx, ids, p.UserID, p.IsAdmin())
 	if err != nil {
 		return nil, err
 	}

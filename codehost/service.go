@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/repourl"
 	"github.com/uptrace/bun"
@@ -79,19 +80,11 @@ type Deps struct {
 }
 
 func (d Deps) validate() error {
-	var errs []error
-	if d.DB == nil {
-		errs = append(errs, errors.New("DB is required"))
-	}
-	if d.Auth == nil {
-		errs = append(errs, errors.New("Auth is required"))
-	}
-	if d.Projects == nil {
-		errs = append(errs, errors.New("Projects is required"))
-	}
-	if d.Deployer == nil {
-		errs = append(errs, errors.New("Deployer is required"))
-	}
+	var errs platform.Problems
+	errs.Require("DB", d.DB != nil)
+	errs.Require("Auth", d.Auth != nil)
+	errs.Require("Projects", d.Projects != nil)
+	errs.Require("Deployer", d.Deployer != nil)
 	if len(d.StateKey) < 32 {
 		errs = append(errs, errors.New("StateKey must be at least 32 bytes"))
 	}
@@ -131,7 +124,7 @@ func (d Deps) withDefaults() Deps {
 // clone credentials for the deployments module.
 type Service struct {
 	d     Deps
-	store store
+	store store.Store
 
 	wake chan struct{}
 	mu   sync.Mutex
@@ -146,7 +139,7 @@ func New(d Deps) (*Service, error) {
 		return nil, fmt.Errorf("codehost: %w", err)
 	}
 	d = d.withDefaults()
-	return &Service{d: d, store: store{db: d.DB}, wake: make(chan struct{}, 1)}, nil
+	return &Service{d: d, store: store.Store{DB: d.DB}, wake: make(chan struct{}, 1)}, nil
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
@@ -174,3 +167,11 @@ var _ platform.Module = (*Service)(nil)
 
 // Migrations returns the module's tables (the package's Migrations), for platform.Module.
 func (s *Service) Migrations() platform.MigrationSet { return Migrations() }
+
+// wrap adds what failed to an error for the logs (never sent to clients).
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("codehost: %s: %w", op, err)
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/keelson-dev/keelson/codehost/forge"
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -75,12 +77,12 @@ func (s *Service) statusStarted(ctx context.Context, installationID int64, p *Pu
 	if s.d.Statuses == nil || p == nil || installationID <= 0 || deploymentID == "" {
 		return
 	}
-	if p.Repository.FullName == "" || !commitRE.MatchString(p.After) {
+	if p.Repository.FullName == "" || !forge.CommitRE.MatchString(p.After) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	row := &statusRow{ID: platform.NewID(), DeploymentID: deploymentID, OwnerID: ownerID, InstallationID: installationID,
-		Repository: clean(p.Repository.FullName, 255), CommitSHA: p.After, CreatedAt: s.now()}
+		Repository: store.Clean(p.Repository.FullName, 255), CommitSHA: p.After, CreatedAt: s.now()}
 	if _, err := s.d.DB.NewInsert().Model(row).Exec(ctx); err != nil {
 		s.d.Log.ErrorContext(ctx, "codehost: remember commit status", "deployment_id", deploymentID, "err", db.Translate(err))
 	}
@@ -116,14 +118,14 @@ func (s *Service) ReportStatuses(ctx context.Context) (int, error) {
 		}
 		st := CommitStatus{State: StateSuccess, TargetURL: res.URL, Description: "Deployed on Keelson", Context: StatusContext}
 		if res.URL != "" {
-			st.Description = clean("Deployed to "+res.URL, 140)
+			st.Description = store.Clean("Deployed to "+res.URL, 140)
 		}
 		if !res.Succeeded {
 			msg := res.Error
 			if msg == "" {
 				msg = "the deployment did not go live"
 			}
-			st = CommitStatus{State: StateFailure, Description: clean("Deployment failed: "+msg, 140), Context: StatusContext}
+			st = CommitStatus{State: StateFailure, Description: store.Clean("Deployment failed: "+msg, 140), Context: StatusContext}
 		}
 		// Claim the row first, so two replicas never post the same status twice.
 		res2, err := s.d.DB.NewUpdate().Model((*statusRow)(nil)).Set("done = ?", true).Set("attempts = attempts + 1").

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/keelson-dev/keelson/codehost/forge"
 )
 
 // Provider is what this module needs from a code-hosting provider's app. The
@@ -40,56 +42,25 @@ type Provider interface {
 	ParseEvent(event string, payload []byte) (*Event, error)
 }
 
-// Installation is one installation of the app on an account.
-type Installation struct {
-	ID                  int64
-	AccountLogin        string
-	AccountID           int64
-	AccountType         string // "User" or "Organization"
-	RepositorySelection string // "all" or "selected"
-	Suspended           bool
-}
-
 // Repository is a repository an installation can access.
-type Repository struct {
-	ID            int64
-	Name          string
-	FullName      string
-	Owner         string
-	Private       bool
-	HTMLURL       string
-	CloneURL      string
-	DefaultBranch string
-}
+type Repository = forge.Repository
+
+// Installation is one installation of the app on an account.
+type Installation = forge.Installation
+
+// Event is a decoded webhook delivery.
+type Event = forge.Event
 
 // Event kinds this module acts on; others are recorded and ignored.
 const (
-	EventPing                     = "ping"
-	EventPush                     = "push"
-	EventInstallation             = "installation"
-	EventInstallationRepositories = "installation_repositories"
+	EventPing                     = forge.EventPing
+	EventPush                     = forge.EventPush
+	EventInstallation             = forge.EventInstallation
+	EventInstallationRepositories = forge.EventInstallationRepositories
 )
 
-// Event is a decoded webhook delivery.
-type Event struct {
-	Kind           string // the provider's event name
-	Action         string // e.g. "created", "added"; empty for push and ping
-	InstallationID int64  // 0 when the event carries none (e.g. an app ping)
-	Push           *Push
-	Installation   *Installation // installation events
-	ReposAdded     []Repository  // installation events (created) and installation_repositories
-	ReposRemoved   []Repository
-}
-
 // Push is the part of a push event that decides deployments.
-type Push struct {
-	Ref               string // refs/heads/<branch> or refs/tags/<tag>
-	Before, After     string
-	Deleted           bool
-	HeadCommitMessage string
-	Repository        Repository
-	Pusher            string
-}
+type Push = forge.Push
 
 // RepoProject is a project whose repository matched a push. The host adapts
 // the projects module to ProjectLookup.
@@ -141,4 +112,15 @@ type IdentityConnector interface {
 type GitAuth struct {
 	Username string
 	Password string
+}
+
+// SignatureHeader is the header that carries a delivery's signature.
+const SignatureHeader = forge.SignatureHeader
+
+// Sign returns the signature header value for body (forge.Sign).
+func Sign(secret string, body []byte) string { return forge.Sign(secret, body) }
+
+// VerifySignature reports whether header is a valid signature of body under secret (forge.VerifySignature).
+func VerifySignature(secret string, body []byte, header string) bool {
+	return forge.VerifySignature(secret, body, header)
 }

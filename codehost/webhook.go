@@ -5,11 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"mime"
-	"net/url"
 	"regexp"
 
+	"github.com/keelson-dev/keelson/codehost/forge"
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -65,7 +64,7 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 	if !validEvent.MatchString(event) {
 		return nil, platform.Invalid("header x-codehost-event (or X-GitHub-Event): required, lower-case event name")
 	}
-	payload, err := webhookPayload(in.ContentType, in.RawBody)
+	payload, err := forge.Body(in.ContentType, in.RawBody)
 	if err != nil {
 		return nil, err
 	}
@@ -79,12 +78,12 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 	if !validDelivery.MatchString(deliveryID) {
 		return nil, platform.Invalid("header X-GitHub-Delivery: at most 100 letters, digits, '.', '_', ':' or '-'")
 	}
-	row := &deliveryRow{
+	row := &store.DeliveryRow{
 		ID: platform.NewID(), DeliveryID: deliveryID, Event: event, SignatureValid: true,
 		Status: DeliveryPending, Payload: bytes.Clone(payload), ReceivedAt: s.now(),
 	}
-	switch err := s.store.insertDelivery(ctx, row); {
-	case isConflict(err):
+	switch err := s.store.InsertDelivery(ctx, row); {
+	case store.IsConflict(err):
 		// A redelivery: acknowledged, not processed again.
 	case err != nil:
 		return nil, err
@@ -94,21 +93,4 @@ func (s *Service) webhook(ctx context.Context, in *webhookInput) (*webhookOutput
 	out := &webhookOutput{}
 	out.Body.OK = true
 	return out, nil
-}
-
-// webhookPayload returns the JSON document of a delivery: the body itself, or
-// its payload field when the app was set to send form-encoded webhooks.
-func webhookPayload(contentType string, body []byte) ([]byte, error) {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
-		form, err := url.ParseQuery(string(body))
-		if err != nil || form.Get("payload") == "" {
-			return nil, platform.Invalid("body: form-encoded delivery without a payload field")
-		}
-		body = []byte(form.Get("payload"))
-	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(body) {
-		return nil, platform.Invalid("body: not a JSON object")
-	}
-	return body, nil
 }

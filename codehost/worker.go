@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -90,7 +91,7 @@ func (s *Service) ProcessPending(ctx context.Context) (int, error) {
 	finished, after := 0, ""
 	var errs []error
 	for ctx.Err() == nil {
-		rows, err := s.store.pendingDeliveries(ctx, after, 20)
+		rows, err := s.store.PendingDeliveries(ctx, after, 20)
 		if err != nil {
 			return finished, err
 		}
@@ -111,7 +112,7 @@ func (s *Service) ProcessPending(ctx context.Context) (int, error) {
 
 // process acts on one delivery and marks it processed or failed. It returns
 // an error (leaving it pending) only for failures worth retrying.
-func (s *Service) process(ctx context.Context, row *deliveryRow) error {
+func (s *Service) process(ctx context.Context, row *store.DeliveryRow) error {
 	if row.ProjectID != "" {
 		return s.processRepoHook(ctx, row)
 	}
@@ -123,13 +124,13 @@ func (s *Service) process(ctx context.Context, row *deliveryRow) error {
 			missing = pe.Message
 		}
 		if row.Event == "ping" {
-			return s.store.finishDelivery(ctx, row.ID, nil, DeliveryProcessed, "pong; "+missing, s.now())
+			return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryProcessed, "pong; "+missing, s.now())
 		}
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, missing, s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryFailed, missing, s.now())
 	}
 	ev, err := s.d.Provider.ParseEvent(row.Event, row.Payload)
 	if err != nil {
-		return s.store.finishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload: "+err.Error(), s.now())
+		return s.store.FinishDelivery(ctx, row.ID, nil, DeliveryFailed, "cannot decode the payload: "+err.Error(), s.now())
 	}
 	var detail string
 	switch ev.Kind {
@@ -137,7 +138,7 @@ func (s *Service) process(ctx context.Context, row *deliveryRow) error {
 		detail = "pong"
 	case EventPush:
 		if ev.Push == nil {
-			return s.store.finishDelivery(ctx, row.ID, ev, DeliveryFailed, "push payload without push data", s.now())
+			return s.store.FinishDelivery(ctx, row.ID, ev, DeliveryFailed, "push payload without push data", s.now())
 		}
 		detail, err = s.handlePush(ctx, row, ev)
 	case EventInstallation:
@@ -150,7 +151,7 @@ func (s *Service) process(ctx context.Context, row *deliveryRow) error {
 	if err != nil {
 		return err
 	}
-	return s.store.finishDelivery(ctx, row.ID, ev, DeliveryProcessed, detail, s.now())
+	return s.store.FinishDelivery(ctx, row.ID, ev, DeliveryProcessed, detail, s.now())
 }
 
 func (s *Service) handleInstallation(ctx context.Context, ev *Event) (string, error) {
@@ -172,7 +173,7 @@ func (s *Service) handleInstallation(ctx context.Context, ev *Event) (string, er
 	default:
 		return fmt.Sprintf("installation %d: action %q recorded", in.ID, ev.Action), nil
 	}
-	if err := s.store.upsertInstallation(ctx, in, status, s.now()); err != nil {
+	if err := s.store.UpsertInstallation(ctx, in, status, s.now()); err != nil {
 		return "", err
 	}
 	d := fmt.Sprintf("installation %d on %s %s: %s", in.ID, strings.ToLower(in.AccountType), in.AccountLogin, status)
@@ -206,7 +207,7 @@ func reposChange(ev *Event) string {
 // skipMarkers in a head commit message keep a push from deploying.
 var skipMarkers = []string{"[skip ci]", "[ci skip]", "[skip deploy]", "[no ci]", "[skip actions]"}
 
-func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (string, error) {
+func (s *Service) handlePush(ctx context.Context, row *store.DeliveryRow, ev *Event) (string, error) {
 	p := ev.Push
 	var urls []string
 	for _, u := range []string{p.Repository.HTMLURL, p.Repository.CloneURL} {
@@ -237,7 +238,7 @@ func (s *Service) handlePush(ctx context.Context, row *deliveryRow, ev *Event) (
 // blocked (with its detail why) is the source's own refusal, judged after
 // the branch: the app's installation not linked, or a repository webhook's
 // push naming no commit; "" when there is none. It returns the pushed branch.
-func decide(dec *decisionRow, p *Push, proj RepoProject, blocked, why string) (branch string) {
+func decide(dec *store.DecisionRow, p *Push, proj RepoProject, blocked, why string) (branch string) {
 	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
 	want := proj.AutoDeployBranch
 	if want == "" {
@@ -265,11 +266,11 @@ func decide(dec *decisionRow, p *Push, proj RepoProject, blocked, why string) (b
 // settleInterrupted marks failed a decision still "deploying": it was cut off
 // between claiming and hearing back from Trigger, and as nobody can know
 // whether it deployed, it is never retried.
-func (s *Service) settleInterrupted(ctx context.Context, d *decisionRow) error {
-	if d.Decision != decisionDeploying {
+func (s *Service) settleInterrupted(ctx context.Context, d *store.DecisionRow) error {
+	if d.Decision != store.DecisionDeploying {
 		return nil
 	}
-	if err := s.store.updateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
+	if err := s.store.UpdateDecision(ctx, d.ID, DecisionFailed, "", "interrupted before the deployment was confirmed"); err != nil {
 		return err
 	}
 	d.Decision = DecisionFailed
@@ -278,8 +279,8 @@ func (s *Service) settleInterrupted(ctx context.Context, d *decisionRow) error {
 
 // recordDecision stores a decision that deploys nothing (a redelivery's
 // conflict is no error) and returns it.
-func (s *Service) recordDecision(ctx context.Context, dec *decisionRow) (string, error) {
-	if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+func (s *Service) recordDecision(ctx context.Context, dec *store.DecisionRow) (string, error) {
+	if err := s.store.InsertDecision(ctx, dec); err != nil && !store.IsConflict(err) {
 		return "", err
 	}
 	return dec.Decision, nil
@@ -289,19 +290,19 @@ func (s *Service) recordDecision(ctx context.Context, dec *decisionRow) (string,
 // neither a restart nor a second worker can deploy it twice, then triggers the
 // deployment of commit and records how that went. It returns the decision
 // and, when deployed, the deployment's id.
-func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj RepoProject, branch, commit, reason string) (decision, depID string, err error) {
+func (s *Service) claimAndTrigger(ctx context.Context, dec *store.DecisionRow, proj RepoProject, branch, commit, reason string) (decision, depID string, err error) {
 	pushKey := branch + "@" + commit
-	dec.Decision = decisionDeploying
-	dec.PushKey = clean(pushKey, 300)
-	if err := s.store.insertDecision(ctx, dec); err != nil {
-		if !isConflict(err) {
+	dec.Decision = store.DecisionDeploying
+	dec.PushKey = store.Clean(pushKey, 300)
+	if err := s.store.InsertDecision(ctx, dec); err != nil {
+		if !store.IsConflict(err) {
 			return "", "", err
 		}
 		// Either another worker has this delivery and project, or an earlier
 		// push deployed this branch and commit: record the latter.
 		dec.Decision, dec.PushKey = DecisionAlreadyDeployed, ""
 		dec.Detail = pushKey + " was deployed by an earlier push; it is not deployed again"
-		if err := s.store.insertDecision(ctx, dec); err != nil && !isConflict(err) {
+		if err := s.store.InsertDecision(ctx, dec); err != nil && !store.IsConflict(err) {
 			return "", "", err
 		} else if err != nil {
 			return DecisionFailed, "", nil // another worker has it
@@ -317,7 +318,7 @@ func (s *Service) claimAndTrigger(ctx context.Context, dec *decisionRow, proj Re
 		}
 		depID = ""
 	}
-	if err := s.store.updateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
+	if err := s.store.UpdateDecision(context.WithoutCancel(ctx), dec.ID, decision, depID, detail); err != nil {
 		return "", "", err
 	}
 	return decision, depID, nil
@@ -344,11 +345,11 @@ func (s *Service) ownerUsesInstallation(ctx context.Context, ownerID string, ins
 	if installationID <= 0 {
 		return false, nil
 	}
-	linked, err := s.store.isLinked(ctx, ownerID, installationID)
+	linked, err := s.store.IsLinked(ctx, ownerID, installationID)
 	if err != nil || !linked {
 		return false, err
 	}
-	status, err := s.store.installationStatus(ctx, installationID)
+	status, err := s.store.InstallationStatus(ctx, installationID)
 	if errors.Is(err, platform.ErrNotFound) {
 		return false, nil
 	}

@@ -61,19 +61,11 @@ type Deps struct {
 }
 
 func (d Deps) validate() error {
-	var errs []error
-	if d.DB == nil {
-		errs = append(errs, errors.New("DB is required"))
-	}
-	if d.Auth == nil {
-		errs = append(errs, errors.New("Auth is required"))
-	}
-	if d.Projects == nil {
-		errs = append(errs, errors.New("Projects is required"))
-	}
-	if d.Deployer == nil {
-		errs = append(errs, errors.New("Deployer is required"))
-	}
+	var errs platform.Problems
+	errs.Require("DB", d.DB != nil)
+	errs.Require("Auth", d.Auth != nil)
+	errs.Require("Projects", d.Projects != nil)
+	errs.Require("Deployer", d.Deployer != nil)
 	if u, err := url.Parse(d.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, errors.New("PublicURL must be an http(s) URL"))
 	}

@@ -78,16 +78,14 @@ var _ codehost.Provider = (*Client)(nil)
 
 // New checks c and returns a client.
 func New(c Config) (*Client, error) {
-	var errs []error
+	var errs platform.Problems
 	if c.AppID <= 0 {
 		errs = append(errs, errors.New("AppID must be a positive number"))
 	}
 	if c.AppSlug == "" || strings.ContainsAny(c.AppSlug, "/?#% ") {
 		errs = append(errs, errors.New("AppSlug must be the app's URL name"))
 	}
-	if c.PrivateKey == nil {
-		errs = append(errs, errors.New("PrivateKey is required"))
-	}
+	errs.Require("PrivateKey", c.PrivateKey != nil)
 	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, DefaultAPIURL), "/")
 	c.WebURL = strings.TrimRight(cmp.Or(c.WebURL, DefaultWebURL), "/")
 	api, err := url.Parse(c.APIURL)

@@ -1,4 +1,4 @@
-package codehost
+package forge
 
 import (
 	"encoding/json"
@@ -18,8 +18,8 @@ func TestSSHToHTTPS(t *testing.T) {
 		"github.com:a/b":                                "",
 		"git@host:/abs/path":                            "",
 	} {
-		if got := sshToHTTPS(in); got != want {
-			t.Errorf("sshToHTTPS(%q) = %q, want %q", in, got, want)
+		if got := SSHToHTTPS(in); got != want {
+			t.Errorf("SSHToHTTPS(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -27,12 +27,12 @@ func TestSSHToHTTPS(t *testing.T) {
 // The hosts' published examples (examples/server/testdata/webhooks) decode to
 // the repository and push they describe.
 func TestHookPayloadOfPublishedExamples(t *testing.T) {
-	read := func(name string) *hookPayload {
-		b, err := os.ReadFile("../examples/server/testdata/webhooks/" + name)
+	read := func(name string) *Payload {
+		b, err := os.ReadFile("../../examples/server/testdata/webhooks/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p hookPayload
+		var p Payload
 		if err := json.Unmarshal(b, &p); err != nil {
 			t.Fatal(err)
 		}
@@ -49,39 +49,39 @@ func TestHookPayloadOfPublishedExamples(t *testing.T) {
 			"da1560886d4f094c3e6c9ef40349f7d38b5d27d7", "fixed readme", "master", "mike/diaspora"},
 	} {
 		p := read(c.file)
-		urls, id := p.identity()
+		urls, id := p.Identity()
 		if len(urls) == 0 || urls[0] != c.url || id != c.id {
 			t.Errorf("%s: identity %v %q", c.file, urls, id)
 		}
-		push := p.push()
+		push := p.Push()
 		if push.Ref != c.ref || push.After != c.after || push.HeadCommitMessage != c.msg || push.Deleted ||
 			push.Repository.DefaultBranch != c.branch || push.Repository.FullName != c.full {
 			t.Errorf("%s: push %+v", c.file, push)
 		}
 	}
 	// A GitLab branch deletion: after is zeros, checkout_sha null.
-	var del hookPayload
+	var del Payload
 	if err := json.Unmarshal([]byte(`{"object_kind":"push","ref":"refs/heads/x","after":"0000000000000000000000000000000000000000","checkout_sha":null,"project":{"id":1,"git_http_url":"https://gitlab.example/a/b.git"}}`), &del); err != nil {
 		t.Fatal(err)
 	}
-	if !del.push().Deleted {
+	if !del.Push().Deleted {
 		t.Error("GitLab branch deletion not seen as deleted")
 	}
 }
 
-// A repository URL longer than maxHookURL decodes as absent, in every URL
+// A repository URL longer than MaxURL decodes as absent, in every URL
 // field, whether it arrives plain or escaped; one at the bound is kept.
 func TestHookURLBoundedWhereDecoded(t *testing.T) {
-	atBound := "https://example.com/" + strings.Repeat("a", maxHookURL-len("https://example.com/"))
+	atBound := "https://example.com/" + strings.Repeat("a", MaxURL-len("https://example.com/"))
 	over := atBound + "a"
-	escaped := `"` + strings.Repeat(`\u0061`, maxHookURL+1) + `"`
+	escaped := `"` + strings.Repeat(`\u0061`, MaxURL+1) + `"`
 	for _, field := range []string{"clone_url", "html_url", "ssh_url", "git_http_url", "git_ssh_url"} {
 		for raw, want := range map[string]int{strconv.Quote(atBound): 1, strconv.Quote(over): 0, escaped: 0} {
-			var p hookPayload
+			var p Payload
 			if err := json.Unmarshal([]byte(`{"repository":{"`+field+`":`+raw+`}}`), &p); err != nil {
 				t.Fatal(err)
 			}
-			if urls, _ := p.identity(); len(urls) != want {
+			if urls, _ := p.Identity(); len(urls) != want {
 				t.Errorf("%s of %d bytes: %d URLs, want %d", field, len(raw), len(urls), want)
 			}
 		}

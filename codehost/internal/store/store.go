@@ -1,13 +1,17 @@
-package codehost
+// Package store is the codehost module's storage edge: installations, links
+// and what each linked user may access, used OAuth states, webhook deliveries
+// and the decisions each push led to. Every database error is translated
+// here.
+package store
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/keelson-dev/keelson/codehost/forge"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -46,10 +50,20 @@ const (
 	// push already deployed for the project (a replayed delivery under a new
 	// delivery id, or a redelivery), so nothing is deployed again.
 	DecisionAlreadyDeployed = "commit already deployed"
-	decisionDeploying       = "deploying" // written before Trigger; replaced after
+	DecisionDeploying       = "deploying" // written before Trigger; replaced after
 )
 
-type installationRow struct {
+// Sources of a delivery: the app, or a repository webhook of one of the hosts
+// self-hosters use. A repository webhook is authenticated by a project's
+// webhookSecret and acts on that project only.
+const (
+	SourceApp    = "app"
+	SourceGitHub = "github"
+	SourceGitea  = "gitea" // Gitea, Forgejo and Gogs share one format
+	SourceGitLab = "gitlab"
+)
+
+type InstallationRow struct {
 	bun.BaseModel       `bun:"table:codehost_installations"`
 	InstallationID      int64     `bun:"installation_id,pk"`
 	AccountLogin        string    `bun:"account_login,notnull"`
@@ -61,7 +75,7 @@ type installationRow struct {
 	UpdatedAt           time.Time `bun:"updated_at,notnull"`
 }
 
-type linkRow struct {
+type LinkRow struct {
 	bun.BaseModel  `bun:"table:codehost_links"`
 	ID             string    `bun:"id,pk,type:varchar(36)"`
 	UserID         string    `bun:"user_id,notnull,type:varchar(36)"`
@@ -73,11 +87,11 @@ type linkRow struct {
 	CheckedAt *time.Time `bun:"checked_at"`
 }
 
-// viewRow is one repository of an installation that the code host, asked
+// ViewRow is one repository of an installation that the code host, asked
 // with the user's own token at the link's last check, let the user access.
 // A non-admin sees an organisation installation's push deliveries of these
 // repositories only.
-type viewRow struct {
+type ViewRow struct {
 	bun.BaseModel  `bun:"table:codehost_user_repositories"`
 	UserID         string `bun:"user_id,pk,type:varchar(36)"`
 	InstallationID int64  `bun:"installation_id,pk"`
@@ -85,14 +99,14 @@ type viewRow struct {
 	FullName       string `bun:"full_name,notnull"`
 }
 
-type usedStateRow struct {
+type UsedStateRow struct {
 	bun.BaseModel `bun:"table:codehost_used_states"`
 	ID            string    `bun:"id,pk,type:varchar(36)"`
 	ExpiresAt     time.Time `bun:"expires_at,notnull"`
 	UsedAt        time.Time `bun:"used_at,notnull"`
 }
 
-type deliveryRow struct {
+type DeliveryRow struct {
 	bun.BaseModel  `bun:"table:codehost_deliveries"`
 	ID             string     `bun:"id,pk,type:varchar(36)"`
 	DeliveryID     string     `bun:"delivery_id,notnull,type:varchar(100)"`
@@ -114,7 +128,7 @@ type deliveryRow struct {
 	OwnerID   string `bun:"owner_id,notnull,type:varchar(36)"`
 }
 
-type decisionRow struct {
+type DecisionRow struct {
 	bun.BaseModel `bun:"table:codehost_decisions"`
 	ID            string `bun:"id,pk,type:varchar(36)"`
 	DeliveryRowID string `bun:"delivery_row_id,notnull,type:varchar(36)"`
@@ -129,99 +143,25 @@ type decisionRow struct {
 	CreatedAt time.Time `bun:"created_at,notnull"`
 }
 
-// Migrations are the tables of this module, for the host to run.
-func Migrations() db.MigrationSet {
-	return db.MigrationSet{Module: "codehost", Migrations: []db.Migration{{
-		ID: "0001_init",
-		Up: db.Steps(
-			db.CreateTables((*installationRow)(nil), (*linkRow)(nil), (*usedStateRow)(nil),
-				(*deliveryRow)(nil), (*decisionRow)(nil)),
-			db.CreateIndex((*linkRow)(nil), "codehost_links_user_installation", true, "user_id", "installation_id"),
-			db.CreateIndex((*linkRow)(nil), "codehost_links_installation", false, "installation_id"),
-			db.CreateIndex((*usedStateRow)(nil), "codehost_used_states_expires", false, "expires_at"),
-			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_delivery_id", true, "delivery_id"),
-			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_status", false, "status", "id"),
-			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_installation", false, "installation_id", "id"),
-			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_delivery_project", true, "delivery_row_id", "project_id"),
-			db.CreateIndex((*decisionRow)(nil), "codehost_decisions_owner", false, "owner_id", "delivery_row_id"),
-		),
-	}, {
-		// Repository webhooks: a delivery row per authenticated project, so
-		// de-duplication is per (delivery id, project); app rows keep "".
-		ID: "0002_repository_webhooks",
-		Up: db.Steps(
-			db.AddColumn("codehost_deliveries", "source", "VARCHAR(16) NOT NULL DEFAULT 'app'"),
-			db.AddColumn("codehost_deliveries", "project_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
-			db.AddColumn("codehost_deliveries", "owner_id", "VARCHAR(36) NOT NULL DEFAULT ''"),
-			execStep("DROP INDEX IF EXISTS codehost_deliveries_delivery_id"),
-			db.CreateIndex((*deliveryRow)(nil), "codehost_deliveries_delivery_project", true, "delivery_id", "project_id"),
-			db.CreateTables((*statusRow)(nil)),
-			db.CreateIndex((*statusRow)(nil), "codehost_commit_statuses_open", false, "done", "id"),
-		),
-	}, {
-		// Links made before the provider was asked (issue 14) may have been
-		// hijacked: an installation id in a callback was taken at its word.
-		// They are dropped; their users link again through GET /codehost/connect.
-		ID: "0003_drop_unverified_links",
-		Up: func(ctx context.Context, idb bun.IDB) error {
-			_, err := idb.NewDelete().Model((*linkRow)(nil)).Where("1 = 1").Exec(ctx)
-			return err
-		},
-	}, {
-		// A push deploys a (branch, commit) of a project once, whatever its
-		// delivery id: a captured signed push replayed under a fresh id
-		// deploys nothing (issue 23).
-		ID: "0004_push_dedupe",
-		Up: db.Steps(
-			db.AddColumn("codehost_decisions", "push_key", "VARCHAR(300) NOT NULL DEFAULT ''"),
-			execStep("CREATE UNIQUE INDEX IF NOT EXISTS codehost_decisions_push ON codehost_decisions (project_id, push_key) WHERE push_key <> ''"),
-		),
-	}, {
-		// A link reaches what its user may access, checked with their own
-		// token when used and at least daily (issue 23): when each link was
-		// last checked, and what its user could access then.
-		ID: "0005_link_checks",
-		Up: db.Steps(
-			func(ctx context.Context, idb bun.IDB) error {
-				typ := "TIMESTAMP"
-				if db.IsPostgres(idb) {
-					typ = "TIMESTAMPTZ"
-				}
-				return db.AddColumn("codehost_links", "checked_at", typ)(ctx, idb)
-			},
-			db.CreateIndex((*linkRow)(nil), "codehost_links_checked", false, "checked_at"),
-			db.CreateTables((*viewRow)(nil)),
-			db.CreateIndex((*viewRow)(nil), "codehost_user_repositories_name", false, "user_id", "installation_id", "full_name"),
-		),
-	}}}
-}
+// Store reads and writes the module's tables.
+type Store struct{ DB bun.IDB }
 
-func execStep(stmt string) func(ctx context.Context, idb bun.IDB) error {
-	return func(ctx context.Context, idb bun.IDB) error {
-		_, err := idb.ExecContext(ctx, stmt)
-		return err
-	}
-}
-
-// store is the module's storage edge: every database error is translated here.
-type store struct{ db bun.IDB }
-
-func (s store) useState(ctx context.Context, id string, exp, now time.Time) error {
+func (s Store) UseState(ctx context.Context, id string, exp, now time.Time) error {
 	// Forget states that can no longer verify anyway, so the table stays small.
-	if _, err := s.db.NewDelete().Model((*usedStateRow)(nil)).Where("expires_at < ?", now.Add(-time.Hour)).Exec(ctx); err != nil {
+	if _, err := s.DB.NewDelete().Model((*UsedStateRow)(nil)).Where("expires_at < ?", now.Add(-time.Hour)).Exec(ctx); err != nil {
 		return db.Translate(err)
 	}
-	_, err := s.db.NewInsert().Model(&usedStateRow{ID: id, ExpiresAt: exp, UsedAt: now}).Exec(ctx)
+	_, err := s.DB.NewInsert().Model(&UsedStateRow{ID: id, ExpiresAt: exp, UsedAt: now}).Exec(ctx)
 	return db.Translate(err)
 }
 
-func (s store) upsertInstallation(ctx context.Context, in *Installation, status string, now time.Time) error {
-	row := &installationRow{
-		InstallationID: in.ID, AccountLogin: clean(in.AccountLogin, 255), AccountID: in.AccountID,
-		AccountType: clean(in.AccountType, 32), RepositorySelection: clean(in.RepositorySelection, 32),
+func (s Store) UpsertInstallation(ctx context.Context, in *forge.Installation, status string, now time.Time) error {
+	row := &InstallationRow{
+		InstallationID: in.ID, AccountLogin: Clean(in.AccountLogin, 255), AccountID: in.AccountID,
+		AccountType: Clean(in.AccountType, 32), RepositorySelection: Clean(in.RepositorySelection, 32),
 		Status: status, CreatedAt: now, UpdatedAt: now,
 	}
-	q := s.db.NewInsert().Model(row).On("CONFLICT (installation_id) DO UPDATE").
+	q := s.DB.NewInsert().Model(row).On("CONFLICT (installation_id) DO UPDATE").
 		Set("status = EXCLUDED.status").Set("updated_at = EXCLUDED.updated_at")
 	if in.AccountLogin != "" {
 		q = q.Set("account_login = EXCLUDED.account_login").Set("account_id = EXCLUDED.account_id").
@@ -234,30 +174,30 @@ func (s store) upsertInstallation(ctx context.Context, in *Installation, status 
 	return db.Translate(err)
 }
 
-func (s store) setInstallationStatus(ctx context.Context, id int64, status string, now time.Time) error {
-	_, err := s.db.NewUpdate().Model((*installationRow)(nil)).Set("status = ?", status).Set("updated_at = ?", now).
+func (s Store) SetInstallationStatus(ctx context.Context, id int64, status string, now time.Time) error {
+	_, err := s.DB.NewUpdate().Model((*InstallationRow)(nil)).Set("status = ?", status).Set("updated_at = ?", now).
 		Where("installation_id = ?", id).Exec(ctx)
 	return db.Translate(err)
 }
 
 // linkedUsers returns the users other than userID linked to installation id.
-func (s store) otherLinkedUsers(ctx context.Context, id int64, userID string) ([]string, error) {
+func (s Store) OtherLinkedUsers(ctx context.Context, id int64, userID string) ([]string, error) {
 	var users []string
-	err := s.db.NewSelect().Model((*linkRow)(nil)).Column("user_id").
+	err := s.DB.NewSelect().Model((*LinkRow)(nil)).Column("user_id").
 		Where("installation_id = ? AND user_id <> ?", id, userID).Scan(ctx, &users)
 	return users, db.Translate(err)
 }
 
-func (s store) link(ctx context.Context, userID string, installationID int64, now time.Time) error {
-	_, err := s.db.NewInsert().Model(&linkRow{ID: platform.NewID(), UserID: userID, InstallationID: installationID, CreatedAt: now}).
+func (s Store) Link(ctx context.Context, userID string, installationID int64, now time.Time) error {
+	_, err := s.DB.NewInsert().Model(&LinkRow{ID: platform.NewID(), UserID: userID, InstallationID: installationID, CreatedAt: now}).
 		On("CONFLICT (user_id, installation_id) DO NOTHING").Exec(ctx)
 	return db.Translate(err)
 }
 
 // userInstallations returns the installations userID linked, in the given states.
-func (s store) userInstallations(ctx context.Context, userID string, states ...string) ([]installationRow, error) {
-	var rows []installationRow
-	q := s.db.NewSelect().Model(&rows).
+func (s Store) UserInstallations(ctx context.Context, userID string, states ...string) ([]InstallationRow, error) {
+	var rows []InstallationRow
+	q := s.DB.NewSelect().Model(&rows).
 		Where("installation_id IN (SELECT installation_id FROM codehost_links WHERE user_id = ?)", userID).
 		Order("installation_id")
 	if len(states) > 0 {
@@ -269,16 +209,16 @@ func (s store) userInstallations(ctx context.Context, userID string, states ...s
 
 // setView records what userID may access through installationID as of now:
 // repos replace the stored view, and the link is marked checked.
-func (s store) setView(ctx context.Context, userID string, installationID int64, repos []Repository, now time.Time) error {
-	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewDelete().Model((*viewRow)(nil)).
+func (s Store) SetView(ctx context.Context, userID string, installationID int64, repos []forge.Repository, now time.Time) error {
+	return db.InTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*ViewRow)(nil)).
 			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx); err != nil {
 			return db.Translate(err)
 		}
-		rows := make([]viewRow, 0, len(repos))
+		rows := make([]ViewRow, 0, len(repos))
 		for _, r := range repos {
 			if r.ID > 0 {
-				rows = append(rows, viewRow{UserID: userID, InstallationID: installationID, RepositoryID: r.ID, FullName: clean(r.FullName, 255)})
+				rows = append(rows, ViewRow{UserID: userID, InstallationID: installationID, RepositoryID: r.ID, FullName: Clean(r.FullName, 255)})
 			}
 		}
 		if len(rows) > 0 {
@@ -286,20 +226,20 @@ func (s store) setView(ctx context.Context, userID string, installationID int64,
 				return db.Translate(err)
 			}
 		}
-		_, err := tx.NewUpdate().Model((*linkRow)(nil)).Set("checked_at = ?", now).
+		_, err := tx.NewUpdate().Model((*LinkRow)(nil)).Set("checked_at = ?", now).
 			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx)
 		return db.Translate(err)
 	})
 }
 
 // unlink removes userID's link to installationID and its stored view.
-func (s store) unlink(ctx context.Context, userID string, installationID int64) error {
-	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewDelete().Model((*viewRow)(nil)).
+func (s Store) Unlink(ctx context.Context, userID string, installationID int64) error {
+	return db.InTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*ViewRow)(nil)).
 			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx); err != nil {
 			return db.Translate(err)
 		}
-		_, err := tx.NewDelete().Model((*linkRow)(nil)).
+		_, err := tx.NewDelete().Model((*LinkRow)(nil)).
 			Where("user_id = ? AND installation_id = ?", userID, installationID).Exec(ctx)
 		return db.Translate(err)
 	})
@@ -307,87 +247,87 @@ func (s store) unlink(ctx context.Context, userID string, installationID int64) 
 
 // dueLinks returns up to limit links to active installations last checked
 // before cutoff (or never), the longest unchecked first.
-func (s store) dueLinks(ctx context.Context, cutoff time.Time, limit int) ([]linkRow, error) {
-	var rows []linkRow
-	err := s.db.NewSelect().Model(&rows).
+func (s Store) DueLinks(ctx context.Context, cutoff time.Time, limit int) ([]LinkRow, error) {
+	var rows []LinkRow
+	err := s.DB.NewSelect().Model(&rows).
 		Where("(checked_at IS NULL OR checked_at < ?)", cutoff).
 		Where("installation_id IN (SELECT installation_id FROM codehost_installations WHERE status = ?)", InstallationActive).
 		OrderExpr("checked_at IS NOT NULL, checked_at, id").Limit(int64(limit)).Scan(ctx)
 	return rows, db.Translate(err)
 }
 
-func (s store) isLinked(ctx context.Context, userID string, installationID int64) (bool, error) {
-	n, err := s.db.NewSelect().Model((*linkRow)(nil)).
+func (s Store) IsLinked(ctx context.Context, userID string, installationID int64) (bool, error) {
+	n, err := s.DB.NewSelect().Model((*LinkRow)(nil)).
 		Where("user_id = ? AND installation_id = ?", userID, installationID).Count(ctx)
 	return n > 0, db.Translate(err)
 }
 
-func (s store) installationStatus(ctx context.Context, id int64) (string, error) {
+func (s Store) InstallationStatus(ctx context.Context, id int64) (string, error) {
 	var status string
-	err := s.db.NewSelect().Model((*installationRow)(nil)).Column("status").Where("installation_id = ?", id).Scan(ctx, &status)
+	err := s.DB.NewSelect().Model((*InstallationRow)(nil)).Column("status").Where("installation_id = ?", id).Scan(ctx, &status)
 	return status, db.Translate(err)
 }
 
 // insertDelivery stores a new delivery; a repeated delivery id is ErrConflict.
-func (s store) insertDelivery(ctx context.Context, d *deliveryRow) error {
+func (s Store) InsertDelivery(ctx context.Context, d *DeliveryRow) error {
 	if d.Source == "" {
 		d.Source = SourceApp
 	}
-	_, err := s.db.NewInsert().Model(d).Exec(ctx)
+	_, err := s.DB.NewInsert().Model(d).Exec(ctx)
 	return db.Translate(err)
 }
 
 // pendingDeliveries returns up to limit pending deliveries with ids above
 // after, oldest first.
-func (s store) pendingDeliveries(ctx context.Context, after string, limit int) ([]deliveryRow, error) {
-	var rows []deliveryRow
-	err := s.db.NewSelect().Model(&rows).Where("status = ? AND id > ?", DeliveryPending, after).
+func (s Store) PendingDeliveries(ctx context.Context, after string, limit int) ([]DeliveryRow, error) {
+	var rows []DeliveryRow
+	err := s.DB.NewSelect().Model(&rows).Where("status = ? AND id > ?", DeliveryPending, after).
 		Order("id ASC").Limit(int64(limit)).Scan(ctx)
 	return rows, db.Translate(err)
 }
 
-func (s store) finishDelivery(ctx context.Context, id string, e *Event, status, detail string, now time.Time) error {
-	q := s.db.NewUpdate().Model((*deliveryRow)(nil)).
-		Set("status = ?", status).Set("detail = ?", clean(detail, 2000)).Set("processed_at = ?", now).
+func (s Store) FinishDelivery(ctx context.Context, id string, e *forge.Event, status, detail string, now time.Time) error {
+	q := s.DB.NewUpdate().Model((*DeliveryRow)(nil)).
+		Set("status = ?", status).Set("detail = ?", Clean(detail, 2000)).Set("processed_at = ?", now).
 		Set("payload = NULL").Where("id = ?", id)
 	if e != nil {
-		q = q.Set("action = ?", clean(e.Action, 64)).Set("installation_id = ?", e.InstallationID)
+		q = q.Set("action = ?", Clean(e.Action, 64)).Set("installation_id = ?", e.InstallationID)
 		if e.Push != nil {
-			q = q.Set("repository = ?", clean(e.Push.Repository.FullName, 255))
+			q = q.Set("repository = ?", Clean(e.Push.Repository.FullName, 255))
 		}
 	}
 	_, err := q.Exec(ctx)
 	return db.Translate(err)
 }
 
-func (s store) decisionsOf(ctx context.Context, deliveryRowID string) ([]decisionRow, error) {
-	var rows []decisionRow
-	err := s.db.NewSelect().Model(&rows).Where("delivery_row_id = ?", deliveryRowID).Scan(ctx)
+func (s Store) DecisionsOf(ctx context.Context, deliveryRowID string) ([]DecisionRow, error) {
+	var rows []DecisionRow
+	err := s.DB.NewSelect().Model(&rows).Where("delivery_row_id = ?", deliveryRowID).Scan(ctx)
 	return rows, db.Translate(err)
 }
 
 // insertDecision records that the delivery is about to act on the project. It
 // returns ErrConflict when a decision for the pair exists already.
-func (s store) insertDecision(ctx context.Context, d *decisionRow) error {
-	d.Detail = clean(d.Detail, 1000)
-	_, err := s.db.NewInsert().Model(d).Exec(ctx)
+func (s Store) InsertDecision(ctx context.Context, d *DecisionRow) error {
+	d.Detail = Clean(d.Detail, 1000)
+	_, err := s.DB.NewInsert().Model(d).Exec(ctx)
 	return db.Translate(err)
 }
 
 // updateDecision settles a decision; one that did not deploy gives up its
 // push key, so a later push of the same commit may deploy.
-func (s store) updateDecision(ctx context.Context, id, decision, deploymentID, detail string) error {
-	q := s.db.NewUpdate().Model((*decisionRow)(nil))
+func (s Store) UpdateDecision(ctx context.Context, id, decision, deploymentID, detail string) error {
+	q := s.DB.NewUpdate().Model((*DecisionRow)(nil))
 	if decision != DecisionDeployed {
 		q = q.Set("push_key = ''")
 	}
 	_, err := q.Set("decision = ?", decision).
-		Set("deployment_id = ?", clean(deploymentID, 100)).Set("detail = ?", clean(detail, 1000)).
+		Set("deployment_id = ?", Clean(deploymentID, 100)).Set("detail = ?", Clean(detail, 1000)).
 		Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
 }
 
-type deliveryFilter struct {
+type DeliveryFilter struct {
 	UserID    string // "" with All: everything (admins)
 	All       bool
 	ProjectID string
@@ -403,13 +343,13 @@ type deliveryFilter struct {
 // deliveries signed with the secret of one of their projects. A project a user typed a repository URL into
 // does not make that repository's deliveries theirs. With f.ProjectID, only
 // deliveries that decided something for that project.
-func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]deliveryRow, error) {
-	var rows []deliveryRow
-	q := s.db.NewSelect().Model(&rows).
+func (s Store) ListDeliveries(ctx context.Context, f DeliveryFilter) ([]DeliveryRow, error) {
+	var rows []DeliveryRow
+	q := s.DB.NewSelect().Model(&rows).
 		ExcludeColumn("payload").
 		Order("id DESC").Limit(int64(f.Limit))
 	if f.ProjectID != "" {
-		sub := s.db.NewSelect().Model((*decisionRow)(nil)).Column("delivery_row_id").Where("project_id = ?", f.ProjectID)
+		sub := s.DB.NewSelect().Model((*DecisionRow)(nil)).Column("delivery_row_id").Where("project_id = ?", f.ProjectID)
 		if !f.All {
 			sub = sub.Where("owner_id = ?", f.UserID)
 		}
@@ -438,12 +378,12 @@ func (s store) listDeliveries(ctx context.Context, f deliveryFilter) ([]delivery
 	return rows, db.Translate(err)
 }
 
-func (s store) decisionsFor(ctx context.Context, deliveryRowIDs []string, ownerID string, all bool) ([]decisionRow, error) {
+func (s Store) DecisionsFor(ctx context.Context, deliveryRowIDs []string, ownerID string, all bool) ([]DecisionRow, error) {
 	if len(deliveryRowIDs) == 0 {
 		return nil, nil
 	}
-	var rows []decisionRow
-	q := s.db.NewSelect().Model(&rows).Where("delivery_row_id IN (?)", bun.List(deliveryRowIDs)).Order("created_at", "id")
+	var rows []DecisionRow
+	q := s.DB.NewSelect().Model(&rows).Where("delivery_row_id IN (?)", bun.List(deliveryRowIDs)).Order("created_at", "id")
 	if !all {
 		q = q.Where("owner_id = ?", ownerID)
 	}
@@ -453,7 +393,8 @@ func (s store) decisionsFor(ctx context.Context, deliveryRowIDs []string, ownerI
 
 // clean makes s storable on both dialects and bounded: valid UTF-8, no NUL,
 // at most max bytes (cut on a rune boundary).
-func clean(s string, max int) string {
+// Clean makes s storable (valid UTF-8, no NUL) and at most max bytes long.
+func Clean(s string, max int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "")
 	if len(s) <= max {
@@ -466,11 +407,5 @@ func clean(s string, max int) string {
 	return s[:cut]
 }
 
-func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
-
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("codehost: %s: %w", op, err)
-}
+// IsConflict reports a unique violation.
+func IsConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
