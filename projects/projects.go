@@ -147,6 +147,10 @@ type Deps struct {
 	// Bandwidth reports this month's bytes per project for GET /usage.
 	// Optional: without it the report has no bandwidth field.
 	Bandwidth BandwidthCounter
+	// ProjectPlanChanged, when set, is called after a settings update changed
+	// a project's planName (the ingress' bandwidth limit follows it). It runs
+	// on the request's goroutine: keep it short. Optional.
+	ProjectPlanChanged func(projectID string)
 	// Regions a project may choose; the first is the default. Default ["local"].
 	Regions []string
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or

@@ -346,6 +346,9 @@ func (s *Service) UpdateSettings(ctx context.Context, owner, id string, in Setti
 		return nil, platform.Conflict("project is being deleted; its settings cannot change")
 	}
 	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
+	if upd.PlanName != cur.PlanName && s.d.ProjectPlanChanged != nil {
+		s.d.ProjectPlanChanged(id)
+	}
 	out, err := upd.toProject()
 	if err != nil {
 		return nil, err

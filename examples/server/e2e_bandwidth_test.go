@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,11 +16,13 @@ import (
 )
 
 // TestBandwidthLimit pushes bytes through the server's ingress to a real app
-// past the FREE plan's maxBandwidthGb (10 GB, one GB being 10 kB here: the
-// test hook Config.bandwidthBytesPerGB). GET /usage counts them within 1%,
-// the owner is mailed at 80% and at 100% once each, the project's host
-// answers 429 with a page naming the plan's limit while another account's
-// project is served, and an admin raising the plan's bandwidth lifts it.
+// past the maxBandwidthGb of the project's plan, free (10 GB, one GB being
+// 10 kB here: the test hook Config.bandwidthBytesPerGB). GET /usage counts
+// them within 1%, the owner is mailed at 80% and at 100% once each, the
+// project's host answers 429 with a page naming the plan's limit while
+// another account's project is served. The owner choosing a bigger plan for
+// the project lifts it at once, going back brings it back, and an admin
+// raising the plan's bandwidth lifts it again.
 func TestBandwidthLimit(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, dbURL string) {
@@ -36,16 +37,32 @@ func TestBandwidthLimit(t *testing.T) {
 			_, _ = w.Write(bytes.Repeat([]byte("x"), n))
 		}))
 		defer app.Close()
-		project := func(token, name string) string {
+		project := func(token, name string) (slug, id string) {
 			var p e2eProject
 			ts.doJSON(t, http.StatusCreated, "POST", "/projects", token, map[string]any{
 				"name": name, "repoUrl": "https://github.com/acme/" + name, "framework": "node", "port": 3000}, &p)
 			if err := router.Set(p.Slug, "d-"+p.Slug, strings.TrimPrefix(app.URL, "http://")); err != nil {
 				t.Fatal(err)
 			}
-			return p.Slug
+			return p.Slug, p.ID
 		}
-		site, other := project(alice, "site"), project(bob, "other")
+		site, siteID := project(alice, "site")
+		other, _ := project(bob, "other")
+		// alice's account is on starter (100 GB), her project on free.
+		var ps []struct{ ID, Name string }
+		ts.doJSON(t, http.StatusOK, "GET", "/plans", "", nil, &ps)
+		planID := map[string]string{}
+		for _, p := range ps {
+			planID[p.Name] = p.ID
+		}
+		var me struct{ ID string }
+		ts.doJSON(t, http.StatusOK, "GET", "/auth/me", alice, nil, &me)
+		ts.doJSON(t, http.StatusNoContent, "PUT", "/plans/"+planID["starter"]+"/accounts/"+me.ID, admin, nil, nil)
+		choose := func(plan string) {
+			ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+siteID+"/settings", alice,
+				map[string]any{"region": "local", "planName": plan, "envVars": []any{}}, nil)
+		}
+		choose("free")
 		var sent int64
 		push := func(slug string, in, out int) (int, string) {
 			req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/%d", ts.Ingress, out), bytes.NewReader(make([]byte, in)))
@@ -80,7 +97,7 @@ func TestBandwidthLimit(t *testing.T) {
 				}
 				var u usage
 				ts.doJSON(t, http.StatusOK, "GET", "/usage", alice, nil, &u)
-				if len(u.Bandwidth) != 1 || u.Bandwidth[0].Slug != site || u.Bandwidth[0].LimitBytes != 100_000 || u.Plan.MaxBandwidthGb != 10 {
+				if len(u.Bandwidth) != 1 || u.Bandwidth[0].Slug != site || u.Bandwidth[0].LimitBytes != 100_000 || u.Plan.MaxBandwidthGb != 100 {
 					t.Fatalf("usage: %+v", u)
 				}
 				used = u.Bandwidth[0].UsedBytes
@@ -116,22 +133,36 @@ func TestBandwidthLimit(t *testing.T) {
 			t.Fatalf("the 80%% notice was mailed %d times", n)
 		}
 
-		// An admin gives the plan more bandwidth: served again at once.
-		var ps []struct{ ID, Name string }
-		ts.doJSON(t, http.StatusOK, "GET", "/plans", "", nil, &ps)
-		if ps[0].Name != "free" {
-			t.Fatalf("plans: %+v", ps)
+		served := func(what string, want int) {
+			platformtest.Eventually(t, 30*time.Second, what, func() bool {
+				code, _ := push(site, 0, 1) // carries a byte: checked again at the next flush
+				if err := ts.App.Bandwidth.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return code == want
+			})
 		}
-		ts.doJSON(t, http.StatusOK, "PATCH", "/plans/"+ps[0].ID, admin, map[string]any{"maxBandwidthGb": 1000}, nil)
-		platformtest.Eventually(t, 30*time.Second, "the project served on the bigger plan", func() bool {
-			code, _ := push(site, 0, 1)
-			return code == http.StatusOK
-		})
-		var u usage
-		ts.doJSON(t, http.StatusOK, "GET", "/usage", alice, nil, &u)
-		raw, _ := json.Marshal(u)
-		if u.Bandwidth[0].LimitBytes != 10_000_000 {
-			t.Fatalf("usage after the plan change: %s", raw)
+		limit := func() int64 {
+			var u usage
+			ts.doJSON(t, http.StatusOK, "GET", "/usage", alice, nil, &u)
+			return u.Bandwidth[0].LimitBytes
+		}
+		// The owner chooses the bigger plan for the project: served at once.
+		choose("starter")
+		served("the project served on starter", http.StatusOK)
+		if l := limit(); l != 1_000_000 {
+			t.Fatalf("limit on starter: %d", l)
+		}
+		choose("free")
+		served("the project refused on free again", http.StatusTooManyRequests)
+		// An admin gives the free plan more bandwidth: served again.
+		ts.doJSON(t, http.StatusOK, "PATCH", "/plans/"+planID["free"], admin, map[string]any{"maxBandwidthGb": 1000}, nil)
+		served("the project served on the bigger free plan", http.StatusOK)
+		if l := limit(); l != 10_000_000 {
+			t.Fatalf("limit after the plan change: %d", l)
+		}
+		if n := mails(at100); n != 1 {
+			t.Fatalf("the 100%% notice was mailed %d times", n)
 		}
 	})
 }

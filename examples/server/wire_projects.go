@@ -16,14 +16,19 @@ import (
 // period, then resume at next start.
 func (a *App) buildProjects(ctx context.Context) error {
 	svc, err := projects.New(projects.Deps{
-		DB:              a.DB,
-		Auth:            a.Authn,
-		Sealer:          a.Sealer,
-		Plans:           planSource{a.Plans},
-		Teardown:        projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
-		Deployments:     deploymentCounter{a.edges},
-		Logs:            deploymentCounter{a.edges},
-		Bandwidth:       bandwidthCounter{a.edges},
+		DB:          a.DB,
+		Auth:        a.Authn,
+		Sealer:      a.Sealer,
+		Plans:       planSource{a.Plans},
+		Teardown:    projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
+		Deployments: deploymentCounter{a.edges},
+		Logs:        deploymentCounter{a.edges},
+		Bandwidth:   bandwidthCounter{a.edges},
+		ProjectPlanChanged: func(string) {
+			if a.edges.bandwidth != nil {
+				a.edges.bandwidth.PlanChanged()
+			}
+		},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
 		ReservedSlugs:   projects.HostSlugs(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
