@@ -372,6 +372,9 @@ func TestDeletionLifecycle(t *testing.T) {
 		if got, _ := e.svc.ProjectForDeploy(ctx, p.ID); got != nil {
 			t.Fatal("a DELETING project is deployable")
 		}
+		if _, err := e.svc.ProjectBySlug(ctx, p.Slug); !errors.Is(err, platform.ErrNotFound) {
+			t.Fatalf("a DELETING project found by its slug (the ingress would meter it): %v", err)
+		}
 		if resp := e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), validSettings()); resp.Code != 409 {
 			t.Fatalf("settings while deleting: %d %s", resp.Code, resp.Body)
 		}
@@ -408,6 +411,9 @@ func TestDeletionLifecycle(t *testing.T) {
 		again := e.create("alice", validCreate("doomed"))
 		if again.Slug != p.Slug {
 			t.Fatalf("slug not reused: %q vs %q", again.Slug, p.Slug)
+		}
+		if pp, err := e.svc.ProjectBySlug(ctx, p.Slug); err != nil || pp.ID != again.ID || pp.OwnerID != users["alice"] {
+			t.Fatalf("the slug's project is the new one: %+v %v", pp, err)
 		}
 
 		// A failing teardown: FAILED with the reason; DELETE again retries.
@@ -633,6 +639,9 @@ func TestPlanChoice(t *testing.T) {
 		info, _ = e.svc.ProjectForDeploy(ctx, p.ID)
 		if info.PlanName != "pro" || info.MaxMemoryMi != 4096 || !info.PriorityBuilds || info.BuildTimeoutMins != 30 {
 			t.Fatalf("pro limits: %+v", info)
+		}
+		if pp, err := e.svc.ProjectBySlug(ctx, p.Slug); err != nil || pp.ID != p.ID || pp.Plan.Name != "pro" {
+			t.Fatalf("by slug on pro: %+v %v", pp, err)
 		}
 		if inUse, _ := e.svc.PlanInUse(ctx, "pro"); !inUse {
 			t.Fatal("PlanInUse(pro) false")
