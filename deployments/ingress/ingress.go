@@ -14,7 +14,8 @@
 // A Meter (Config.Meter) counts each slug's bytes and refuses the slugs over
 // their bandwidth; the deployments/bandwidth module stores the counts.
 //
-// It is not a general-purpose edge proxy: no TLS termination, no access log, no
+// It is not a general-purpose edge proxy: TLS is its certs subpackage's (ACME
+// certificates for the hosts it serves), and it keeps no access log and no
 // rate limits. Put a real edge (or real DNS and ingress) in front of it at scale.
 // Inbound X-Forwarded-* headers are dropped and rebuilt from the connection, so
 // an app behind it can trust them as far as it trusts this proxy.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/apidocs"
@@ -72,6 +74,9 @@ type App struct {
 	Domains     *domains.Service
 	Bandwidth   *bandwidth.Service
 	hosts       *hostRoutes // the ingress's custom hostnames; nil when this role runs no apps
+	// Certs are the ingress's certificates (nil unless KEELSON_INGRESS_TLS_ADDR is set).
+	Certs      *certs.Manager
+	ingressTLS *tlsIngress
 
 	// Mailer sends the server's mail (the auth module's, and notices of
 	// other modules): SMTP, or the log without KEELSON_SMTP_URL.
@@ -346,11 +351,12 @@ func secretSetting(dataDir, name, value string) (string, error) {
 }
 
 // Serve serves the API on apiL and, when deployments are wired and ingressL is
-// not nil, the ingress on ingressL, until ctx is done; then it shuts down
+// not nil, the ingress on ingressL (and its HTTPS on ingressTLSL, when
+// KEELSON_INGRESS_TLS_ADDR is set and a listener is given), until ctx is done; then it shuts down
 // gracefully: streams are told to end, in-flight requests finish (up to 20 s).
 // Each listener holds at most its configured connections
 // (KEELSON_MAX_CONNS, KEELSON_INGRESS_MAX_CONNS; see httpx.ConnLimit).
-func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
+func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener, ingressTLSL ...net.Listener) error {
 	api := a.httpServer(a.Handler)
 	servers := []*http.Server{api}
 	listeners := []net.Listener{a.APIConns.Apply(api, apiL)}
@@ -359,6 +365,12 @@ func (a *App) Serve(ctx context.Context, apiL, ingressL net.Listener) error {
 		ing := a.httpServer(httpx.TrackBodies(a.Ingress))
 		servers = append(servers, ing)
 		listeners = append(listeners, a.IngressConns.Apply(ing, ingressL))
+		if a.ingressTLS != nil && len(ingressTLSL) == 1 {
+			sec := a.httpServer(httpx.TrackBodies(a.ingressTLS.handler))
+			sec.TLSConfig = a.ingressTLS.config
+			servers = append(servers, sec)
+			listeners = append(listeners, tls.NewListener(a.IngressConns.Apply(sec, ingressTLSL[0]), a.ingressTLS.config))
+		}
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {

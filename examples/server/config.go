@@ -52,9 +52,20 @@ type Config struct {
 
 	OAuthRedirectMode string // KEELSON_OAUTH_REDIRECT_MODE: tokens (default) | code
 
-	IngressAddr     string // KEELSON_INGRESS_ADDR
-	AppsDomain      string // KEELSON_APPS_DOMAIN
-	AllowLocalRepos bool   // KEELSON_ALLOW_LOCAL_REPOS
+	IngressAddr string // KEELSON_INGRESS_ADDR
+	// IngressTLSAddr (KEELSON_INGRESS_TLS_ADDR) is the ingress's HTTPS
+	// listener; empty: off (a laptop, or TLS ended by a load balancer).
+	IngressTLSAddr string
+	// ACMEDirectoryURL, ACMEEmail and ACMECARoots (KEELSON_ACME_*) are the
+	// ACME CA certificates are ordered from, the account's contact and a PEM
+	// file of extra roots to trust for the CA's API.
+	ACMEDirectoryURL, ACMEEmail, ACMECARoots string
+	// IngressTLSCertFile and IngressTLSKeyFile (KEELSON_INGRESS_TLS_CERT_FILE,
+	// _KEY_FILE) are a certificate the operator issued (the apps domain's
+	// wildcard), served for the names it covers instead of ordering one.
+	IngressTLSCertFile, IngressTLSKeyFile string
+	AppsDomain                            string // KEELSON_APPS_DOMAIN
+	AllowLocalRepos                       bool   // KEELSON_ALLOW_LOCAL_REPOS
 	// IngressIPs (KEELSON_INGRESS_IPS) are the ingress's public addresses:
 	// the A/AAAA records of custom apex domains.
 	IngressIPs []netip.Addr
@@ -318,7 +329,14 @@ func (c Config) validateLimits() error {
 // validateAddrs checks the listeners' addresses: the API, the ingress, and
 // the private metrics and pprof listeners.
 func (c Config) validateAddrs() error {
-	for _, a := range []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}} {
+	addrs := []struct{ name, val string }{{"KEELSON_ADDR", c.Addr}, {"KEELSON_INGRESS_ADDR", c.IngressAddr}}
+	if c.IngressTLSAddr != "" {
+		addrs = append(addrs, struct{ name, val string }{"KEELSON_INGRESS_TLS_ADDR", c.IngressTLSAddr})
+	}
+	if (c.IngressTLSCertFile == "") != (c.IngressTLSKeyFile == "") {
+		return &ConfigError{"KEELSON_INGRESS_TLS_CERT_FILE", "set it and KEELSON_INGRESS_TLS_KEY_FILE together, or neither"}
+	}
+	for _, a := range addrs {
 		if _, port, err := net.SplitHostPort(a.val); err != nil {
 			return &ConfigError{a.name, fmt.Sprintf("%q is not host:port (e.g. :8080)", a.val)}
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {

@@ -31,6 +31,8 @@ type testServer struct {
 	App     *App
 	URL     string // API base URL
 	Ingress string // ingress host:port ("" when deployments are not wired)
+	// IngressTLS is the ingress's HTTPS host:port ("" when off).
+	IngressTLS string
 	// MetricsURL is the /metrics URL on the metrics listener
 	// (Config.MetricsAddr, e.g. "127.0.0.1:0"); "" when metrics are off.
 	MetricsURL string
@@ -47,6 +49,17 @@ type testServer struct {
 // mutate adjust the config, and stops it when t ends.
 func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 	t.Helper()
+	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServerOn(t, dbURL, ingressL, nil, mutate)
+}
+
+// startServerOn is startServer with the ingress's listeners given (tlsL,
+// when not nil, serves its HTTPS: set KEELSON_INGRESS_TLS_ADDR in mutate).
+func startServerOn(t *testing.T, dbURL string, ingressL, tlsL net.Listener, mutate func(*Config)) *testServer {
+	t.Helper()
 	cfg, err := LoadConfig(func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -60,15 +73,11 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 	// runtime has its own suite (e2e_docker_test.go).
 	cfg.Runtime = "process"
 	cfg.AdminEmails = []string{"admin@example.com"}
-	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg.IngressAddr = ingressL.Addr().String()
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	return startServerWith(t, cfg, ingressL)
+	return startServerWith(t, cfg, ingressL, tlsL)
 }
 
 // testDataDir returns a fresh data dir for a server under test whose Go build
@@ -103,7 +112,7 @@ var runnerGOCACHE = sync.OnceValue(func() string {
 
 // startServerWith starts a server on an explicit config (e.g. to restart one
 // over the same data dir and database).
-func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServer {
+func startServerWith(t *testing.T, cfg Config, ingressL net.Listener, tlsL ...net.Listener) *testServer {
 	t.Helper()
 	logs := &platformtest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -125,6 +134,12 @@ func startServerWith(t *testing.T, cfg Config, ingressL net.Listener) *testServe
 		ingressSrv = &http.Server{Handler: app.Ingress}
 		go ingressSrv.Serve(ingressL) //nolint:errcheck
 		ts.Ingress = ingressL.Addr().String()
+		if app.ingressTLS != nil && len(tlsL) == 1 && tlsL[0] != nil {
+			sec := &http.Server{Handler: app.ingressTLS.handler, TLSConfig: app.ingressTLS.config}
+			go sec.ServeTLS(tlsL[0], "", "") //nolint:errcheck
+			ts.IngressTLS = tlsL[0].Addr().String()
+			t.Cleanup(func() { sec.Close() })
+		}
 	} else if ingressL != nil {
 		ingressL.Close()
 	}

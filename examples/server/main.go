@@ -54,6 +54,18 @@ func run(log *slog.Logger) error {
 		}
 		log.Info("ingress listening", "addr", ingressL.Addr().String(), "apps_domain", cfg.AppsDomain)
 	}
+	var tlsL []net.Listener
+	if app.ingressTLS != nil {
+		l, err := net.Listen("tcp", cfg.IngressTLSAddr)
+		if err != nil {
+			apiL.Close()
+			ingressL.Close()
+			return &ConfigError{"KEELSON_INGRESS_TLS_ADDR", err.Error()}
+		}
+		defer l.Close()
+		tlsL = append(tlsL, l)
+		log.Info("ingress HTTPS listening", "addr", l.Addr().String(), "acme_directory", cfg.ACMEDirectoryURL)
+	}
 	log.Info("keelson listening", "addr", apiL.Addr().String(), "role", cfg.Role, "engine", cfg.Engine,
 		"database", dbKind(cfg), "data_dir", cfg.DataDir, "docs", listenURL(apiL.Addr())+"/docs")
 	if cfg.PprofAddr != "" {
@@ -78,7 +90,7 @@ func run(log *slog.Logger) error {
 		}
 		defer serveMetrics(ctx, ml, app.Metrics, log)()
 	}
-	err = app.Serve(ctx, apiL, ingressL)
+	err = app.Serve(ctx, apiL, ingressL, tlsL...)
 	log.Info("keelson stopping: closing the modules")
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -160,6 +161,23 @@ func (m *serverMetrics) countDeployments(store *deployments.Store, queue interfa
 		Name: "keelson_deployment_queue_depth",
 		Help: "QUEUED deployments waiting in the local engine for their turn (their project's, their owner's share or a free build slot).",
 	}, func() float64 { return float64(queue.QueueDepth()) }))
+}
+
+// countCertificates exposes the ingress's certificate figures (HTTPS on).
+func (m *serverMetrics) countCertificates(stats func() certs.Stats) error {
+	return m.register(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "keelson_tls_certificates_obtained_total",
+			Help: "Certificates (and renewals) this ingress obtained from the ACME CA.",
+		}, func() float64 { return float64(stats().Obtained) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "keelson_tls_certificate_failures_total",
+			Help: "Certificate orders (and renewals) this ingress gave up on.",
+		}, func() float64 { return float64(stats().Failed) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "keelson_tls_handshakes_refused_total",
+			Help: "TLS handshakes for a host that is not served (or past the rate limits): no certificate was sought.",
+		}, func() float64 { return float64(stats().Refused) }))
 }
 
 // deploymentsCollector counts deployments by status when scraped, so the

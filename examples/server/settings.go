@@ -11,6 +11,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/projects/domains"
 )
 
@@ -99,6 +100,19 @@ var settings = []setting{
 		parse: text(func(c *Config) *string { return &c.GitCAFile })},
 	{name: "KEELSON_INGRESS_ADDR", basic: true, def: ":8081", doc: "the ingress proxy for deployed apps",
 		parse: text(func(c *Config) *string { return &c.IngressAddr })},
+	{name: "KEELSON_INGRESS_TLS_ADDR", shown: "(empty: off)",
+		doc:   "HTTPS for deployed apps (e.g. `:443`): certificates from an ACME CA, ordered at the first handshake for a LIVE project's `<slug>.<apps-domain>` or an active custom domain, stored in the database (several ingresses share them). Leave it off behind a load balancer that ends TLS. See [Domains and HTTPS](BEHAVIOUR.md#https)",
+		parse: text(func(c *Config) *string { return &c.IngressTLSAddr })},
+	{name: "KEELSON_ACME_DIRECTORY_URL", def: certs.LetsEncrypt, doc: "the ACME directory certificates are ordered from",
+		parse: text(func(c *Config) *string { return &c.ACMEDirectoryURL })},
+	{name: "KEELSON_ACME_EMAIL", shown: "empty", doc: "the ACME account's contact address (expiry notices)",
+		parse: text(func(c *Config) *string { return &c.ACMEEmail })},
+	{name: "KEELSON_ACME_CA_ROOTS", shown: "empty: the system's roots", doc: "PEM file of extra CA roots trusted for the ACME directory's HTTPS (a private or test CA)",
+		parse: text(func(c *Config) *string { return &c.ACMECARoots })},
+	{name: "KEELSON_INGRESS_TLS_CERT_FILE", shown: "empty", doc: "PEM certificate (with its chain) you issued yourself, e.g. `*.<apps-domain>`: served for the names it covers, and no certificate is ordered for them",
+		parse: text(func(c *Config) *string { return &c.IngressTLSCertFile })},
+	{name: "KEELSON_INGRESS_TLS_KEY_FILE", shown: "empty", doc: "its PEM private key",
+		parse: text(func(c *Config) *string { return &c.IngressTLSKeyFile })},
 	{name: "KEELSON_APPS_DOMAIN", basic: true, def: "localhost", doc: "apps answer at `<slug>.<apps-domain>`",
 		parse: lower(func(c *Config) *string { return &c.AppsDomain })},
 	{name: "KEELSON_INGRESS_IPS", shown: "empty",

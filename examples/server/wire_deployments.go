@@ -71,7 +71,12 @@ func (a *App) buildDeployments(ctx context.Context) error {
 			return err
 		}
 		a.Ingress = router
-		d.Hosts = a.routeHosts(router)
+		hosts := a.routeHosts(router)
+		d.Hosts = hosts
+		if err := a.ingressHTTPS(ctx, router, hosts, log); err != nil {
+			_ = rt.Close(ctx)
+			return err
+		}
 	}
 	var worker func(*deployments.Service) error
 	var engine *local.Engine // the local engine, for its queue depth

@@ -20,8 +20,8 @@
 // reaches projects and mail only through the interfaces it declares
 // (Projects, Notifier). The DNS step and the ingress ask it which hostnames
 // are active (ActiveHostnames, ProjectForHost) and can be told when that
-// changes (Deps.ActiveChanged); certificates are the
-// ingress's (certificateStatus stays "none" here).
+// changes (Deps.ActiveChanged); certificates are the ingress's, which
+// records their state here (SetCertificate).
 package domains
 
 import (
@@ -188,8 +188,12 @@ const (
 	StatusError    = "error"    // was active; its records no longer point at Keelson
 )
 
-// CertificateNone is the certificate status until the ingress issues one.
-const CertificateNone = "none"
+// Certificate statuses (SetCertificate).
+const (
+	CertificateNone   = "none"   // the ingress has not issued one (HTTPS off, or no HTTPS request yet)
+	CertificateIssued = "issued" // the ingress holds a valid certificate
+	CertificateError  = "error"  // the last order failed (the ingress tries again at a later handshake)
+)
 
 type domainRow struct {
 	bun.BaseModel `bun:"table:custom_domains"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -336,6 +337,23 @@ func (s *Service) ActiveRoutes(ctx context.Context) (map[string]string, error) {
 		out[r.Hostname] = r.Slug
 	}
 	return out, nil
+}
+
+// SetCertificate records the state of hostname's certificate (the ingress
+// obtained one, expiring at expires, or failed to): certificateStatus and
+// certificateExpiresAt of the domain. A hostname that is no domain (an
+// apps-domain host) changes nothing.
+func (s *Service) SetCertificate(ctx context.Context, hostname, status string, expires *time.Time) error {
+	if status != CertificateIssued && status != CertificateError && status != CertificateNone {
+		return fmt.Errorf("domains: unknown certificate status %q", status)
+	}
+	q := s.d.DB.NewUpdate().Model((*domainRow)(nil)).Set("cert_status = ?", status).
+		Set("updated_at = ?", s.now()).Where("hostname = ?", hostname)
+	if expires != nil || status != CertificateError {
+		q = q.Set("cert_expires_at = ?", expires)
+	}
+	_, err := q.Exec(ctx)
+	return db.Translate(err)
 }
 
 // ProjectForHost returns the project whose active custom domain host is

@@ -1,0 +1,179 @@
+// Package acmetest runs a real ACME CA for tests: Let's Encrypt's Pebble
+// (github.com/letsencrypt/pebble/v2/cmd/pebble), built by .ci/pebble.sh
+// (named by KEELSON_TEST_PEBBLE, with the module's test config and
+// certificates next to it). Without it the tests skip, unless
+// KEELSON_TEST_REQUIRE_PEBBLE=1 (as in .ci/run) makes them fail.
+//
+// Pebble validates challenges for real: it resolves names through the DNS
+// server given (pebble-challtestsrv, see projects/domains/dnstest) and
+// connects to the HTTP-01 and TLS-ALPN-01 ports given, where the ingress
+// under test listens.
+package acmetest
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
+)
+
+// Pebble is one running Pebble.
+type Pebble struct {
+	// DirectoryURL is its ACME directory.
+	DirectoryURL string
+	// APIRoots trusts Pebble's own HTTPS API (its minica root): the ACME
+	// client's extra roots.
+	APIRoots *x509.CertPool
+	// APIRootsPEM is the same root in PEM (for KEELSON_ACME_CA_ROOTS).
+	APIRootsPEM []byte
+	mgmt        string
+	out         *platformtest.SyncBuffer
+}
+
+// Options are where Pebble checks challenges.
+type Options struct {
+	DNS      string // host:port of the DNS server it resolves names with
+	HTTPPort int    // HTTP-01 is checked on this port
+	TLSPort  int    // TLS-ALPN-01 is checked on this port
+}
+
+// Start runs Pebble for t, stopped (and waited for) when t ends.
+func Start(t testing.TB, o Options) *Pebble {
+	t.Helper()
+	bin := os.Getenv("KEELSON_TEST_PEBBLE")
+	if bin == "" {
+		msg := "acmetest: KEELSON_TEST_PEBBLE is not set; build the test ACME CA with `export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)`"
+		if os.Getenv("KEELSON_TEST_REQUIRE_PEBBLE") == "1" {
+			t.Fatal(msg + " (KEELSON_TEST_REQUIRE_PEBBLE=1)")
+		}
+		t.Skip(msg)
+	}
+	var last error
+	for range 3 { // a port picked free may be taken before Pebble binds it
+		p, err := start(t, bin, o)
+		if err == nil {
+			return p
+		}
+		last = err
+	}
+	t.Fatalf("acmetest: %v", last)
+	return nil
+}
+
+func start(t testing.TB, bin string, o Options) (*Pebble, error) {
+	dir := filepath.Dir(bin)
+	acmePort, mgmtPort, err := freePort(), freePort(), error(nil)
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress":           "127.0.0.1:" + strconv.Itoa(acmePort),
+		"managementListenAddress": "127.0.0.1:" + strconv.Itoa(mgmtPort),
+		"certificate":             filepath.Join(dir, "test/certs/localhost/cert.pem"),
+		"privateKey":              filepath.Join(dir, "test/certs/localhost/key.pem"),
+		"httpPort":                o.HTTPPort, "tlsPort": o.TLSPort,
+		"ocspResponderURL": "", "externalAccountBindingRequired": false,
+		"retryAfter": map[string]any{"authz": 1, "order": 1}, "keyAlgorithm": "ecdsa",
+		"profiles": map[string]any{"default": map[string]any{"description": "default", "validityPeriod": 7776000}},
+	}}
+	b, _ := json.Marshal(cfg)
+	cfgFile := filepath.Join(t.TempDir(), "pebble-config.json")
+	if err = os.WriteFile(cfgFile, b, 0o600); err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(filepath.Join(dir, "test/certs/pebble.minica.pem"))
+	if err != nil {
+		return nil, fmt.Errorf("Pebble's test CA next to %s (.ci/pebble.sh copies it): %w", bin, err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	p := &Pebble{DirectoryURL: fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort), APIRoots: roots, APIRootsPEM: pem,
+		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmtPort), out: &platformtest.SyncBuffer{}}
+	cmd := exec.Command(bin, "-config", cfgFile, "-dnsserver", o.DNS)
+	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	if err := p.waitReady(exited); err != nil {
+		stop()
+		return nil, fmt.Errorf("%w; its output:\n%s", err, p.out.String())
+	}
+	t.Cleanup(stop)
+	return p, nil
+}
+
+func (p *Pebble) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: p.APIRoots}}}
+}
+
+func (p *Pebble) waitReady(exited <-chan error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("pebble exited: %v", err)
+		default:
+		}
+		if resp, err := p.client().Get(p.DirectoryURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("pebble did not become ready within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// IssuingRoots are the roots the certificates Pebble issues chain to (its
+// management API's /roots/0): what a client of the ingress trusts, alone.
+func (p *Pebble) IssuingRoots(t testing.TB) *x509.CertPool {
+	t.Helper()
+	resp, err := p.client().Get(p.mgmt + "/roots/0")
+	if err != nil {
+		t.Fatalf("acmetest: roots: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	pool := x509.NewCertPool()
+	if resp.StatusCode != http.StatusOK || !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("acmetest: roots: %s %s", resp.Status, b)
+	}
+	return pool
+}
+
+// Orders is how many orders Pebble has taken so far (its log's "Added order" lines).
+func (p *Pebble) Orders() int { return strings.Count(p.out.String(), "Added order") }
+
+// Log is Pebble's output so far.
+func (p *Pebble) Log() string { return p.out.String() }
+
+// freePort is a TCP port free on loopback just now.
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

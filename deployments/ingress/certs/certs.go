@@ -1,0 +1,304 @@
+// Package certs gives the ingress HTTPS: certificates from an ACME CA (Let's
+// Encrypt by default), issued on demand at the first TLS handshake for a
+// hostname the host allows, kept in Keelson's database and renewed ahead of
+// expiry. It is built on github.com/caddyserver/certmagic:
+//
+//   - on-demand issuance behind Config.Allowed (the ingress: an active custom
+//     domain or the apps-domain host of a project that is LIVE), then a
+//     per-host and a global rate limit;
+//   - HTTP-01 (Handler answers /.well-known/acme-challenge/ before any app
+//     routing) and TLS-ALPN-01 (TLSConfig) challenges, both enabled;
+//   - Storage: certificates, the ACME account, challenge state and locks in
+//     the database, so several ingresses share them and one orders a
+//     certificate while the others wait for it;
+//   - renewal by certmagic's maintenance, when a third of a certificate's
+//     lifetime is left;
+//   - a static certificate (the apps domain's wildcard, issued by the
+//     operator) served instead of ordering one for the names it covers.
+package certs
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/uptrace/bun"
+)
+
+// LetsEncrypt is the default ACME directory.
+const LetsEncrypt = certmagic.LetsEncryptProductionCA
+
+// Config configures a Manager.
+type Config struct {
+	// DB holds the certificates and locks (Migrations). Required.
+	DB *bun.DB
+	// Allowed decides whether a certificate may be obtained for host (lower
+	// case, no port): nil when it may. Required.
+	Allowed func(ctx context.Context, host string) error
+	// DirectoryURL is the ACME directory. Default LetsEncrypt.
+	DirectoryURL string
+	// Email is the ACME account's contact. Optional.
+	Email string
+	// Roots are extra roots to trust for the ACME directory's HTTPS (a
+	// test CA). Optional: the system's roots.
+	Roots *x509.CertPool
+	// StaticCertFile and StaticKeyFile are a PEM certificate and key (the
+	// apps domain's wildcard) served for the names they cover; no ACME
+	// order is placed for those. Optional; both or neither.
+	StaticCertFile, StaticKeyFile string
+	// HTTPSPort is the port clients reach HTTPS on, for redirects; 443 or 0
+	// leaves it out of the URL.
+	HTTPSPort int
+	// KeepHTTP, when set and true for host, serves host on plain HTTP too
+	// instead of redirecting to HTTPS. Optional.
+	KeepHTTP func(host string) bool
+	// HSTS, when set and true for host, adds Strict-Transport-Security to
+	// its HTTPS answers. Optional.
+	HSTS func(host string) bool
+	// OnCertificate, when set, is told each certificate obtained (or
+	// renewed), with its expiry, and each order given up on (err set).
+	// Optional.
+	OnCertificate func(ctx context.Context, host string, expires time.Time, err error)
+	// Limits bound ACME orders. Defaults: DefaultLimits.
+	Limits Limits
+	// Logger receives issuance and renewal messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// Limits bound how often a certificate is sought: each host may start
+// HostBurst, then one per HostEvery; all hosts together GlobalBurst, then
+// one per GlobalEvery. A handshake past them fails at once.
+type Limits struct {
+	HostBurst   int
+	HostEvery   time.Duration
+	GlobalBurst int
+	GlobalEvery time.Duration
+}
+
+// DefaultLimits: 3 per host, then one a minute; 30 in all, then one every 2 s.
+var DefaultLimits = Limits{HostBurst: 3, HostEvery: time.Minute, GlobalBurst: 30, GlobalEvery: 2 * time.Second}
+
+// Manager obtains, stores, renews and serves the ingress's certificates.
+type Manager struct {
+	cfg     Config
+	storage *Storage
+	cache   *certmagic.Cache
+	magic   *certmagic.Config
+	issuer  *certmagic.ACMEIssuer
+	limit   *limiter
+	log     *slog.Logger
+
+	obtained, failed, refused atomic.Uint64
+}
+
+// Stats are a Manager's counts since it was built, for metrics.
+type Stats struct {
+	// Obtained and Failed count certificate orders (and renewals) this
+	// ingress completed or gave up on; Refused counts handshakes for a host
+	// the rules or the rate limits turned away (no order placed).
+	Obtained, Failed, Refused uint64
+}
+
+// Stats returns the counts so far.
+func (m *Manager) Stats() Stats {
+	return Stats{Obtained: m.obtained.Load(), Failed: m.failed.Load(), Refused: m.refused.Load()}
+}
+
+// event counts certmagic's outcomes and tells OnCertificate.
+func (m *Manager) event(ctx context.Context, event string, data map[string]any) error {
+	host, _ := data["identifier"].(string)
+	var err error
+	switch event {
+	case "cert_obtained":
+		m.obtained.Add(1)
+		m.log.Info("certs: certificate obtained", "host", host, "renewal", data["renewal"])
+	case "cert_failed":
+		m.failed.Add(1)
+		m.log.Warn("certs: certificate not obtained", "host", host, "renewal", data["renewal"], "err", data["error"])
+		if err, _ = data["error"].(error); err == nil {
+			err = errors.New("certificate not obtained")
+		}
+	default:
+		return nil
+	}
+	if m.cfg.OnCertificate != nil && host != "" {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var exp time.Time
+		if err == nil {
+			exp, _ = m.Expiry(ctx, host)
+		}
+		m.cfg.OnCertificate(ctx, host, exp, err)
+	}
+	return nil
+}
+
+// New builds a Manager; Close stops its renewals and releases its locks.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.DB == nil || cfg.Allowed == nil {
+		return nil, errors.New("certs: DB and Allowed are required")
+	}
+	if (cfg.StaticCertFile == "") != (cfg.StaticKeyFile == "") {
+		return nil, errors.New("certs: a static certificate needs both its certificate and its key file")
+	}
+	cfg.DirectoryURL = cmp.Or(cfg.DirectoryURL, LetsEncrypt)
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log}
+	zl := zapLogger(log)
+	m.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
+		Logger:           zl,
+	})
+	m.magic = certmagic.New(m.cache, certmagic.Config{
+		Storage:  m.storage,
+		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: m.decide},
+		OnEvent:  m.event,
+		Logger:   zl,
+	})
+	m.issuer = certmagic.NewACMEIssuer(m.magic, certmagic.ACMEIssuer{
+		CA: cfg.DirectoryURL, TestCA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true,
+		TrustedRoots: cfg.Roots, Logger: zl,
+	})
+	m.magic.Issuers = []certmagic.Issuer{m.issuer}
+	if cfg.StaticCertFile != "" {
+		if _, err := m.magic.CacheUnmanagedCertificatePEMFile(ctx, cfg.StaticCertFile, cfg.StaticKeyFile, nil); err != nil {
+			m.cache.Stop()
+			return nil, fmt.Errorf("certs: static certificate %s: %w", cfg.StaticCertFile, err)
+		}
+	}
+	return m, nil
+}
+
+// decide is certmagic's on-demand decision: the host's rule, then the rate
+// limits. It runs at a handshake for a name with no certificate in memory.
+func (m *Manager) decide(ctx context.Context, name string) error {
+	name = strings.ToLower(name)
+	if err := m.cfg.Allowed(ctx, name); err != nil {
+		m.refused.Add(1)
+		m.log.Debug("certs: no certificate for this host", "host", name, "reason", err)
+		return err
+	}
+	if !m.limit.allow(name, time.Now()) {
+		m.refused.Add(1)
+		m.log.Warn("certs: certificate requests for this host are rate limited", "host", name)
+		return fmt.Errorf("certs: %s: too many certificate requests; try again later", name)
+	}
+	return nil
+}
+
+// TLSConfig is the TLS listener's configuration: certificates by SNI
+// (issued on demand), TLS-ALPN-01 challenges, HTTP/2 and HTTP/1.1.
+func (m *Manager) TLSConfig() *tls.Config {
+	c := m.magic.TLSConfig()
+	c.NextProtos = append([]string{"h2", "http/1.1"}, c.NextProtos...)
+	c.MinVersion = tls.VersionTLS12
+	return c
+}
+
+// Handler wraps the plain-HTTP ingress: it answers every request under
+// /.well-known/acme-challenge/ itself (the challenge of this or another
+// ingress sharing the database, or 404: never the app's), and redirects a
+// host with a certificate to HTTPS unless KeepHTTP says otherwise.
+func (m *Manager) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
+			if !m.issuer.HandleHTTPChallenge(w, r) {
+				http.Error(w, "no such ACME challenge", http.StatusNotFound)
+			}
+			return
+		}
+		host := hostOnly(r.Host)
+		if m.HasCertificate(host) && (m.cfg.KeepHTTP == nil || !m.cfg.KeepHTTP(host)) {
+			http.Redirect(w, r, m.httpsURL(host, r.URL.RequestURI()), http.StatusPermanentRedirect)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// HTTPSHandler wraps the HTTPS ingress: Strict-Transport-Security for the
+// hosts HSTS opts in.
+func (m *Manager) HTTPSHandler(next http.Handler) http.Handler {
+	if m.cfg.HSTS == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.cfg.HSTS(hostOnly(r.Host)) {
+			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (m *Manager) httpsURL(host, uri string) string {
+	if p := m.cfg.HTTPSPort; p != 0 && p != 443 {
+		host = net.JoinHostPort(host, fmt.Sprint(p))
+	}
+	return "https://" + host + uri
+}
+
+// HasCertificate reports whether this ingress holds a valid certificate
+// for host in memory (after a handshake, or the static one).
+func (m *Manager) HasCertificate(host string) bool {
+	for _, c := range m.cache.AllMatchingCertificates(host) {
+		if !c.Expired() {
+			return true
+		}
+	}
+	return false
+}
+
+// Status says in words whether host's certificate is ready, for the DNS
+// step's log: ready (with its expiry) when this ingress or the database
+// holds one, else that it is issued at the first HTTPS request.
+func (m *Manager) Status(ctx context.Context, host string) string {
+	if exp, ok := m.Expiry(ctx, host); ok {
+		return "ready, expires " + exp.UTC().Format(time.RFC3339)
+	}
+	return "issued at the first HTTPS request"
+}
+
+// Expiry returns when host's certificate expires, if one is held in memory
+// or stored.
+func (m *Manager) Expiry(ctx context.Context, host string) (time.Time, bool) {
+	for _, c := range m.cache.AllMatchingCertificates(host) {
+		if c.Leaf != nil && !c.Expired() {
+			return c.Leaf.NotAfter, true
+		}
+	}
+	pemBytes, err := m.storage.Load(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), host))
+	if err != nil {
+		return time.Time{}, false
+	}
+	leaf, err := firstCert(pemBytes)
+	if err != nil || time.Now().After(leaf.NotAfter) {
+		return time.Time{}, false
+	}
+	return leaf.NotAfter, true
+}
+
+// Close stops renewals and releases the locks this Manager holds.
+func (m *Manager) Close(ctx context.Context) error {
+	m.cache.Stop()
+	return m.storage.Close(ctx)
+}
+
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
