@@ -293,3 +293,19 @@ func revokeOtherSessions(ctx context.Context, idb bun.IDB, userID, keep string, 
 	_, err := q.Exec(ctx)
 	return db.Translate(err)
 }
+
+// AllowMailTo spends one mail of the destination address's budget
+// (Limits.MailPerDestination), the one every mail of this module spends, or
+// answers 429: for other modules' mail (team invitations), so no route
+// mails one address more than that altogether.
+func (s *Service) AllowMailTo(ctx context.Context, to string) error {
+	return s.allow(ctx, strings.ToLower(strings.TrimSpace(to)), "mail-to:", s.d.Limits.MailPerDestination)
+}
+
+// Allow spends one attempt of key's bucket, max per per, in the module's
+// shared rate-limit table, or answers 429: for other modules' limits (team
+// invitations per team). Buckets idle longer than the longest of Limits'
+// periods are forgotten (full again).
+func (s *Service) Allow(ctx context.Context, key string, max int, per time.Duration) error {
+	return s.allow(ctx, key, "ext:", Limit{Max: max, Per: per})
+}

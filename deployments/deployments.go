@@ -22,6 +22,9 @@ type Deps struct {
 	Auth platform.Authenticator
 	// Projects reads the project a deployment builds. Required.
 	Projects ProjectSource
+	// Access authorises callers by their role on a project. Optional:
+	// without it only the project's owner account may act.
+	Access Access
 	// Runtime does the steps' work for this service's Activities (a process
 	// or container runtime; temporal.ControlRuntime in an API-only process,
 	// where stopping an app is a signal to its workflow). Required. If it

@@ -55,10 +55,13 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 		return nil, platform.Invalid("commitSha: must be a lowercase hex commit id of 7 to 64 characters")
 	}
 	spec, err := s.projects.ProjectForDeploy(ctx, p.ProjectID)
-	if errors.Is(err, platform.ErrNotFound) || (err == nil && p.OwnerID != "" && spec.OwnerID != p.OwnerID) {
+	if errors.Is(err, platform.ErrNotFound) {
 		return nil, platform.NotFound("project not found")
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := s.authorize(ctx, p.OwnerID, p.ProjectID, spec.OwnerID, platform.DeploymentsWrite); err != nil {
 		return nil, err
 	}
 	if ra, ok := s.d.Git.(RepoAccess); ok && spec.RepoURL != "" {
@@ -109,21 +112,45 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 	return d, nil
 }
 
-// Get returns the owner's deployment id (ErrNotFound if absent or not theirs).
-func (s *Service) Get(ctx context.Context, ownerID, id string) (*Deployment, error) {
+// authorize lets userID act on projectID with perm: through Deps.Access
+// when set, else when userID is the project's owner account. An empty
+// userID is an internal caller that already resolved the project.
+func (s *Service) authorize(ctx context.Context, userID, projectID, ownerID string, perm platform.Permission) error {
+	switch {
+	case userID == "":
+		return nil
+	case s.d.Access != nil:
+		return s.d.Access.Authorize(ctx, userID, projectID, perm)
+	case userID != ownerID:
+		return platform.NotFound("project not found")
+	}
+	return nil
+}
+
+// Get returns deployment id as userID may read it (ErrNotFound if absent or
+// not theirs to see).
+func (s *Service) Get(ctx context.Context, userID, id string) (*Deployment, error) {
+	return s.getFor(ctx, userID, id, platform.DeploymentsRead)
+}
+
+// getFor returns deployment id when userID's role on its project holds perm.
+func (s *Service) getFor(ctx context.Context, userID, id string, perm platform.Permission) (*Deployment, error) {
 	if !platform.ValidID(id) {
 		return nil, platform.NotFound("deployment not found")
 	}
-	d, err := s.store.DeploymentGetOwned(ctx, id, ownerID)
+	d, err := s.store.DeploymentGet(ctx, id)
+	if err == nil {
+		err = s.authorize(ctx, userID, d.ProjectID, d.OwnerID, perm)
+	}
 	if errors.Is(err, platform.ErrNotFound) {
 		return nil, platform.NotFound("deployment not found")
 	}
 	return d, err
 }
 
-// ListParams select a page of the owner's deployments, newest first.
+// ListParams select a page of the deployments a user may read, newest first.
 type ListParams struct {
-	OwnerID   string
+	OwnerID   string // the caller
 	ProjectID string // optional filter
 	Page      platform.PageParams
 }
@@ -138,15 +165,24 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 		// Filtering by someone else's (or no) project is a 404, like every
 		// other route that names a project the caller cannot see.
 		spec, err := s.projects.ProjectForDeploy(ctx, p.ProjectID)
-		if errors.Is(err, platform.ErrNotFound) || (err == nil && p.OwnerID != "" && spec.OwnerID != p.OwnerID) {
+		if err == nil {
+			err = s.authorize(ctx, p.OwnerID, p.ProjectID, spec.OwnerID, platform.DeploymentsRead)
+		}
+		if errors.Is(err, platform.ErrNotFound) {
 			return nil, "", platform.NotFound("project not found")
 		}
 		if err != nil {
 			return nil, "", err
 		}
 	}
+	owners := []string{p.OwnerID}
+	if s.d.Access != nil {
+		if owners, err = s.d.Access.Accounts(ctx, p.OwnerID); err != nil {
+			return nil, "", err
+		}
+	}
 	size := p.Page.Size()
-	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerID: p.OwnerID, ProjectID: p.ProjectID, After: cur, Limit: size + 1})
+	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerIDs: owners, ProjectID: p.ProjectID, After: cur, Limit: size + 1})
 	if err != nil {
 		return nil, "", err
 	}
@@ -217,7 +253,7 @@ func eqTime(a, b *time.Time) bool {
 // Cancel stops the owner's non-terminal deployment and returns it as it ended
 // (409 if it already ended).
 func (s *Service) Cancel(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.Get(ctx, ownerID, id)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +277,7 @@ func (s *Service) cancel(ctx context.Context, d *Deployment) error {
 
 // Redeploy queues a new deployment of the same project and commit as id.
 func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.Get(ctx, ownerID, id)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +288,7 @@ func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment
 // removes its route if the route still points at it, its workspace, its logs
 // and its record.
 func (s *Service) Delete(ctx context.Context, ownerID, id string) error {
-	d, err := s.Get(ctx, ownerID, id)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsDelete)
 	if err != nil {
 		return err
 	}
@@ -319,4 +355,12 @@ func (s *Service) LogLines(ctx context.Context, ownerID, id string, afterSeq int
 		return nil, err
 	}
 	return s.store.LogList(ctx, LogListParams{DeploymentID: id, AfterSeq: afterSeq, Limit: limit})
+}
+
+// ProjectOwnerChanged moves a project's deployments and monthly counts to
+// its new owner account (a project moved to or from a team): they are
+// listed, counted against the log budget and given build slots as the new
+// owner's.
+func (s *Service) ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error {
+	return s.store.ProjectOwnerSet(ctx, projectID, ownerID)
 }

@@ -1,6 +1,10 @@
 package deployments
 
-import "context"
+import (
+	"context"
+
+	"github.com/keelson-dev/keelson/platform"
+)
 
 // ProjectSource is what deployments needs from projects: the deploy settings
 // of one project. It returns an error wrapping platform.ErrNotFound when the
@@ -64,4 +68,17 @@ type HostState struct {
 	// Certificate says in words whether HTTPS is ready for it ("ready,
 	// expires ...", "issued at the first HTTPS request", "HTTPS is off").
 	Certificate string
+}
+
+// Access, when set (Deps.Access), decides who may act on a project's
+// deployments: the projects module's one authorisation point, which knows
+// teams and roles. Without it a project's owner account alone may.
+type Access interface {
+	// Authorize returns nil when userID's role on projectID holds perm, a
+	// 404 *platform.Error when they hold none (or the project is gone), and
+	// a 403 naming the role needed when theirs is lower.
+	Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error
+	// Accounts returns the owner accounts whose deployments userID may list:
+	// their own and their teams'.
+	Accounts(ctx context.Context, userID string) ([]string, error)
 }

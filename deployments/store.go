@@ -121,19 +121,10 @@ func (s *Store) DeploymentsEnded(ctx context.Context, ids []string) (map[string]
 	return out, nil
 }
 
-// DeploymentGetOwned returns the deployment id if ownerID owns it, else platform.ErrNotFound.
-func (s *Store) DeploymentGetOwned(ctx context.Context, id, ownerID string) (*Deployment, error) {
-	d := new(Deployment)
-	if err := s.db.NewSelect().Model(d).Where("id = ? AND owner_id = ?", id, ownerID).Scan(ctx); err != nil {
-		return nil, db.Translate(err)
-	}
-	return d, nil
-}
-
 // DeploymentListParams select a page of deployments, newest first.
 type DeploymentListParams struct {
-	OwnerID   string // required
-	ProjectID string // optional filter
+	OwnerIDs  []string // required: the owner accounts
+	ProjectID string   // optional filter
 	After     *platform.Cursor
 	Limit     int
 }
@@ -141,7 +132,7 @@ type DeploymentListParams struct {
 // DeploymentList returns a page of the owner's deployments, newest first.
 func (s *Store) DeploymentList(ctx context.Context, p DeploymentListParams) ([]*Deployment, error) {
 	var out []*Deployment
-	q := s.db.NewSelect().Model(&out).Where("owner_id = ?", p.OwnerID)
+	q := s.db.NewSelect().Model(&out).Where("owner_id IN (?)", bun.In(p.OwnerIDs))
 	if p.ProjectID != "" {
 		q = q.Where("project_id = ?", p.ProjectID)
 	}
@@ -262,3 +253,15 @@ func (s *Store) now() time.Time { return s.clock.Now().UTC().Truncate(time.Micro
 
 // errorf wraps err with a message for logs (never sent to clients).
 func errorf(format string, a ...any) error { return fmt.Errorf("deployments: "+format, a...) }
+
+// ProjectOwnerSet records ownerID as the owner of the project's deployments and usage rows.
+func (s *Store) ProjectOwnerSet(ctx context.Context, projectID, ownerID string) error {
+	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, m := range []any{(*Deployment)(nil), (*usage)(nil)} {
+			if _, err := tx.NewUpdate().Model(m).Set("owner_id = ?", ownerID).Where("project_id = ?", projectID).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}

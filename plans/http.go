@@ -126,4 +126,16 @@ func (s *Service) registerWrites(api huma.API, tags []string) {
 		}
 		return nil, nil
 	})
+	huma.Register(api, huma.Operation{
+		OperationID: "assign-team-plan", Method: http.MethodPut, Path: "/plans/{id}/teams/{teamId}", Tags: tags,
+		Summary: "Put a team on a plan",
+		Description: "ADMIN only. Makes the plan the team's: its quotas and whether it may have more than one member (teamMembers). " +
+			"Until then a team follows its owner's account plan.",
+		DefaultStatus: http.StatusNoContent, Security: platform.Bearer(), Middlewares: admin,
+	}, func(ctx context.Context, in *struct {
+		ID     string `path:"id" maxLength:"36" doc:"Plan id (UUID)"`
+		TeamID string `path:"teamId" maxLength:"36" doc:"Team id (UUID)"`
+	}) (*struct{}, error) {
+		return nil, s.AssignTeamPlan(ctx, in.TeamID, in.ID)
+	})
 }

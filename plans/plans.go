@@ -70,6 +70,12 @@ type Plan struct {
 	UpdatedAt        time.Time `json:"updatedAt" doc:"Last change (RFC 3339, UTC)"`
 }
 
+// Teams is what plans needs of the teams module.
+type Teams interface {
+	// TeamOwner returns an error wrapping platform.ErrNotFound for an unknown team.
+	TeamOwner(ctx context.Context, teamID string) (string, error)
+}
+
 // UsageChecker tells whether any live project uses a plan by name. The
 // projects module implements it; plans refuses to delete or rename a plan in use.
 type UsageChecker interface {
@@ -108,6 +114,9 @@ type Deps struct {
 	Usage UsageChecker
 	// Changes hears of every plan and assignment write. Optional.
 	Changes ChangeObserver
+	// Teams tells whether a team exists, for PUT /plans/{id}/teams/{teamId}.
+	// Optional: without it that route answers 404 for every team.
+	Teams Teams
 	// Clock defaults to platform.SystemClock.
 	Clock platform.Clock
 	// Logger defaults to a logger that discards.

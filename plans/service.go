@@ -80,6 +80,36 @@ func (s *Service) AssignAccountPlan(ctx context.Context, userID, planID string) 
 	})
 }
 
+// AssignTeamPlan puts team teamID on the plan with planID: its quotas and
+// its teamMembers from then on (until then it follows its owner's account plan).
+func (s *Service) AssignTeamPlan(ctx context.Context, teamID, planID string) error {
+	if !platform.ValidID(teamID) || s.d.Teams == nil {
+		return platform.NotFound("team not found")
+	}
+	if _, err := s.d.Teams.TeamOwner(ctx, teamID); err != nil {
+		if isNotFound(err) {
+			return platform.NotFound("team not found")
+		}
+		return wrap("team", err)
+	}
+	return s.AssignAccountPlan(ctx, teamID, planID)
+}
+
+// TeamPlan returns the plan of team teamID: the one assigned to it, else
+// ownerID's account plan.
+func (s *Service) TeamPlan(ctx context.Context, teamID, ownerID string) (*Plan, error) {
+	var rows []planRow
+	err := s.d.DB.NewSelect().Model(&rows).
+		Where("id = (SELECT pa.plan_id FROM plan_assignments AS pa WHERE pa.user_id = ?)", teamID).Scan(ctx)
+	if err != nil {
+		return nil, wrap("team plan", translate(err))
+	}
+	if len(rows) == 1 {
+		return rows[0].toPlan(), nil
+	}
+	return s.AccountPlan(ctx, ownerID)
+}
+
 // PlanInput is the body of POST /plans (SPEC 2.4): every limit required,
 // non-negative; the booleans default to false.
 type PlanInput struct {

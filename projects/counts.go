@@ -74,10 +74,10 @@ WHERE ? <= 0 OR project_counts.live < ?
 RETURNING live`),
 		// The status literal keeps the partial index projects_slug_live_key usable.
 		slug: db.NewPrepared(`SELECT COUNT(*) FROM projects WHERE slug = ? AND status <> '` + StatusDeleted + `'`),
-		insert: db.NewPrepared(`INSERT INTO projects (id, owner_id, name, slug, repo_url, repo_key, framework, port,
+		insert: db.NewPrepared(`INSERT INTO projects (id, owner_id, team_id, created_by, name, slug, repo_url, repo_key, framework, port,
 is_private, auto_deploy, auto_deploy_branch, codehost_repository_id, webhook_secret, region, plan_name, env_vars,
 start_command, build_command, status, error_message, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 	}
 }
 
@@ -100,7 +100,7 @@ func (c *createStmts) close() {
 
 // insertProject inserts row (a new project: no teardown, not deleted).
 func (c *createStmts) insertProject(ctx context.Context, bdb *bun.DB, tx bun.Tx, r *projectRow) error {
-	_, err := c.insert.ExecTx(ctx, bdb, tx, r.ID, r.OwnerID, r.Name, r.Slug, r.RepoURL, r.RepoKey, r.Framework, r.Port,
+	_, err := c.insert.ExecTx(ctx, bdb, tx, r.ID, r.OwnerID, r.TeamID, r.CreatedBy, r.Name, r.Slug, r.RepoURL, r.RepoKey, r.Framework, r.Port,
 		r.IsPrivate, r.AutoDeploy, r.AutoDeployBranch, r.CodehostRepositoryID, r.WebhookSecret, r.Region, r.PlanName, r.EnvVars,
 		r.StartCommand, r.BuildCommand, r.Status, r.ErrorMessage, db.TimeArg(bdb, r.CreatedAt), db.TimeArg(bdb, r.UpdatedAt))
 	return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -17,13 +18,14 @@ type DeleteStatus struct {
 	ErrorMessage string `json:"errorMessage,omitempty" doc:"Why the last teardown failed (status FAILED)"`
 }
 
-// Delete starts (or retries, after FAILED) the deletion of owner's project
-// id: it marks it DELETING and tears it down in the background.
-func (s *Service) Delete(ctx context.Context, owner, id string) (*DeleteStatus, error) {
-	row, err := s.get(ctx, s.d.DB, owner, id, false)
+// Delete starts (or retries, after FAILED) the deletion of project id as
+// user (admin): it marks it DELETING and tears it down in the background.
+func (s *Service) Delete(ctx context.Context, user, id string) (*DeleteStatus, error) {
+	row, _, err := s.get(ctx, s.d.DB, user, id, false, platform.ProjectsDelete)
 	if err != nil {
 		return nil, err
 	}
+	owner := row.OwnerID
 	now := s.now()
 	if row.Status == StatusActive || row.Status == StatusFailed {
 		res, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).
@@ -40,7 +42,7 @@ func (s *Service) Delete(ctx context.Context, owner, id string) (*DeleteStatus, 
 			return &DeleteStatus{ID: id, Status: StatusDeleting}, nil
 		}
 		// Someone else moved it on; answer what it is now.
-		if row, err = s.get(ctx, s.d.DB, owner, id, true); err != nil {
+		if row, _, err = s.get(ctx, s.d.DB, user, id, true, platform.ProjectsDelete); err != nil {
 			return nil, err
 		}
 	}
@@ -53,10 +55,10 @@ func (s *Service) Delete(ctx context.Context, owner, id string) (*DeleteStatus, 
 	return &DeleteStatus{ID: id, Status: StatusDeleting}, nil
 }
 
-// GetDeleteStatus answers the deletion state of owner's project id, DELETED
-// included. It first resumes a teardown whose runner vanished.
-func (s *Service) GetDeleteStatus(ctx context.Context, owner, id string) (*DeleteStatus, error) {
-	row, err := s.get(ctx, s.d.DB, owner, id, true)
+// GetDeleteStatus answers the deletion state of project id as user may
+// read it, DELETED included. It first resumes a teardown whose runner vanished.
+func (s *Service) GetDeleteStatus(ctx context.Context, user, id string) (*DeleteStatus, error) {
+	row, _, err := s.get(ctx, s.d.DB, user, id, true, platform.ProjectsRead)
 	if err != nil {
 		return nil, err
 	}

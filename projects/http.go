@@ -120,6 +120,20 @@ func (s *Service) registerProjects(api huma.API, op func(id, method, path, summa
 
 // registerLifecycle adds deletion, its status, and the account's usage.
 func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summary, desc string) huma.Operation) {
+	transfer := op("transfer-project", http.MethodPost, "/projects/{id}/transfer", "Move a project to a team or to your own account",
+		"The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). "+
+			"Deployments, domains and hooks move with it.")
+	huma.Register(api, transfer, func(ctx context.Context, in *struct {
+		ID   string `path:"id" maxLength:"36" doc:"Project id (UUID)"`
+		Body TransferInput
+	}) (*projectOutput, error) {
+		p, err := s.Transfer(ctx, caller(ctx), in.ID, in.Body.TeamID)
+		if err != nil {
+			return nil, err
+		}
+		return &projectOutput{Body: p}, nil
+	})
+
 	huma.Register(api, op("get-project-delete-status", http.MethodGet, "/projects/{id}/delete-status",
 		"Deletion state of a project",
 		"ACTIVE, DELETING, DELETED or FAILED (with errorMessage). Resumes a teardown whose runner vanished before answering. "+

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
 )
 
 // listStmts are the statements of List (GET /projects, the hot read path),
@@ -101,4 +102,39 @@ func (s *Service) listRows(ctx context.Context, owner string, p ListParams, limi
 		return nil, wrap("list", err)
 	}
 	return out, nil
+}
+
+// listAccounts reads one page of the projects of accounts (a user's own and
+// their teams'), newest first, and the cursor of the next page. Unlike a
+// personal list it is not cached: a member's list changes with the team.
+func (s *Service) listAccounts(ctx context.Context, accounts []string, p ListParams) ([]*Project, string, error) {
+	var rows []projectRow
+	q := s.d.DB.NewSelect().Model(&rows).Where("owner_id IN (?) AND status <> ?", bun.In(accounts), StatusDeleted)
+	if p.Status != "" {
+		q = q.Where("status = ?", p.Status)
+	}
+	if p.After != nil {
+		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
+	}
+	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
+		return nil, "", wrap("list", err)
+	}
+	next := ""
+	if len(rows) > p.Limit {
+		rows = rows[:p.Limit]
+		last := rows[len(rows)-1]
+		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
+	}
+	out := make([]*Project, 0, len(rows))
+	for i := range rows {
+		pr, err := rows[i].toProject()
+		if err != nil {
+			return nil, "", err
+		}
+		if err := s.fillPlanName(ctx, rows[i].OwnerID, pr); err != nil {
+			return nil, "", err
+		}
+		out = append(out, pr)
+	}
+	return out, next, nil
 }

@@ -105,6 +105,13 @@ func (s *Service) PlansChanged() { s.lists.InvalidateAll() }
 // encoded and stored.
 func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (listPage, error) {
 	q := listQuery{status: in.Status, cursor: in.Cursor, size: in.Size()}
+	accounts, err := s.Accounts(ctx, owner)
+	if err != nil {
+		return listPage{}, err
+	}
+	if len(accounts) > 1 {
+		return s.teamList(ctx, accounts, in)
+	}
 	if p, ok := s.lists.Get(owner, q); ok {
 		return p, nil
 	}
@@ -126,6 +133,25 @@ func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (
 	p := listPage{body: b.Bytes(), next: next}
 	s.lists.Put(gen, owner, q, p)
 	return p, nil
+}
+
+// teamList answers GET /projects for a member of teams, uncached.
+func (s *Service) teamList(ctx context.Context, accounts []string, in *listInput) (listPage, error) {
+	after, err := platform.DecodeCursor(in.Cursor)
+	if err != nil {
+		return listPage{}, err
+	}
+	ps, next, err := s.listAccounts(ctx, accounts, ListParams{Status: in.Status, Limit: in.Size(), After: after})
+	if err != nil {
+		return listPage{}, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ps); err != nil {
+		return listPage{}, err
+	}
+	return listPage{body: b.Bytes(), next: next}, nil
 }
 
 // listResponses is the 200 response of list-projects as Huma would derive it

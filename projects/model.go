@@ -16,7 +16,9 @@ type projectRow struct {
 	bun.BaseModel `bun:"table:projects"`
 
 	ID                   string    `bun:"id,pk,type:varchar(36)"`
-	OwnerID              string    `bun:"owner_id,notnull,type:varchar(36)"`
+	OwnerID              string    `bun:"owner_id,notnull,type:varchar(36)"`              // the account: a user, or the team (TeamID)
+	TeamID               string    `bun:"team_id,notnull,type:varchar(36),default:''"`    // "" for a personal project
+	CreatedBy            string    `bun:"created_by,notnull,type:varchar(36),default:''"` // the user who created or last moved it
 	Name                 string    `bun:"name,notnull"`
 	Slug                 string    `bun:"slug,notnull,type:varchar(40)"`
 	RepoURL              string    `bun:"repo_url,notnull"`
@@ -95,6 +97,18 @@ func Migrations() db.MigrationSet {
 		// Postgres: tell every replica's list cache (listcache.go).
 		ID: "0003_list_notify",
 		Up: listTriggers,
+	}, {
+		// Projects owned by a team (owner_id is then the team's id).
+		ID: "0004_team_projects",
+		Up: db.Steps(
+			db.AddColumn("projects", "team_id", "varchar(36) NOT NULL DEFAULT ''"),
+			db.AddColumn("projects", "created_by", "varchar(36) NOT NULL DEFAULT ''"),
+			func(ctx context.Context, idb bun.IDB) error {
+				_, err := idb.ExecContext(ctx, "UPDATE projects SET created_by = owner_id WHERE created_by = ''")
+				return err
+			},
+			db.CreateIndex(m, "projects_team_idx", false, "team_id"),
+		),
 	}}}
 }
 
@@ -102,6 +116,7 @@ func Migrations() db.MigrationSet {
 // env values are "********" and the webhook secret is only hasWebhookSecret.
 type Project struct {
 	ID                   string      `json:"id" doc:"Project id (UUID)"`
+	TeamID               string      `json:"teamId,omitempty" doc:"The team that owns the project; absent for a personal project"`
 	Name                 string      `json:"name" doc:"Display name"`
 	Slug                 string      `json:"slug" doc:"Unique URL-safe name; the app answers at <slug>.<apps-domain>. Never changes."`
 	RepoURL              string      `json:"repoUrl" doc:"Repository URL"`
@@ -160,7 +175,7 @@ func (r *projectRow) toProject() (*Project, error) {
 		return nil, err
 	}
 	return &Project{
-		ID: r.ID, Name: r.Name, Slug: r.Slug, RepoURL: r.RepoURL, Framework: r.Framework, Port: r.Port,
+		ID: r.ID, TeamID: r.TeamID, Name: r.Name, Slug: r.Slug, RepoURL: r.RepoURL, Framework: r.Framework, Port: r.Port,
 		IsPrivate: r.IsPrivate, AutoDeploy: r.AutoDeploy, AutoDeployBranch: r.AutoDeployBranch,
 		CodehostRepositoryID: r.CodehostRepositoryID, HasWebhookSecret: r.WebhookSecret != "",
 		Region: r.Region, PlanName: r.PlanName, EnvVars: out, StartCommand: r.StartCommand,
@@ -203,7 +218,11 @@ type DeployInfo struct {
 
 // RepoLink is a project linked to a repository, for the code-host webhook.
 type RepoLink struct {
-	ProjectID        string
+	ProjectID string
+	// OwnerID is the user whose code-host link serves the project and as
+	// whom its pushes deploy: its owner, or for a team's project the member
+	// who created it or moved it into the team (who must still hold
+	// developer there for a push to deploy).
 	OwnerID          string
 	Slug             string
 	AutoDeploy       bool

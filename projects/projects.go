@@ -6,7 +6,13 @@
 // project through ProjectForDeploy and tears it down through Teardown.
 //
 // Decisions SPEC leaves open:
-//   - Every route is scoped to the caller: another user's project is a 404.
+//   - A project belongs to a user or to a team (teamId). Every route asks
+//     the caller's role on it (access.go: the owner of a personal project
+//     is its owner; a team's members have their team role) and needs the
+//     role its platform.Permission names: no role is a 404, as for an
+//     absent project; a role too low is a 403 naming the role needed.
+//     Creating a team project or moving one in or out needs admin on both
+//     sides; secret values and the webhook secret need admin, the plan owner.
 //   - repoUrl is an https URL with a host and a path, without credentials,
 //     query or fragment; hosts that are loopback, private or link-local IP
 //     literals, "localhost" or numeric are refused. With AllowLocalRepos,
@@ -139,6 +145,11 @@ type Deps struct {
 	Plans PlanSource
 	// Teardown tears a deleted project down. Required.
 	Teardown Teardown
+	// Teams answers users' roles in the teams that own projects. Optional:
+	// without it there are only personal projects.
+	Teams Teams
+	// OwnerChanges is told when a project moves to another owner. Optional.
+	OwnerChanges OwnerChanges
 	// Deployments counts this month's deployments for GET /usage. Optional.
 	Deployments DeploymentCounter
 	// Logs reports stored log bytes against the account log budget for GET

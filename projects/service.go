@@ -22,6 +22,7 @@ type CreateInput struct {
 	AutoDeployBranch     string `json:"autoDeployBranch,omitempty" maxLength:"255" pattern:"^[A-Za-z0-9._/-]*$" patternDescription:"a git branch name" doc:"Branch to deploy (empty: the repository's default branch)"`
 	CodehostRepositoryID string `json:"codehostRepositoryId,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9_.:-]*$" patternDescription:"the code host's repository id" doc:"Repository id at the code host"`
 	WebhookSecret        string `json:"webhookSecret,omitempty" maxLength:"256" writeOnly:"true" doc:"Write-only; sealed at rest, never answered"`
+	TeamID               string `json:"teamId,omitempty" maxLength:"36" doc:"Create the project in this team (the caller must be its admin or owner); absent: the caller's own"`
 }
 
 // EnvVarIn is an env var in a settings update.
@@ -66,10 +67,14 @@ func (in *CreateInput) validate(allowLocal bool) (repo, key string, err error) {
 	return checkRepoURL(in.RepoURL, allowLocal)
 }
 
-// Create stores a new project of owner, after checking the owner's
-// maxProjects quota atomically with the insert.
-func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Project, error) {
+// Create stores a new project of user (or of in.TeamID), after checking
+// the owning account's maxProjects quota atomically with the insert.
+func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Project, error) {
 	repo, key, err := in.validate(s.d.AllowLocalRepos)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := s.createOwner(ctx, user, in.TeamID)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +99,7 @@ func (s *Service) Create(ctx context.Context, owner string, in CreateInput) (*Pr
 	}
 	now := s.now()
 	row := &projectRow{
-		ID: platform.NewID(), OwnerID: owner, Name: strings.TrimSpace(in.Name), RepoURL: repo, RepoKey: key,
+		ID: platform.NewID(), OwnerID: owner, TeamID: in.TeamID, CreatedBy: user, Name: strings.TrimSpace(in.Name), RepoURL: repo, RepoKey: key,
 		Framework: in.Framework, Port: in.Port, IsPrivate: in.IsPrivate, AutoDeploy: in.AutoDeploy,
 		AutoDeployBranch: in.AutoDeployBranch, CodehostRepositoryID: in.CodehostRepositoryID,
 		WebhookSecret: sealedHook, Region: s.d.Regions[0], EnvVars: "[]", Status: StatusActive,
@@ -154,30 +159,12 @@ func (s *Service) freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuf
 	return "", platform.Conflict("could not find a free slug; try another name")
 }
 
-// get returns owner's project id (DELETED ones only when withDeleted), or a 404.
-func (s *Service) get(ctx context.Context, idb bun.IDB, owner, id string, withDeleted bool) (*projectRow, error) {
-	if !platform.ValidID(id) {
-		return nil, notFound()
-	}
-	row := new(projectRow)
-	q := idb.NewSelect().Model(row).Where("id = ? AND owner_id = ?", id, owner)
-	if !withDeleted {
-		q = q.Where("status <> ?", StatusDeleted)
-	}
-	if err := q.Scan(ctx); err != nil {
-		if err = db.Translate(err); isNotFound(err) {
-			return nil, notFound()
-		}
-		return nil, wrap("get", err)
-	}
-	return row, nil
-}
-
 func notFound() error { return platform.NotFound("project not found") }
 
-// Get returns owner's project id; another user's, absent or DELETED is a 404.
-func (s *Service) Get(ctx context.Context, owner, id string) (*Project, error) {
-	row, err := s.get(ctx, s.d.DB, owner, id, false)
+// Get returns project id as user may read it; a project they hold no role
+// on, an absent or a DELETED one is a 404.
+func (s *Service) Get(ctx context.Context, user, id string) (*Project, error) {
+	row, _, err := s.get(ctx, s.d.DB, user, id, false, platform.ProjectsRead)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +172,7 @@ func (s *Service) Get(ctx context.Context, owner, id string) (*Project, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p, s.fillPlanName(ctx, owner, p)
+	return p, s.fillPlanName(ctx, row.OwnerID, p)
 }
 
 // fillPlanName answers projects that follow their owner's account plan
@@ -288,16 +275,21 @@ func (in *SettingsInput) validate() error {
 	return nil
 }
 
-// UpdateSettings applies a settings update to owner's project id.
-func (s *Service) UpdateSettings(ctx context.Context, owner, id string, in SettingsInput) (*Project, error) {
+// UpdateSettings applies a settings update to project id as user
+// (developer; secrets admin; another plan owner).
+func (s *Service) UpdateSettings(ctx context.Context, user, id string, in SettingsInput) (*Project, error) {
 	if err := in.validate(); err != nil {
 		return nil, err
 	}
 	if err := s.checkRegion(in.Region); err != nil {
 		return nil, err
 	}
-	cur, err := s.get(ctx, s.d.DB, owner, id, false)
+	cur, role, err := s.get(ctx, s.d.DB, user, id, false, platform.ProjectsWrite)
 	if err != nil {
+		return nil, err
+	}
+	owner := cur.OwnerID
+	if err := s.checkSettingsRole(ctx, role, cur, &in); err != nil {
 		return nil, err
 	}
 	if cur.Status != StatusActive {
@@ -543,7 +535,11 @@ func (s *Service) ProjectsForRepository(ctx context.Context, repoURLs []string, 
 	}
 	out := make([]RepoLink, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, RepoLink{ProjectID: r.ID, OwnerID: r.OwnerID, Slug: r.Slug, AutoDeploy: r.AutoDeploy,
+		owner := r.OwnerID
+		if r.TeamID != "" {
+			owner = r.CreatedBy // a team has no code-host link: the member who created or moved it in acts
+		}
+		out = append(out, RepoLink{ProjectID: r.ID, OwnerID: owner, Slug: r.Slug, AutoDeploy: r.AutoDeploy,
 			AutoDeployBranch: r.AutoDeployBranch, RepoURL: r.RepoURL, HasWebhookSecret: r.WebhookSecret != ""})
 	}
 	return out, nil

@@ -29,15 +29,17 @@ import (
 
 // Projects is what deploy hooks need from the projects module.
 type Projects interface {
-	// CheckOwner returns an error wrapping platform.ErrNotFound unless project
-	// id exists and belongs to ownerID.
-	CheckOwner(ctx context.Context, ownerID, projectID string) error
+	// Authorize returns nil when userID's role on project projectID holds
+	// perm; an error wrapping platform.ErrNotFound when they hold none (or
+	// it does not exist), a 403 *platform.Error when their role is lower.
+	Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error
 }
 
-// Deployer starts a deployment of a project's branch head as its owner. A
-// quota refusal is a 403 *platform.Error naming the quota.
+// Deployer starts a deployment of a project's branch head as userID (the
+// hook's creator, who must still be allowed to deploy it). A quota refusal
+// is a 403 *platform.Error naming the quota.
 type Deployer interface {
-	Trigger(ctx context.Context, projectID, ownerID, reason string) (deploymentID string, err error)
+	Trigger(ctx context.Context, projectID, userID, reason string) (deploymentID string, err error)
 }
 
 // Deps are what the module needs from its host.
@@ -95,7 +97,7 @@ type hookRow struct {
 	bun.BaseModel `bun:"table:deploy_hooks"`
 	ID            string     `bun:"id,pk,type:varchar(36)"`
 	ProjectID     string     `bun:"project_id,notnull,type:varchar(36)"`
-	OwnerID       string     `bun:"owner_id,notnull,type:varchar(36)"`
+	OwnerID       string     `bun:"owner_id,notnull,type:varchar(36)"` // the user who created it, as whom it deploys
 	Name          string     `bun:"name,notnull"`
 	TokenHash     string     `bun:"token_hash,notnull,type:varchar(64)"` // hex SHA-256 of the token
 	Prefix        string     `bun:"prefix,notnull,type:varchar(16)"`
@@ -148,10 +150,11 @@ func (r *hookRow) out() Hook {
 	return Hook{ID: r.ID, ProjectID: r.ProjectID, Name: r.Name, Prefix: r.Prefix, CreatedAt: r.CreatedAt.UTC(), LastUsedAt: r.LastUsedAt}
 }
 
-// Create makes a deploy hook for the owner's project and returns it with its
-// URL, the only time the URL is available.
+// Create makes a deploy hook for the project (hooks:write) and returns it
+// with its URL, the only time the URL is available. The hook deploys as
+// ownerID, the caller, for as long as they may deploy the project.
 func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (*Hook, string, error) {
-	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite); err != nil {
 		return nil, "", err
 	}
 	tok, err := newToken()
@@ -184,13 +187,13 @@ func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (
 	return &h, s.d.PublicURL + "/deploy-hooks/" + tok, nil
 }
 
-// List returns the hooks of the owner's project, oldest first.
+// List returns the hooks of the project (hooks:read), oldest first.
 func (s *Service) List(ctx context.Context, ownerID, projectID string) ([]Hook, error) {
-	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksRead); err != nil {
 		return nil, err
 	}
 	var rows []hookRow
-	if err := s.d.DB.NewSelect().Model(&rows).Where("project_id = ? AND owner_id = ?", projectID, ownerID).
+	if err := s.d.DB.NewSelect().Model(&rows).Where("project_id = ?", projectID).
 		Order("created_at", "id").Scan(ctx); err != nil {
 		return nil, db.Translate(err)
 	}
@@ -201,16 +204,16 @@ func (s *Service) List(ctx context.Context, ownerID, projectID string) ([]Hook, 
 	return out, nil
 }
 
-// Delete revokes a hook of the owner's project.
+// Delete revokes a hook of the project (hooks:write).
 func (s *Service) Delete(ctx context.Context, ownerID, projectID, hookID string) error {
-	if err := s.checkOwner(ctx, ownerID, projectID); err != nil {
+	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite); err != nil {
 		return err
 	}
 	if !platform.ValidID(hookID) {
 		return platform.NotFound("deploy hook not found")
 	}
 	res, err := s.d.DB.NewDelete().Model((*hookRow)(nil)).
-		Where("id = ? AND project_id = ? AND owner_id = ?", hookID, projectID, ownerID).Exec(ctx)
+		Where("id = ? AND project_id = ?", hookID, projectID).Exec(ctx)
 	if err != nil {
 		return db.Translate(err)
 	}
@@ -258,11 +261,11 @@ func (s *Service) Fire(ctx context.Context, token string) (string, error) {
 	return id, nil
 }
 
-func (s *Service) checkOwner(ctx context.Context, ownerID, projectID string) error {
+func (s *Service) checkOwner(ctx context.Context, userID, projectID string, perm platform.Permission) error {
 	if !platform.ValidID(projectID) {
 		return platform.NotFound("project not found")
 	}
-	err := s.d.Projects.CheckOwner(ctx, ownerID, projectID)
+	err := s.d.Projects.Authorize(ctx, userID, projectID, perm)
 	if errors.Is(err, platform.ErrNotFound) {
 		return platform.NotFound("project not found")
 	}

@@ -43,6 +43,30 @@ func (e CreatePlanRequestTier) Valid() bool {
 	}
 }
 
+// Defines values for CreateTeamInvitationRequestRole.
+const (
+	CreateTeamInvitationRequestRoleAdmin     CreateTeamInvitationRequestRole = "admin"
+	CreateTeamInvitationRequestRoleDeveloper CreateTeamInvitationRequestRole = "developer"
+	CreateTeamInvitationRequestRoleOwner     CreateTeamInvitationRequestRole = "owner"
+	CreateTeamInvitationRequestRoleViewer    CreateTeamInvitationRequestRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the CreateTeamInvitationRequestRole enum.
+func (e CreateTeamInvitationRequestRole) Valid() bool {
+	switch e {
+	case CreateTeamInvitationRequestRoleAdmin:
+		return true
+	case CreateTeamInvitationRequestRoleDeveloper:
+		return true
+	case CreateTeamInvitationRequestRoleOwner:
+		return true
+	case CreateTeamInvitationRequestRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeploymentStatus.
 const (
 	DeploymentStatusBUILDING       DeploymentStatus = "BUILDING"
@@ -367,6 +391,102 @@ func (e ProjectDeleteStatusStatus) Valid() bool {
 	}
 }
 
+// Defines values for TeamRole.
+const (
+	TeamRoleAdmin     TeamRole = "admin"
+	TeamRoleDeveloper TeamRole = "developer"
+	TeamRoleOwner     TeamRole = "owner"
+	TeamRoleViewer    TeamRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TeamRole enum.
+func (e TeamRole) Valid() bool {
+	switch e {
+	case TeamRoleAdmin:
+		return true
+	case TeamRoleDeveloper:
+		return true
+	case TeamRoleOwner:
+		return true
+	case TeamRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TeamInvitationRole.
+const (
+	TeamInvitationRoleAdmin     TeamInvitationRole = "admin"
+	TeamInvitationRoleDeveloper TeamInvitationRole = "developer"
+	TeamInvitationRoleOwner     TeamInvitationRole = "owner"
+	TeamInvitationRoleViewer    TeamInvitationRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TeamInvitationRole enum.
+func (e TeamInvitationRole) Valid() bool {
+	switch e {
+	case TeamInvitationRoleAdmin:
+		return true
+	case TeamInvitationRoleDeveloper:
+		return true
+	case TeamInvitationRoleOwner:
+		return true
+	case TeamInvitationRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TeamMemberRole.
+const (
+	TeamMemberRoleAdmin     TeamMemberRole = "admin"
+	TeamMemberRoleDeveloper TeamMemberRole = "developer"
+	TeamMemberRoleOwner     TeamMemberRole = "owner"
+	TeamMemberRoleViewer    TeamMemberRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TeamMemberRole enum.
+func (e TeamMemberRole) Valid() bool {
+	switch e {
+	case TeamMemberRoleAdmin:
+		return true
+	case TeamMemberRoleDeveloper:
+		return true
+	case TeamMemberRoleOwner:
+		return true
+	case TeamMemberRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TeamMemberRoleRequestRole.
+const (
+	TeamMemberRoleRequestRoleAdmin     TeamMemberRoleRequestRole = "admin"
+	TeamMemberRoleRequestRoleDeveloper TeamMemberRoleRequestRole = "developer"
+	TeamMemberRoleRequestRoleOwner     TeamMemberRoleRequestRole = "owner"
+	TeamMemberRoleRequestRoleViewer    TeamMemberRoleRequestRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TeamMemberRoleRequestRole enum.
+func (e TeamMemberRoleRequestRole) Valid() bool {
+	switch e {
+	case TeamMemberRoleRequestRoleAdmin:
+		return true
+	case TeamMemberRoleRequestRoleDeveloper:
+		return true
+	case TeamMemberRoleRequestRoleOwner:
+		return true
+	case TeamMemberRoleRequestRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TokenPairTokenType.
 const (
 	TokenPairTokenTypeBearer TokenPairTokenType = "Bearer"
@@ -552,6 +672,12 @@ type APIError_Message struct {
 	union json.RawMessage
 }
 
+// AcceptTeamInvitationRequest defines model for AcceptTeamInvitationRequest.
+type AcceptTeamInvitationRequest struct {
+	// Token The token of the mailed link
+	Token string `json:"token"`
+}
+
 // Ack defines model for Ack.
 type Ack struct {
 	Message *string `json:"message,omitempty"`
@@ -671,9 +797,24 @@ type CreateProjectRequest struct {
 	// RepoUrl https URL of the git repository (no credentials), e.g. https://github.com/owner/repo; file:// or an absolute path only when the server allows local repositories
 	RepoUrl string `json:"repoUrl"`
 
+	// TeamId Create the project in this team (the caller must be its admin or owner); absent: the caller's own
+	TeamId *string `json:"teamId,omitempty"`
+
 	// WebhookSecret Write-only; sealed at rest, never answered
 	WebhookSecret *string `json:"webhookSecret,omitempty"`
 }
+
+// CreateTeamInvitationRequest defines model for CreateTeamInvitationRequest.
+type CreateTeamInvitationRequest struct {
+	// Email Address to invite
+	Email string `json:"email"`
+
+	// Role Role the invitee gets on accepting
+	Role CreateTeamInvitationRequestRole `json:"role"`
+}
+
+// CreateTeamInvitationRequestRole Role the invitee gets on accepting
+type CreateTeamInvitationRequestRole string
 
 // CreatedDeployHook defines model for CreatedDeployHook.
 type CreatedDeployHook struct {
@@ -1123,6 +1264,9 @@ type Project struct {
 	// Status ACTIVE, DELETING, or FAILED (a teardown failed; DELETE retries)
 	Status ProjectStatus `json:"status"`
 
+	// TeamId The team that owns the project; absent for a personal project
+	TeamId *string `json:"teamId,omitempty"`
+
 	// UpdatedAt Last change (RFC 3339, UTC)
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -1265,6 +1409,63 @@ type ResetPasswordRequest struct {
 	Token string `json:"token"`
 }
 
+// Team defines model for Team.
+type Team struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Id Team id (UUID)
+	Id   string `json:"id"`
+	Name string `json:"name"`
+
+	// Role The caller's role in the team
+	Role      TeamRole  `json:"role"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// TeamRole The caller's role in the team
+type TeamRole string
+
+// TeamInvitation defines model for TeamInvitation.
+type TeamInvitation struct {
+	CreatedAt time.Time `json:"createdAt"`
+	Email     string    `json:"email"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Id        string    `json:"id"`
+
+	// InvitedBy User id of the member who invited
+	InvitedBy string             `json:"invitedBy"`
+	Role      TeamInvitationRole `json:"role"`
+	TeamId    string             `json:"teamId"`
+}
+
+// TeamInvitationRole defines model for TeamInvitation.Role.
+type TeamInvitationRole string
+
+// TeamMember defines model for TeamMember.
+type TeamMember struct {
+	Email    string         `json:"email"`
+	JoinedAt time.Time      `json:"joinedAt"`
+	Role     TeamMemberRole `json:"role"`
+	UserId   string         `json:"userId"`
+}
+
+// TeamMemberRole defines model for TeamMember.Role.
+type TeamMemberRole string
+
+// TeamMemberRoleRequest defines model for TeamMemberRoleRequest.
+type TeamMemberRoleRequest struct {
+	Role TeamMemberRoleRequestRole `json:"role"`
+}
+
+// TeamMemberRoleRequestRole defines model for TeamMemberRoleRequest.Role.
+type TeamMemberRoleRequestRole string
+
+// TeamRequest defines model for TeamRequest.
+type TeamRequest struct {
+	// Name Display name
+	Name string `json:"name"`
+}
+
 // TokenPair defines model for TokenPair.
 type TokenPair struct {
 	// AccessToken JWT for Authorization: Bearer
@@ -1280,6 +1481,12 @@ type TokenPair struct {
 
 // TokenPairTokenType defines model for TokenPair.TokenType.
 type TokenPairTokenType string
+
+// TransferProjectRequest defines model for TransferProjectRequest.
+type TransferProjectRequest struct {
+	// TeamId The team to move the project to; empty or absent: the caller's own account
+	TeamId *string `json:"teamId,omitempty"`
+}
 
 // TriggeredDeployment defines model for TriggeredDeployment.
 type TriggeredDeployment struct {
@@ -1695,6 +1902,33 @@ type ListDomainsParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListTeamsParams defines parameters for ListTeams.
+type ListTeamsParams struct {
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListTeamInvitationsParams defines parameters for ListTeamInvitations.
+type ListTeamInvitationsParams struct {
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListTeamMembersParams defines parameters for ListTeamMembers.
+type ListTeamMembersParams struct {
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // CreateAdminJSONRequestBody defines body for CreateAdmin for application/json ContentType.
 type CreateAdminJSONRequestBody = PlaceholderBody
 
@@ -1758,6 +1992,9 @@ type CreateEnvVarsJSONRequestBody = PlaceholderBody
 // UpdateEnvVarsJSONRequestBody defines body for UpdateEnvVars for application/json ContentType.
 type UpdateEnvVarsJSONRequestBody = PlaceholderBody
 
+// AcceptTeamInvitationJSONRequestBody defines body for AcceptTeamInvitation for application/json ContentType.
+type AcceptTeamInvitationJSONRequestBody = AcceptTeamInvitationRequest
+
 // CreateLogsJSONRequestBody defines body for CreateLogs for application/json ContentType.
 type CreateLogsJSONRequestBody = PlaceholderBody
 
@@ -1793,6 +2030,21 @@ type CreateDomainJSONRequestBody = CreateDomainRequest
 
 // UpdateProjectSettingsJSONRequestBody defines body for UpdateProjectSettings for application/json ContentType.
 type UpdateProjectSettingsJSONRequestBody = ProjectSettings
+
+// TransferProjectJSONRequestBody defines body for TransferProject for application/json ContentType.
+type TransferProjectJSONRequestBody = TransferProjectRequest
+
+// CreateTeamJSONRequestBody defines body for CreateTeam for application/json ContentType.
+type CreateTeamJSONRequestBody = TeamRequest
+
+// UpdateTeamJSONRequestBody defines body for UpdateTeam for application/json ContentType.
+type UpdateTeamJSONRequestBody = TeamRequest
+
+// CreateTeamInvitationJSONRequestBody defines body for CreateTeamInvitation for application/json ContentType.
+type CreateTeamInvitationJSONRequestBody = CreateTeamInvitationRequest
+
+// UpdateTeamMemberJSONRequestBody defines body for UpdateTeamMember for application/json ContentType.
+type UpdateTeamMemberJSONRequestBody = TeamMemberRoleRequest
 
 // CreateUsersJSONRequestBody defines body for CreateUsers for application/json ContentType.
 type CreateUsersJSONRequestBody = PlaceholderBody
@@ -2596,6 +2848,20 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AcceptTeamInvitationWithBody Accept an invitation: only the signed-in account whose verified email was invited
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+	AcceptTeamInvitationWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcceptTeamInvitation Accept an invitation: only the signed-in account whose verified email was invited
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+	AcceptTeamInvitation(ctx context.Context, body AcceptTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListLogs List (placeholder)
 	//
 	// Corresponds with GET /logs (the `ListLogs` operationId).
@@ -2789,6 +3055,13 @@ type ClientInterface interface {
 	// Corresponds with PUT /plans/{id}/accounts/{userId} (the `AssignAccountPlan` operationId).
 	AssignAccountPlan(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AssignTeamPlan Put a team on a plan
+	//
+	// ADMIN only. Makes the plan the team's: its quotas and whether it may have more than one member (teamMembers). Until then a team follows its owner's account plan.
+	//
+	// Corresponds with PUT /plans/{id}/teams/{teamId} (the `AssignTeamPlan` operationId).
+	AssignTeamPlan(ctx context.Context, id string, teamId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListProjects List the caller's projects
 	//
 	// Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.
@@ -2923,10 +3196,124 @@ type ClientInterface interface {
 	// Corresponds with PATCH /projects/{id}/settings (the `UpdateProjectSettings` operationId).
 	UpdateProjectSettings(ctx context.Context, id string, body UpdateProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// TransferProjectWithBody Move a project to a team or to your own account
+	//
+	// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+	TransferProjectWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TransferProject Move a project to a team or to your own account
+	//
+	// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+	TransferProject(ctx context.Context, id string, body TransferProjectJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Readyz Readiness: the database is reachable
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTeams List the caller's teams, newest first
+	//
+	// Corresponds with GET /teams (the `ListTeams` operationId).
+	ListTeams(ctx context.Context, params *ListTeamsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTeamWithBody Create a team; the caller becomes its owner
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /teams (the `CreateTeam` operationId).
+	CreateTeamWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTeam Create a team; the caller becomes its owner
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /teams (the `CreateTeam` operationId).
+	CreateTeam(ctx context.Context, body CreateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteTeam Delete a team that owns no project (owner)
+	//
+	// Corresponds with DELETE /teams/{id} (the `DeleteTeam` operationId).
+	DeleteTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTeam Get a team (members only; 404 otherwise)
+	//
+	// Corresponds with GET /teams/{id} (the `GetTeam` operationId).
+	GetTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateTeamWithBody Rename a team (owner)
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+	UpdateTeamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateTeam Rename a team (owner)
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+	UpdateTeam(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTeamInvitations List the team's pending invitations (admin)
+	//
+	// Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
+	ListTeamInvitations(ctx context.Context, id string, params *ListTeamInvitationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTeamInvitationWithBody Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+	CreateTeamInvitationWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTeamInvitation Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+	CreateTeamInvitation(ctx context.Context, id string, body CreateTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeTeamInvitation Revoke a pending invitation (admin)
+	//
+	// Corresponds with DELETE /teams/{id}/invitations/{invitationId} (the `RevokeTeamInvitation` operationId).
+	RevokeTeamInvitation(ctx context.Context, id string, invitationId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LeaveTeam Leave a team (the last owner cannot)
+	//
+	// Corresponds with POST /teams/{id}/leave (the `LeaveTeam` operationId).
+	LeaveTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTeamMembers List a team's members, first joined first
+	//
+	// Corresponds with GET /teams/{id}/members (the `ListTeamMembers` operationId).
+	ListTeamMembers(ctx context.Context, id string, params *ListTeamMembersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveTeamMember Remove a member (admin; an owner: owner; not the last owner); they lose the team's projects at once
+	//
+	// Corresponds with DELETE /teams/{id}/members/{userId} (the `RemoveTeamMember` operationId).
+	RemoveTeamMember(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateTeamMemberWithBody Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+	UpdateTeamMemberWithBody(ctx context.Context, id string, userId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateTeamMember Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+	UpdateTeamMember(ctx context.Context, id string, userId string, body UpdateTeamMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetUsage The caller's use of their plan's quotas
 	//
@@ -4233,6 +4620,40 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
+// AcceptTeamInvitationWithBody Accept an invitation: only the signed-in account whose verified email was invited
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+func (c *Client) AcceptTeamInvitationWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptTeamInvitationRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcceptTeamInvitation Accept an invitation: only the signed-in account whose verified email was invited
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+func (c *Client) AcceptTeamInvitation(ctx context.Context, body AcceptTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptTeamInvitationRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListLogs List (placeholder)
 //
 // Corresponds with GET /logs (the `ListLogs` operationId).
@@ -4716,6 +5137,23 @@ func (c *Client) AssignAccountPlan(ctx context.Context, id string, userId string
 	return c.Client.Do(req)
 }
 
+// AssignTeamPlan Put a team on a plan
+//
+// ADMIN only. Makes the plan the team's: its quotas and whether it may have more than one member (teamMembers). Until then a team follows its owner's account plan.
+//
+// Corresponds with PUT /plans/{id}/teams/{teamId} (the `AssignTeamPlan` operationId).
+func (c *Client) AssignTeamPlan(ctx context.Context, id string, teamId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAssignTeamPlanRequest(c.Server, id, teamId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListProjects List the caller's projects
 //
 // Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.
@@ -5030,11 +5468,305 @@ func (c *Client) UpdateProjectSettings(ctx context.Context, id string, body Upda
 	return c.Client.Do(req)
 }
 
+// TransferProjectWithBody Move a project to a team or to your own account
+//
+// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+func (c *Client) TransferProjectWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferProjectRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TransferProject Move a project to a team or to your own account
+//
+// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+func (c *Client) TransferProject(ctx context.Context, id string, body TransferProjectJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransferProjectRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // Readyz Readiness: the database is reachable
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTeams List the caller's teams, newest first
+//
+// Corresponds with GET /teams (the `ListTeams` operationId).
+func (c *Client) ListTeams(ctx context.Context, params *ListTeamsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTeamsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTeamWithBody Create a team; the caller becomes its owner
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /teams (the `CreateTeam` operationId).
+func (c *Client) CreateTeamWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTeamRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTeam Create a team; the caller becomes its owner
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /teams (the `CreateTeam` operationId).
+func (c *Client) CreateTeam(ctx context.Context, body CreateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTeamRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteTeam Delete a team that owns no project (owner)
+//
+// Corresponds with DELETE /teams/{id} (the `DeleteTeam` operationId).
+func (c *Client) DeleteTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTeamRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTeam Get a team (members only; 404 otherwise)
+//
+// Corresponds with GET /teams/{id} (the `GetTeam` operationId).
+func (c *Client) GetTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTeamRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateTeamWithBody Rename a team (owner)
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+func (c *Client) UpdateTeamWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTeamRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateTeam Rename a team (owner)
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+func (c *Client) UpdateTeam(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTeamRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTeamInvitations List the team's pending invitations (admin)
+//
+// Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
+func (c *Client) ListTeamInvitations(ctx context.Context, id string, params *ListTeamInvitationsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTeamInvitationsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTeamInvitationWithBody Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+func (c *Client) CreateTeamInvitationWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTeamInvitationRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTeamInvitation Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+func (c *Client) CreateTeamInvitation(ctx context.Context, id string, body CreateTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTeamInvitationRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeTeamInvitation Revoke a pending invitation (admin)
+//
+// Corresponds with DELETE /teams/{id}/invitations/{invitationId} (the `RevokeTeamInvitation` operationId).
+func (c *Client) RevokeTeamInvitation(ctx context.Context, id string, invitationId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeTeamInvitationRequest(c.Server, id, invitationId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LeaveTeam Leave a team (the last owner cannot)
+//
+// Corresponds with POST /teams/{id}/leave (the `LeaveTeam` operationId).
+func (c *Client) LeaveTeam(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLeaveTeamRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTeamMembers List a team's members, first joined first
+//
+// Corresponds with GET /teams/{id}/members (the `ListTeamMembers` operationId).
+func (c *Client) ListTeamMembers(ctx context.Context, id string, params *ListTeamMembersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTeamMembersRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveTeamMember Remove a member (admin; an owner: owner; not the last owner); they lose the team's projects at once
+//
+// Corresponds with DELETE /teams/{id}/members/{userId} (the `RemoveTeamMember` operationId).
+func (c *Client) RemoveTeamMember(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveTeamMemberRequest(c.Server, id, userId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateTeamMemberWithBody Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+func (c *Client) UpdateTeamMemberWithBody(ctx context.Context, id string, userId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTeamMemberRequestWithBody(c.Server, id, userId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateTeamMember Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+func (c *Client) UpdateTeamMember(ctx context.Context, id string, userId string, body UpdateTeamMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTeamMemberRequest(c.Server, id, userId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7719,6 +8451,46 @@ func NewHealthzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewAcceptTeamInvitationRequest calls the generic AcceptTeamInvitation builder with application/json body
+func NewAcceptTeamInvitationRequest(server string, body AcceptTeamInvitationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcceptTeamInvitationRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcceptTeamInvitationRequestWithBody constructs an http.Request for the AcceptTeamInvitation method, with any body, and a specified content type
+func NewAcceptTeamInvitationRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/invitations/accept")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListLogsRequest constructs an http.Request for the ListLogs method
 func NewListLogsRequest(server string) (*http.Request, error) {
 	var err error
@@ -8488,6 +9260,47 @@ func NewAssignAccountPlanRequest(server string, id string, userId string) (*http
 	return req, nil
 }
 
+// NewAssignTeamPlanRequest constructs an http.Request for the AssignTeamPlan method
+func NewAssignTeamPlanRequest(server string, id string, teamId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "teamId", teamId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/plans/%s/teams/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListProjectsRequest constructs an http.Request for the ListProjects method
 func NewListProjectsRequest(server string, params *ListProjectsParams) (*http.Request, error) {
 	var err error
@@ -9120,6 +9933,53 @@ func NewUpdateProjectSettingsRequestWithBody(server string, id string, contentTy
 	return req, nil
 }
 
+// NewTransferProjectRequest calls the generic TransferProject builder with application/json body
+func NewTransferProjectRequest(server string, id string, body TransferProjectJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTransferProjectRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewTransferProjectRequestWithBody constructs an http.Request for the TransferProject method, with any body, and a specified content type
+func NewTransferProjectRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/transfer", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReadyzRequest constructs an http.Request for the Readyz method
 func NewReadyzRequest(server string) (*http.Request, error) {
 	var err error
@@ -9143,6 +10003,590 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListTeamsRequest constructs an http.Request for the ListTeams method
+func NewListTeamsRequest(server string, params *ListTeamsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTeamRequest calls the generic CreateTeam builder with application/json body
+func NewCreateTeamRequest(server string, body CreateTeamJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTeamRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTeamRequestWithBody constructs an http.Request for the CreateTeam method, with any body, and a specified content type
+func NewCreateTeamRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteTeamRequest constructs an http.Request for the DeleteTeam method
+func NewDeleteTeamRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTeamRequest constructs an http.Request for the GetTeam method
+func NewGetTeamRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateTeamRequest calls the generic UpdateTeam builder with application/json body
+func NewUpdateTeamRequest(server string, id string, body UpdateTeamJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateTeamRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewUpdateTeamRequestWithBody constructs an http.Request for the UpdateTeam method, with any body, and a specified content type
+func NewUpdateTeamRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListTeamInvitationsRequest constructs an http.Request for the ListTeamInvitations method
+func NewListTeamInvitationsRequest(server string, id string, params *ListTeamInvitationsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/invitations", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTeamInvitationRequest calls the generic CreateTeamInvitation builder with application/json body
+func NewCreateTeamInvitationRequest(server string, id string, body CreateTeamInvitationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTeamInvitationRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCreateTeamInvitationRequestWithBody constructs an http.Request for the CreateTeamInvitation method, with any body, and a specified content type
+func NewCreateTeamInvitationRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/invitations", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeTeamInvitationRequest constructs an http.Request for the RevokeTeamInvitation method
+func NewRevokeTeamInvitationRequest(server string, id string, invitationId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "invitationId", invitationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/invitations/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewLeaveTeamRequest constructs an http.Request for the LeaveTeam method
+func NewLeaveTeamRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/leave", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListTeamMembersRequest constructs an http.Request for the ListTeamMembers method
+func NewListTeamMembersRequest(server string, id string, params *ListTeamMembersParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/members", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRemoveTeamMemberRequest constructs an http.Request for the RemoveTeamMember method
+func NewRemoveTeamMemberRequest(server string, id string, userId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "userId", userId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/members/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateTeamMemberRequest calls the generic UpdateTeamMember builder with application/json body
+func NewUpdateTeamMemberRequest(server string, id string, userId string, body UpdateTeamMemberJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateTeamMemberRequestWithBody(server, id, userId, "application/json", bodyReader)
+}
+
+// NewUpdateTeamMemberRequestWithBody constructs an http.Request for the UpdateTeamMember method, with any body, and a specified content type
+func NewUpdateTeamMemberRequestWithBody(server string, id string, userId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "userId", userId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/members/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -10127,6 +11571,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
+	// AcceptTeamInvitationWithBodyWithResponse Accept an invitation: only the signed-in account whose verified email was invited
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+	AcceptTeamInvitationWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptTeamInvitationResponse, error)
+
+	// AcceptTeamInvitationWithResponse Accept an invitation: only the signed-in account whose verified email was invited
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+	AcceptTeamInvitationWithResponse(ctx context.Context, body AcceptTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptTeamInvitationResponse, error)
+
 	// ListLogsWithResponse List (placeholder)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -10346,6 +11804,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /plans/{id}/accounts/{userId} (the `AssignAccountPlan` operationId).
 	AssignAccountPlanWithResponse(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*AssignAccountPlanResponse, error)
 
+	// AssignTeamPlanWithResponse Put a team on a plan
+	//
+	// ADMIN only. Makes the plan the team's: its quotas and whether it may have more than one member (teamMembers). Until then a team follows its owner's account plan.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /plans/{id}/teams/{teamId} (the `AssignTeamPlan` operationId).
+	AssignTeamPlanWithResponse(ctx context.Context, id string, teamId string, reqEditors ...RequestEditorFn) (*AssignTeamPlanResponse, error)
+
 	// ListProjectsWithResponse List the caller's projects
 	//
 	// Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.
@@ -10500,12 +11967,142 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /projects/{id}/settings (the `UpdateProjectSettings` operationId).
 	UpdateProjectSettingsWithResponse(ctx context.Context, id string, body UpdateProjectSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateProjectSettingsResponse, error)
 
+	// TransferProjectWithBodyWithResponse Move a project to a team or to your own account
+	//
+	// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+	TransferProjectWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferProjectResponse, error)
+
+	// TransferProjectWithResponse Move a project to a team or to your own account
+	//
+	// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+	TransferProjectWithResponse(ctx context.Context, id string, body TransferProjectJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferProjectResponse, error)
+
 	// ReadyzWithResponse Readiness: the database is reachable
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+
+	// ListTeamsWithResponse List the caller's teams, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /teams (the `ListTeams` operationId).
+	ListTeamsWithResponse(ctx context.Context, params *ListTeamsParams, reqEditors ...RequestEditorFn) (*ListTeamsResponse, error)
+
+	// CreateTeamWithBodyWithResponse Create a team; the caller becomes its owner
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /teams (the `CreateTeam` operationId).
+	CreateTeamWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTeamResponse, error)
+
+	// CreateTeamWithResponse Create a team; the caller becomes its owner
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /teams (the `CreateTeam` operationId).
+	CreateTeamWithResponse(ctx context.Context, body CreateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTeamResponse, error)
+
+	// DeleteTeamWithResponse Delete a team that owns no project (owner)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /teams/{id} (the `DeleteTeam` operationId).
+	DeleteTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteTeamResponse, error)
+
+	// GetTeamWithResponse Get a team (members only; 404 otherwise)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /teams/{id} (the `GetTeam` operationId).
+	GetTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetTeamResponse, error)
+
+	// UpdateTeamWithBodyWithResponse Rename a team (owner)
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+	UpdateTeamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTeamResponse, error)
+
+	// UpdateTeamWithResponse Rename a team (owner)
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+	UpdateTeamWithResponse(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTeamResponse, error)
+
+	// ListTeamInvitationsWithResponse List the team's pending invitations (admin)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
+	ListTeamInvitationsWithResponse(ctx context.Context, id string, params *ListTeamInvitationsParams, reqEditors ...RequestEditorFn) (*ListTeamInvitationsResponse, error)
+
+	// CreateTeamInvitationWithBodyWithResponse Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+	CreateTeamInvitationWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTeamInvitationResponse, error)
+
+	// CreateTeamInvitationWithResponse Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+	CreateTeamInvitationWithResponse(ctx context.Context, id string, body CreateTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTeamInvitationResponse, error)
+
+	// RevokeTeamInvitationWithResponse Revoke a pending invitation (admin)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /teams/{id}/invitations/{invitationId} (the `RevokeTeamInvitation` operationId).
+	RevokeTeamInvitationWithResponse(ctx context.Context, id string, invitationId string, reqEditors ...RequestEditorFn) (*RevokeTeamInvitationResponse, error)
+
+	// LeaveTeamWithResponse Leave a team (the last owner cannot)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /teams/{id}/leave (the `LeaveTeam` operationId).
+	LeaveTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*LeaveTeamResponse, error)
+
+	// ListTeamMembersWithResponse List a team's members, first joined first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /teams/{id}/members (the `ListTeamMembers` operationId).
+	ListTeamMembersWithResponse(ctx context.Context, id string, params *ListTeamMembersParams, reqEditors ...RequestEditorFn) (*ListTeamMembersResponse, error)
+
+	// RemoveTeamMemberWithResponse Remove a member (admin; an owner: owner; not the last owner); they lose the team's projects at once
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /teams/{id}/members/{userId} (the `RemoveTeamMember` operationId).
+	RemoveTeamMemberWithResponse(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*RemoveTeamMemberResponse, error)
+
+	// UpdateTeamMemberWithBodyWithResponse Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+	UpdateTeamMemberWithBodyWithResponse(ctx context.Context, id string, userId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTeamMemberResponse, error)
+
+	// UpdateTeamMemberWithResponse Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+	UpdateTeamMemberWithResponse(ctx context.Context, id string, userId string, body UpdateTeamMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTeamMemberResponse, error)
 
 	// GetUsageWithResponse The caller's use of their plan's quotas
 	//
@@ -13283,6 +14880,54 @@ func (r HealthzResponse) ContentType() string {
 	return ""
 }
 
+type AcceptTeamInvitationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Team
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcceptTeamInvitationResponse) GetJSON200() *Team {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AcceptTeamInvitationResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcceptTeamInvitationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcceptTeamInvitationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcceptTeamInvitationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcceptTeamInvitationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListLogsResponse200Headers the declared response headers of an HTTP 200 response for ListLogs
 type ListLogsResponse200Headers struct {
 	ContentType *string
@@ -14284,6 +15929,47 @@ func (r AssignAccountPlanResponse) ContentType() string {
 	return ""
 }
 
+type AssignTeamPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AssignTeamPlanResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AssignTeamPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AssignTeamPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AssignTeamPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AssignTeamPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListProjectsResponse200Headers the declared response headers of an HTTP 200 response for ListProjects
 type ListProjectsResponse200Headers struct {
 	XNextCursor *string
@@ -14963,6 +16649,54 @@ func (r UpdateProjectSettingsResponse) ContentType() string {
 	return ""
 }
 
+type TransferProjectResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Project
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TransferProjectResponse) GetJSON200() *Project {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r TransferProjectResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r TransferProjectResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TransferProjectResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TransferProjectResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TransferProjectResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ReadyzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -15005,6 +16739,575 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListTeamsResponse200Headers the declared response headers of an HTTP 200 response for ListTeams
+type ListTeamsResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListTeamsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Team
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListTeamsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTeamsResponse) GetJSON200() *[]Team {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTeamsResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTeamsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTeamsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTeamsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTeamsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTeamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Team
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTeamResponse) GetJSON201() *Team {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateTeamResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTeamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTeamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTeamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTeamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteTeamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteTeamResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteTeamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteTeamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteTeamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteTeamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTeamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Team
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTeamResponse) GetJSON200() *Team {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetTeamResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTeamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTeamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTeamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTeamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateTeamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Team
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateTeamResponse) GetJSON200() *Team {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UpdateTeamResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateTeamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateTeamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateTeamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateTeamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListTeamInvitationsResponse200Headers the declared response headers of an HTTP 200 response for ListTeamInvitations
+type ListTeamInvitationsResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListTeamInvitationsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]TeamInvitation
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListTeamInvitationsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTeamInvitationsResponse) GetJSON200() *[]TeamInvitation {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTeamInvitationsResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTeamInvitationsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTeamInvitationsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTeamInvitationsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTeamInvitationsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTeamInvitationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *TeamInvitation
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTeamInvitationResponse) GetJSON201() *TeamInvitation {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateTeamInvitationResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTeamInvitationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTeamInvitationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTeamInvitationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTeamInvitationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeTeamInvitationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RevokeTeamInvitationResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeTeamInvitationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeTeamInvitationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeTeamInvitationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeTeamInvitationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type LeaveTeamResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r LeaveTeamResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r LeaveTeamResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LeaveTeamResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LeaveTeamResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LeaveTeamResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListTeamMembersResponse200Headers the declared response headers of an HTTP 200 response for ListTeamMembers
+type ListTeamMembersResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListTeamMembersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]TeamMember
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListTeamMembersResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTeamMembersResponse) GetJSON200() *[]TeamMember {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTeamMembersResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTeamMembersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTeamMembersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTeamMembersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTeamMembersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RemoveTeamMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RemoveTeamMemberResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RemoveTeamMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemoveTeamMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemoveTeamMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemoveTeamMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateTeamMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TeamMember
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateTeamMemberResponse) GetJSON200() *TeamMember {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UpdateTeamMemberResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateTeamMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateTeamMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateTeamMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateTeamMemberResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16522,6 +18825,32 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
+// AcceptTeamInvitationWithBodyWithResponse Accept an invitation: only the signed-in account whose verified email was invited
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+func (c *ClientWithResponses) AcceptTeamInvitationWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptTeamInvitationResponse, error) {
+	rsp, err := c.AcceptTeamInvitationWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptTeamInvitationResponse(rsp)
+}
+
+// AcceptTeamInvitationWithResponse Accept an invitation: only the signed-in account whose verified email was invited
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /invitations/accept (the `AcceptTeamInvitation` operationId).
+func (c *ClientWithResponses) AcceptTeamInvitationWithResponse(ctx context.Context, body AcceptTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptTeamInvitationResponse, error) {
+	rsp, err := c.AcceptTeamInvitation(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptTeamInvitationResponse(rsp)
+}
+
 // ListLogsWithResponse List (placeholder)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -16915,6 +19244,21 @@ func (c *ClientWithResponses) AssignAccountPlanWithResponse(ctx context.Context,
 	return ParseAssignAccountPlanResponse(rsp)
 }
 
+// AssignTeamPlanWithResponse Put a team on a plan
+//
+// ADMIN only. Makes the plan the team's: its quotas and whether it may have more than one member (teamMembers). Until then a team follows its owner's account plan.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /plans/{id}/teams/{teamId} (the `AssignTeamPlan` operationId).
+func (c *ClientWithResponses) AssignTeamPlanWithResponse(ctx context.Context, id string, teamId string, reqEditors ...RequestEditorFn) (*AssignTeamPlanResponse, error) {
+	rsp, err := c.AssignTeamPlan(ctx, id, teamId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAssignTeamPlanResponse(rsp)
+}
+
 // ListProjectsWithResponse List the caller's projects
 //
 // Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.
@@ -17177,6 +19521,36 @@ func (c *ClientWithResponses) UpdateProjectSettingsWithResponse(ctx context.Cont
 	return ParseUpdateProjectSettingsResponse(rsp)
 }
 
+// TransferProjectWithBodyWithResponse Move a project to a team or to your own account
+//
+// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+func (c *ClientWithResponses) TransferProjectWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TransferProjectResponse, error) {
+	rsp, err := c.TransferProjectWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferProjectResponse(rsp)
+}
+
+// TransferProjectWithResponse Move a project to a team or to your own account
+//
+// The caller must be admin or owner of the project and of the team it moves to; the new owner's maxProjects quota applies (403). Deployments, domains and hooks move with it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /projects/{id}/transfer (the `TransferProject` operationId).
+func (c *ClientWithResponses) TransferProjectWithResponse(ctx context.Context, id string, body TransferProjectJSONRequestBody, reqEditors ...RequestEditorFn) (*TransferProjectResponse, error) {
+	rsp, err := c.TransferProject(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransferProjectResponse(rsp)
+}
+
 // ReadyzWithResponse Readiness: the database is reachable
 //
 // Returns a wrapper object for the known response body format(s).
@@ -17188,6 +19562,214 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseReadyzResponse(rsp)
+}
+
+// ListTeamsWithResponse List the caller's teams, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /teams (the `ListTeams` operationId).
+func (c *ClientWithResponses) ListTeamsWithResponse(ctx context.Context, params *ListTeamsParams, reqEditors ...RequestEditorFn) (*ListTeamsResponse, error) {
+	rsp, err := c.ListTeams(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTeamsResponse(rsp)
+}
+
+// CreateTeamWithBodyWithResponse Create a team; the caller becomes its owner
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /teams (the `CreateTeam` operationId).
+func (c *ClientWithResponses) CreateTeamWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTeamResponse, error) {
+	rsp, err := c.CreateTeamWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTeamResponse(rsp)
+}
+
+// CreateTeamWithResponse Create a team; the caller becomes its owner
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /teams (the `CreateTeam` operationId).
+func (c *ClientWithResponses) CreateTeamWithResponse(ctx context.Context, body CreateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTeamResponse, error) {
+	rsp, err := c.CreateTeam(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTeamResponse(rsp)
+}
+
+// DeleteTeamWithResponse Delete a team that owns no project (owner)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /teams/{id} (the `DeleteTeam` operationId).
+func (c *ClientWithResponses) DeleteTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteTeamResponse, error) {
+	rsp, err := c.DeleteTeam(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteTeamResponse(rsp)
+}
+
+// GetTeamWithResponse Get a team (members only; 404 otherwise)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /teams/{id} (the `GetTeam` operationId).
+func (c *ClientWithResponses) GetTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetTeamResponse, error) {
+	rsp, err := c.GetTeam(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTeamResponse(rsp)
+}
+
+// UpdateTeamWithBodyWithResponse Rename a team (owner)
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+func (c *ClientWithResponses) UpdateTeamWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTeamResponse, error) {
+	rsp, err := c.UpdateTeamWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateTeamResponse(rsp)
+}
+
+// UpdateTeamWithResponse Rename a team (owner)
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
+func (c *ClientWithResponses) UpdateTeamWithResponse(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTeamResponse, error) {
+	rsp, err := c.UpdateTeam(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateTeamResponse(rsp)
+}
+
+// ListTeamInvitationsWithResponse List the team's pending invitations (admin)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
+func (c *ClientWithResponses) ListTeamInvitationsWithResponse(ctx context.Context, id string, params *ListTeamInvitationsParams, reqEditors ...RequestEditorFn) (*ListTeamInvitationsResponse, error) {
+	rsp, err := c.ListTeamInvitations(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTeamInvitationsResponse(rsp)
+}
+
+// CreateTeamInvitationWithBodyWithResponse Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+func (c *ClientWithResponses) CreateTeamInvitationWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTeamInvitationResponse, error) {
+	rsp, err := c.CreateTeamInvitationWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTeamInvitationResponse(rsp)
+}
+
+// CreateTeamInvitationWithResponse Invite an email address to the team (admin; the owner role: owner); the link is mailed, never answered
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /teams/{id}/invitations (the `CreateTeamInvitation` operationId).
+func (c *ClientWithResponses) CreateTeamInvitationWithResponse(ctx context.Context, id string, body CreateTeamInvitationJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTeamInvitationResponse, error) {
+	rsp, err := c.CreateTeamInvitation(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTeamInvitationResponse(rsp)
+}
+
+// RevokeTeamInvitationWithResponse Revoke a pending invitation (admin)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /teams/{id}/invitations/{invitationId} (the `RevokeTeamInvitation` operationId).
+func (c *ClientWithResponses) RevokeTeamInvitationWithResponse(ctx context.Context, id string, invitationId string, reqEditors ...RequestEditorFn) (*RevokeTeamInvitationResponse, error) {
+	rsp, err := c.RevokeTeamInvitation(ctx, id, invitationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeTeamInvitationResponse(rsp)
+}
+
+// LeaveTeamWithResponse Leave a team (the last owner cannot)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /teams/{id}/leave (the `LeaveTeam` operationId).
+func (c *ClientWithResponses) LeaveTeamWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*LeaveTeamResponse, error) {
+	rsp, err := c.LeaveTeam(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLeaveTeamResponse(rsp)
+}
+
+// ListTeamMembersWithResponse List a team's members, first joined first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /teams/{id}/members (the `ListTeamMembers` operationId).
+func (c *ClientWithResponses) ListTeamMembersWithResponse(ctx context.Context, id string, params *ListTeamMembersParams, reqEditors ...RequestEditorFn) (*ListTeamMembersResponse, error) {
+	rsp, err := c.ListTeamMembers(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTeamMembersResponse(rsp)
+}
+
+// RemoveTeamMemberWithResponse Remove a member (admin; an owner: owner; not the last owner); they lose the team's projects at once
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /teams/{id}/members/{userId} (the `RemoveTeamMember` operationId).
+func (c *ClientWithResponses) RemoveTeamMemberWithResponse(ctx context.Context, id string, userId string, reqEditors ...RequestEditorFn) (*RemoveTeamMemberResponse, error) {
+	rsp, err := c.RemoveTeamMember(ctx, id, userId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveTeamMemberResponse(rsp)
+}
+
+// UpdateTeamMemberWithBodyWithResponse Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+func (c *ClientWithResponses) UpdateTeamMemberWithBodyWithResponse(ctx context.Context, id string, userId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTeamMemberResponse, error) {
+	rsp, err := c.UpdateTeamMemberWithBody(ctx, id, userId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateTeamMemberResponse(rsp)
+}
+
+// UpdateTeamMemberWithResponse Change a member's role (admin; granting or taking away owner: owner; the last owner stays owner)
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /teams/{id}/members/{userId} (the `UpdateTeamMember` operationId).
+func (c *ClientWithResponses) UpdateTeamMemberWithResponse(ctx context.Context, id string, userId string, body UpdateTeamMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTeamMemberResponse, error) {
+	rsp, err := c.UpdateTeamMember(ctx, id, userId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateTeamMemberResponse(rsp)
 }
 
 // GetUsageWithResponse The caller's use of their plan's quotas
@@ -19566,6 +22148,39 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	return response, nil
 }
 
+// ParseAcceptTeamInvitationResponse parses an HTTP response from a AcceptTeamInvitationWithResponse call
+func ParseAcceptTeamInvitationResponse(rsp *http.Response) (*AcceptTeamInvitationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcceptTeamInvitationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Team
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListLogsResponse parses an HTTP response from a ListLogsWithResponse call
 func ParseListLogsResponse(rsp *http.Response) (*ListLogsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -20345,6 +22960,35 @@ func ParseAssignAccountPlanResponse(rsp *http.Response) (*AssignAccountPlanRespo
 	return response, nil
 }
 
+// ParseAssignTeamPlanResponse parses an HTTP response from a AssignTeamPlanWithResponse call
+func ParseAssignTeamPlanResponse(rsp *http.Response) (*AssignTeamPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AssignTeamPlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListProjectsResponse parses an HTTP response from a ListProjectsWithResponse call
 func ParseListProjectsResponse(rsp *http.Response) (*ListProjectsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -20838,6 +23482,39 @@ func ParseUpdateProjectSettingsResponse(rsp *http.Response) (*UpdateProjectSetti
 	return response, nil
 }
 
+// ParseTransferProjectResponse parses an HTTP response from a TransferProjectWithResponse call
+func ParseTransferProjectResponse(rsp *http.Response) (*TransferProjectResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TransferProjectResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Project
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseReadyzResponse parses an HTTP response from a ReadyzWithResponse call
 func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -20854,6 +23531,425 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest HealthResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTeamsResponse parses an HTTP response from a ListTeamsWithResponse call
+func ParseListTeamsResponse(rsp *http.Response) (*ListTeamsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTeamsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Team
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListTeamsResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateTeamResponse parses an HTTP response from a CreateTeamWithResponse call
+func ParseCreateTeamResponse(rsp *http.Response) (*CreateTeamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTeamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Team
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteTeamResponse parses an HTTP response from a DeleteTeamWithResponse call
+func ParseDeleteTeamResponse(rsp *http.Response) (*DeleteTeamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteTeamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTeamResponse parses an HTTP response from a GetTeamWithResponse call
+func ParseGetTeamResponse(rsp *http.Response) (*GetTeamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTeamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Team
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateTeamResponse parses an HTTP response from a UpdateTeamWithResponse call
+func ParseUpdateTeamResponse(rsp *http.Response) (*UpdateTeamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateTeamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Team
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTeamInvitationsResponse parses an HTTP response from a ListTeamInvitationsWithResponse call
+func ParseListTeamInvitationsResponse(rsp *http.Response) (*ListTeamInvitationsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTeamInvitationsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []TeamInvitation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListTeamInvitationsResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateTeamInvitationResponse parses an HTTP response from a CreateTeamInvitationWithResponse call
+func ParseCreateTeamInvitationResponse(rsp *http.Response) (*CreateTeamInvitationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTeamInvitationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest TeamInvitation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeTeamInvitationResponse parses an HTTP response from a RevokeTeamInvitationWithResponse call
+func ParseRevokeTeamInvitationResponse(rsp *http.Response) (*RevokeTeamInvitationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeTeamInvitationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseLeaveTeamResponse parses an HTTP response from a LeaveTeamWithResponse call
+func ParseLeaveTeamResponse(rsp *http.Response) (*LeaveTeamResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LeaveTeamResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTeamMembersResponse parses an HTTP response from a ListTeamMembersWithResponse call
+func ParseListTeamMembersResponse(rsp *http.Response) (*ListTeamMembersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTeamMembersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []TeamMember
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListTeamMembersResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRemoveTeamMemberResponse parses an HTTP response from a RemoveTeamMemberWithResponse call
+func ParseRemoveTeamMemberResponse(rsp *http.Response) (*RemoveTeamMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemoveTeamMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateTeamMemberResponse parses an HTTP response from a UpdateTeamMemberWithResponse call
+func ParseUpdateTeamMemberResponse(rsp *http.Response) (*UpdateTeamMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateTeamMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TeamMember
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

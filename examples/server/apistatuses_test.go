@@ -71,6 +71,7 @@ func TestDeclaredResponses(t *testing.T) {
 	project := env.deployments(t, user)
 	env.plansAndDomains(t, user, project)
 	env.hooksAndDeletion(t, user, project)
+	env.teams(t)
 	env.placeholders(t)
 	env.rec.check(t)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/oauth"
+	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
@@ -68,6 +69,7 @@ type App struct {
 	Auth        *auth.Service
 	OAuth       *oauth.Service
 	Plans       *plans.Service
+	Teams       *teams.Service
 	Projects    *projects.Service
 	Deployments *deployments.Service
 	Codehost    *codehost.Service
@@ -105,6 +107,7 @@ type App struct {
 // service is built and before any route is registered or module started,
 // so the adapters reading them never see them empty.
 type edges struct {
+	teams       *teams.Service
 	projects    *projects.Service
 	deployments *deployments.Service
 	codehost    *codehost.Service
@@ -176,6 +179,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"auth", a.buildAuth},
 		{"oauth", a.buildOAuth},
 		{"plans", a.buildPlans},
+		{"teams", a.buildTeams},
 		{"projects", a.buildProjects},
 		{"deployments", a.buildDeployments},
 		{"codehost", a.buildCodehost},
@@ -189,7 +193,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}
 	// Phase two: bind the edges that point at later modules.
-	*a.edges = edges{projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
+	*a.edges = edges{teams: a.Teams, projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
 		bandwidth: a.Bandwidth}
 
 	// Then every module's routes are registered, all migrations run, and

@@ -77,6 +77,9 @@ type Config struct {
 	// DomainCheckInterval is KEELSON_DOMAIN_CHECK_INTERVAL: how often each
 	// custom domain is checked again (default 10m).
 	DomainCheckInterval time.Duration
+	// InviteTTL is KEELSON_INVITE_TTL: how long a team invitation stays
+	// valid (default 7 days).
+	InviteTTL time.Duration
 	// AllowPrivateRepoHosts (KEELSON_ALLOW_PRIVATE_REPO_HOSTS) lets https repos
 	// live on hosts that resolve to private addresses (a code host on the LAN).
 	AllowPrivateRepoHosts bool
@@ -287,6 +290,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_LOG_RETENTION", c.LogRetention, 100 * 365 * 24 * time.Hour},
 		{"KEELSON_RUNTIME_WAIT", c.RuntimeWait, 10 * time.Minute},
 		{"KEELSON_DOMAIN_CHECK_INTERVAL", c.DomainCheckInterval, 7 * 24 * time.Hour},
+		{"KEELSON_INVITE_TTL", c.InviteTTL, 90 * 24 * time.Hour},
 	} {
 		if d.val <= 0 || d.val > d.max {
 			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}

@@ -29,6 +29,7 @@ import (
 var ownedRoutes = []struct{ prefix, kind string }{
 	{"/projects/{id}", "project"},
 	{"/deployments/{id}", "deployment"},
+	{"/teams/{id}", "team"},
 }
 
 // notOwnedRoutes take ids of things no user owns; why is noted per prefix.
@@ -143,6 +144,11 @@ func TestAbuse(t *testing.T) {
 			ts.doJSON(t, http.StatusCreated, "POST", "/deployments", alice, map[string]any{"projectId": gone.ID}, &trig)
 			ids["deployment"] = trig.DeploymentID
 		}
+		if has("POST", "/teams") {
+			var team struct{ ID string }
+			ts.doJSON(t, http.StatusCreated, "POST", "/teams", alice, map[string]any{"name": "alice's"}, &team)
+			ids["team"] = team.ID
+		}
 		// A custom domain of alice's project (her account on a plan that
 		// has customDomains), for the routes under .../domains/{domainId}.
 		if has("POST", "/projects/{id}/domains") {
@@ -162,8 +168,12 @@ func TestAbuse(t *testing.T) {
 		t.Run("another user's id is 404", func(t *testing.T) {
 			// Bodies valid enough to get past validation to the ownership check.
 			bodies := map[string]any{
-				"PATCH /projects/{id}/settings": map[string]any{"region": "local", "planName": "free", "envVars": []any{}},
-				"POST /projects/{id}/domains":   map[string]any{"hostname": "www.stolen.example.com"},
+				"PATCH /projects/{id}/settings":      map[string]any{"region": "local", "planName": "free", "envVars": []any{}},
+				"POST /projects/{id}/domains":        map[string]any{"hostname": "www.stolen.example.com"},
+				"POST /projects/{id}/transfer":       map[string]any{},
+				"PATCH /teams/{id}":                  map[string]any{"name": "stolen"},
+				"POST /teams/{id}/invitations":       map[string]any{"email": "bob@example.com", "role": "owner"},
+				"PATCH /teams/{id}/members/{userId}": map[string]any{"role": "owner"},
 			}
 			covered := 0
 			for _, r := range routes {
@@ -207,7 +217,7 @@ func TestAbuse(t *testing.T) {
 					}
 				}
 				// Ids below the project's are alice's own (her domain).
-				sub := strings.NewReplacer("{domainId}", ids["domain"])
+				sub := strings.NewReplacer("{domainId}", ids["domain"], "{userId}", aliceMe.ID, "{invitationId}", platform.NewID())
 				other := sub.Replace(strings.ReplaceAll(r.path, "{id}", id))
 				random := sub.Replace(strings.ReplaceAll(r.path, "{id}", platform.NewID()))
 				st, raw, _ := ts.do(t, r.method, other, bob, body)

@@ -18,6 +18,7 @@ var tagDescriptions = map[string]string{
 	"Code host":    "The code-hosting app: installation, repositories, signed webhooks, deliveries.",
 	"Deploy hooks": "Secret per-project URLs that deploy the project's branch head when POSTed to.",
 	"Domains":      "A project's custom domains: the DNS records to create, ownership and routing checks.",
+	"Teams":        "Teams that share projects: members and their roles, invitations by mail.",
 
 	"Env vars (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",
 	"Logstore (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",

@@ -19,7 +19,7 @@ func (a *App) buildBandwidth(context.Context) error {
 	if a.meter != nil {
 		d.Meter = a.meter
 		d.Projects = bandwidthProjects{a.Projects}
-		d.Notifier = mailNotifier{a.Auth, a.Mailer}
+		d.Notifier = mailNotifier{a.Auth, a.Mailer, a.Teams}
 	}
 	if a.metrics != nil {
 		d.Metrics = a.metrics

@@ -5,7 +5,6 @@ import (
 
 	"github.com/keelson-dev/keelson/codehost/deployhooks"
 	"github.com/keelson-dev/keelson/deployments"
-	"github.com/keelson-dev/keelson/projects"
 )
 
 // wireDeployHooks builds the deploy-hook module: secret URLs under
@@ -14,7 +13,7 @@ import (
 // Trigger, and so the same quotas, as any deployment), both built before it.
 func (a *App) buildDeployHooks(context.Context) error {
 	svc, err := deployhooks.New(deployhooks.Deps{
-		DB: a.DB, Auth: a.Authn, Projects: hookProjects{a.Projects}, Deployer: hookDeployer{a.Deployments},
+		DB: a.DB, Auth: a.Authn, Projects: projectAccess{a.Projects}, Deployer: hookDeployer{a.Deployments},
 		PublicURL: a.Cfg.PublicURL, Log: a.Log.With("module", "deployhooks"),
 	})
 	if err != nil {
@@ -22,14 +21,6 @@ func (a *App) buildDeployHooks(context.Context) error {
 	}
 	a.add(svc)
 	return nil
-}
-
-// hookProjects adapts the projects module to deployhooks.Projects.
-type hookProjects struct{ s *projects.Service }
-
-func (p hookProjects) CheckOwner(ctx context.Context, ownerID, projectID string) error {
-	_, err := p.s.Get(ctx, ownerID, projectID)
-	return err
 }
 
 // hookDeployer adapts the deployments module to deployhooks.Deployer.
@@ -44,6 +35,6 @@ func (d hookDeployer) Trigger(ctx context.Context, projectID, ownerID, reason st
 }
 
 var (
-	_ deployhooks.Projects = hookProjects{}
+	_ deployhooks.Projects = projectAccess{}
 	_ deployhooks.Deployer = hookDeployer{}
 )

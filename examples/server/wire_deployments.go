@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/ingress"
@@ -18,6 +19,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/deployments/process"
 	"github.com/keelson-dev/keelson/plans"
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/moby/moby/client"
@@ -44,7 +46,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	mac := hmac.New(sha256.New, a.JWTSecret)
 	mac.Write([]byte("keelson deployment log tokens v1"))
 	d := deployments.Deps{
-		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Git: codehostGit{a.edges},
+		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
 		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention,
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
 			MaxAppLines: a.Cfg.AppLogMaxLines, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
@@ -98,7 +100,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		d.Runtime = rt
 		d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
 			e, err := local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
-				MaxConcurrent: a.Cfg.BuildSlots, FreeSlots: a.Cfg.FreeBuildSlots, PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
+				MaxConcurrent: a.Cfg.BuildSlots, FreeSlots: a.Cfg.FreeBuildSlots, PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
 			engine = e
 			return e, err
 		}
@@ -189,6 +191,19 @@ var (
 	_ projects.Teardown          = (*deployments.Service)(nil)
 	_ projects.DeploymentCounter = (*deployments.Service)(nil)
 )
+
+// projectAccess adapts the projects module's one authorisation point to
+// deployments.Access (and deployhooks.Projects).
+type projectAccess struct{ s *projects.Service }
+
+func (p projectAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error {
+	_, err := p.s.Authorize(ctx, userID, projectID, perm)
+	return err
+}
+
+func (p projectAccess) Accounts(ctx context.Context, userID string) ([]string, error) {
+	return p.s.Accounts(ctx, userID)
+}
 
 // deploySource adapts the projects module to deployments.ProjectSource.
 type deploySource struct{ s *projects.Service }
@@ -285,11 +300,12 @@ func (d dockerRuntime) Close(ctx context.Context) error {
 // cannot read the plan uses the default share, counted as FREE.
 type buildShares struct {
 	plans *plans.Service
+	teams *teams.Service
 	per   int // KEELSON_BUILDS_PER_USER or its default
 }
 
 func (b buildShares) BuildShare(ctx context.Context, ownerID string) (deployments.Share, error) {
-	p, err := b.plans.AccountPlan(ctx, ownerID)
+	p, err := accountPlan(ctx, b.plans, b.teams, ownerID)
 	if err != nil {
 		return deployments.Share{}, err
 	}

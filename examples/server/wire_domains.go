@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/keelson-dev/keelson/projects/domains"
 )
@@ -19,7 +21,8 @@ func (a *App) buildDomains(context.Context) error {
 	svc, err := domains.New(domains.Deps{
 		DB: a.DB, Auth: a.Authn,
 		Projects:   domainProjects{a.Projects, a.Plans},
-		Notifier:   mailNotifier{a.Auth, a.Mailer},
+		Access:     domainAccess{a.Projects},
+		Notifier:   mailNotifier{a.Auth, a.Mailer, a.Teams},
 		AppsDomain: a.Cfg.AppsDomain, PublicURL: a.Cfg.PublicURL, FrontendURL: a.Cfg.FrontendURL,
 		IngressIPs: a.Cfg.IngressIPs, Resolvers: a.Cfg.DNSResolvers,
 		MaxPerProject: a.Cfg.MaxDomainsPerProject, CheckInterval: a.Cfg.DomainCheckInterval,
@@ -41,14 +44,15 @@ type domainProjects struct {
 }
 
 func (d domainProjects) Project(ctx context.Context, ownerID, projectID string) (*domains.Project, error) {
-	if _, err := d.p.Get(ctx, ownerID, projectID); err != nil {
-		return nil, err
-	}
 	// The effective plan (a project's own plan, capped by its owner's);
-	// ErrNotFound once the project is being deleted.
+	// ErrNotFound once the project is being deleted or belongs to another
+	// owner account.
 	info, err := d.p.ProjectForDeploy(ctx, projectID)
 	if err != nil {
 		return nil, err
+	}
+	if info.OwnerID != ownerID {
+		return nil, platform.NotFound("project not found")
 	}
 	pl, err := d.plans.PlanByName(ctx, info.PlanName)
 	if err != nil {
@@ -59,14 +63,30 @@ func (d domainProjects) Project(ctx context.Context, ownerID, projectID string) 
 	return &domains.Project{Slug: info.Slug, PlanName: pl.Name, CustomDomains: pl.CustomDomains}, nil
 }
 
+// domainAccess adapts the projects module's authorisation to domains.Access.
+type domainAccess struct{ s *projects.Service }
+
+func (d domainAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) (string, error) {
+	acc, err := d.s.Authorize(ctx, userID, projectID, perm)
+	if err != nil {
+		return "", err
+	}
+	return acc.OwnerID, nil
+}
+
 // mailNotifier mails a user through the auth module's mailer (SMTP, or the
-// log without KEELSON_SMTP_URL).
+// log without KEELSON_SMTP_URL); an owner account that is a team is told
+// through its first owner.
 type mailNotifier struct {
 	users  *auth.Service
 	mailer auth.Mailer
+	teams  *teams.Service
 }
 
 func (n mailNotifier) Notify(ctx context.Context, userID, subject, text string) error {
+	if owner, err := n.teams.TeamOwner(ctx, userID); err == nil {
+		userID = owner
+	}
 	u, err := n.users.UserByID(ctx, userID)
 	if err != nil {
 		return fmt.Errorf("user %s: %v", userID, err)
@@ -76,5 +96,6 @@ func (n mailNotifier) Notify(ctx context.Context, userID, subject, text string) 
 
 var (
 	_ domains.Projects = domainProjects{}
+	_ domains.Access   = domainAccess{}
 	_ domains.Notifier = mailNotifier{}
 )

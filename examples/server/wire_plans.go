@@ -18,6 +18,7 @@ func (a *App) buildPlans(ctx context.Context) error {
 		Logger:  a.Log.With("module", "plans"),
 		Usage:   planUsage{a.edges},
 		Changes: planChanges{a.edges},
+		Teams:   planTeams{a.edges},
 	})
 	if err != nil {
 		return err

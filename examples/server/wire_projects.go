@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/projects"
 )
@@ -16,14 +17,16 @@ import (
 // period, then resume at next start.
 func (a *App) buildProjects(ctx context.Context) error {
 	svc, err := projects.New(projects.Deps{
-		DB:          a.DB,
-		Auth:        a.Authn,
-		Sealer:      a.Sealer,
-		Plans:       planSource{a.Plans},
-		Teardown:    projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
-		Deployments: deploymentCounter{a.edges},
-		Logs:        deploymentCounter{a.edges},
-		Bandwidth:   bandwidthCounter{a.edges},
+		DB:           a.DB,
+		Auth:         a.Authn,
+		Sealer:       a.Sealer,
+		Plans:        planSource{a.Plans, a.Teams},
+		Teams:        a.Teams,
+		OwnerChanges: ownerChanges{a.edges},
+		Teardown:     projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
+		Deployments:  deploymentCounter{a.edges},
+		Logs:         deploymentCounter{a.edges},
+		Bandwidth:    bandwidthCounter{a.edges},
 		ProjectPlanChanged: func(string) {
 			if a.edges.bandwidth != nil {
 				a.edges.bandwidth.PlanChanged()
@@ -64,8 +67,12 @@ func (t projectTeardown) TeardownProject(ctx context.Context, projectID string) 
 	return err
 }
 
-// planSource adapts the plans module to projects.PlanSource.
-type planSource struct{ s *plans.Service }
+// planSource adapts the plans module to projects.PlanSource; an account
+// is a user or a team (whose plan is its own, else its owner's).
+type planSource struct {
+	s     *plans.Service
+	teams *teams.Service
+}
 
 func (p planSource) PlanByName(ctx context.Context, name string) (*projects.Plan, error) {
 	pl, err := p.s.PlanByName(ctx, name)
@@ -75,8 +82,8 @@ func (p planSource) PlanByName(ctx context.Context, name string) (*projects.Plan
 	return toProjectsPlan(pl), nil
 }
 
-func (p planSource) AccountPlan(ctx context.Context, userID string) (*projects.Plan, error) {
-	pl, err := p.s.AccountPlan(ctx, userID)
+func (p planSource) AccountPlan(ctx context.Context, accountID string) (*projects.Plan, error) {
+	pl, err := accountPlan(ctx, p.s, p.teams, accountID)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +97,17 @@ func toProjectsPlan(p *plans.Plan) *projects.Plan {
 		MaxCpuM: p.MaxCpuM, MaxStorageGi: p.MaxStorageGi, BuildTimeoutMins: p.BuildTimeoutMins,
 		PriorityBuilds: p.PriorityBuilds, Public: p.Public, MaxBandwidthGb: p.MaxBandwidthGb,
 	}
+}
+
+// ownerChanges moves a project's deployments and domains with it to its
+// new owner account (projects.OwnerChanges).
+type ownerChanges struct{ e *edges }
+
+func (o ownerChanges) ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error {
+	if err := o.e.deployments.ProjectOwnerChanged(ctx, projectID, ownerID); err != nil {
+		return err
+	}
+	return o.e.domains.ProjectOwnerChanged(ctx, projectID, ownerID)
 }
 
 // deploymentCounter answers GET /usage's monthly counts through the

@@ -58,6 +58,13 @@ type Projects interface {
 	Project(ctx context.Context, ownerID, projectID string) (*Project, error)
 }
 
+// Access authorises a caller on a project by their role (the projects
+// module's one authorisation point) and answers its owner account: a user,
+// or a team.
+type Access interface {
+	Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) (ownerID string, err error)
+}
+
 // Notifier tells a user something by mail (the server adapts the auth
 // module's mailer). Errors are logged, never shown to the caller.
 type Notifier interface {
@@ -84,6 +91,10 @@ type Deps struct {
 	Auth platform.Authenticator
 	// Projects checks ownership and the plan.
 	Projects Projects
+	// Access authorises callers by role. Optional: without it a project's
+	// owner alone may act, and Notifier gets owners' user ids; with it the
+	// owner may be a team's id (the host's Notifier mails its owner).
+	Access Access
 	// Notifier mails owners (a domain moved away, deactivated, reactivated).
 	Notifier Notifier
 	// AppsDomain is KEELSON_APPS_DOMAIN: projects answer at <slug>.<AppsDomain>;

@@ -11,28 +11,40 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// project checks that projectID is ownerID's, answering "project not found"
-// (404) for anything else.
-func (s *Service) project(ctx context.Context, ownerID, projectID string) (*Project, error) {
+// project checks that the caller may act on projectID with perm (through
+// Deps.Access; without it, that the project is the caller's) and answers
+// its owner account, answering "project not found" (404) for anything else.
+func (s *Service) project(ctx context.Context, caller, projectID string, perm platform.Permission) (string, *Project, error) {
 	if !platform.ValidID(projectID) {
-		return nil, platform.NotFound("project not found")
+		return "", nil, platform.NotFound("project not found")
 	}
-	p, err := s.d.Projects.Project(ctx, ownerID, projectID)
+	ownerID, err := caller, error(nil)
+	if s.d.Access != nil {
+		ownerID, err = s.d.Access.Authorize(ctx, caller, projectID, perm)
+	}
+	var p *Project
+	if err == nil {
+		p, err = s.d.Projects.Project(ctx, ownerID, projectID)
+	}
 	if errors.Is(err, platform.ErrNotFound) {
-		return nil, platform.NotFound("project not found")
+		return "", nil, platform.NotFound("project not found")
+	}
+	var pe *platform.Error
+	if errors.As(err, &pe) {
+		return "", nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("domains: project: %w", err)
+		return "", nil, fmt.Errorf("domains: project: %w", err)
 	}
-	return p, nil
+	return ownerID, p, nil
 }
 
 // Create adds hostname to the owner's project and returns it (pending) with
 // the records to create. A hostname another account holds is a 409 carrying
 // a token of the caller's own; once a TXT record holds that token, Create
 // moves the hostname here (verified) and tells its old owner.
-func (s *Service) Create(ctx context.Context, ownerID, projectID, hostname string) (*Domain, error) {
-	p, err := s.project(ctx, ownerID, projectID)
+func (s *Service) Create(ctx context.Context, caller, projectID, hostname string) (*Domain, error) {
+	ownerID, p, err := s.project(ctx, caller, projectID, platform.DomainsWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -221,8 +233,9 @@ type ListParams struct {
 
 // List returns the domains of the owner's project, newest first, and the
 // cursor of the next page ("" on the last).
-func (s *Service) List(ctx context.Context, ownerID, projectID string, p ListParams) ([]*Domain, string, error) {
-	if _, err := s.project(ctx, ownerID, projectID); err != nil {
+func (s *Service) List(ctx context.Context, caller, projectID string, p ListParams) ([]*Domain, string, error) {
+	ownerID, _, err := s.project(ctx, caller, projectID, platform.DomainsRead)
+	if err != nil {
 		return nil, "", err
 	}
 	p.Limit = platform.PageParams{Limit: p.Limit}.Size()
@@ -247,16 +260,17 @@ func (s *Service) List(ctx context.Context, ownerID, projectID string, p ListPar
 	return out, next, nil
 }
 
-// row returns domainID of the owner's project, or a 404.
-func (s *Service) row(ctx context.Context, ownerID, projectID, domainID string) (*domainRow, error) {
-	if _, err := s.project(ctx, ownerID, projectID); err != nil {
+// row returns domainID of the project when the caller holds perm on it, or a 404.
+func (s *Service) row(ctx context.Context, caller, projectID, domainID string, perm platform.Permission) (*domainRow, error) {
+	ownerID, _, err := s.project(ctx, caller, projectID, perm)
+	if err != nil {
 		return nil, err
 	}
 	if !platform.ValidID(domainID) {
 		return nil, platform.NotFound("domain not found")
 	}
 	row := new(domainRow)
-	err := s.d.DB.NewSelect().Model(row).Where("id = ? AND project_id = ? AND owner_id = ?", domainID, projectID, ownerID).Scan(ctx)
+	err = s.d.DB.NewSelect().Model(row).Where("id = ? AND project_id = ? AND owner_id = ?", domainID, projectID, ownerID).Scan(ctx)
 	if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
 		return nil, platform.NotFound("domain not found")
 	}
@@ -265,7 +279,7 @@ func (s *Service) row(ctx context.Context, ownerID, projectID, domainID string) 
 
 // Get returns a domain of the owner's project.
 func (s *Service) Get(ctx context.Context, ownerID, projectID, domainID string) (*Domain, error) {
-	row, err := s.row(ctx, ownerID, projectID, domainID)
+	row, err := s.row(ctx, ownerID, projectID, domainID, platform.DomainsRead)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +291,7 @@ func (s *Service) Get(ctx context.Context, ownerID, projectID, domainID string) 
 // verified one whose routing records point at Keelson active. A domain that
 // stays pending says why in lastError.
 func (s *Service) Verify(ctx context.Context, ownerID, projectID, domainID string) (*Domain, error) {
-	row, err := s.row(ctx, ownerID, projectID, domainID)
+	row, err := s.row(ctx, ownerID, projectID, domainID, platform.DomainsWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +300,7 @@ func (s *Service) Verify(ctx context.Context, ownerID, projectID, domainID strin
 
 // Delete removes a domain of the owner's project.
 func (s *Service) Delete(ctx context.Context, ownerID, projectID, domainID string) error {
-	row, err := s.row(ctx, ownerID, projectID, domainID)
+	row, err := s.row(ctx, ownerID, projectID, domainID, platform.DomainsWrite)
 	if err != nil {
 		return err
 	}
@@ -371,4 +385,17 @@ func (s *Service) ProjectForHost(ctx context.Context, host string) (string, erro
 		return "", platform.NotFound("not a custom domain")
 	}
 	return id, err
+}
+
+// ProjectOwnerChanged records the project's new owner account on its
+// domains and claims (the project moved to or from a team).
+func (s *Service) ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error {
+	return db.Translate(s.d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, m := range []any{(*domainRow)(nil), (*claimRow)(nil)} {
+			if _, err := tx.NewUpdate().Model(m).Set("owner_id = ?", ownerID).Where("project_id = ?", projectID).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
 }

@@ -1,0 +1,103 @@
+package platform
+
+import "fmt"
+
+// MemberRole is what a user may do on a team's projects, and on a personal
+// project (whose owner is its "owner"). Roles are ordered: each holds what
+// the ones below it hold.
+type MemberRole string
+
+// Member roles, lowest first. The zero value is "no role" (not a member).
+const (
+	MemberViewer    MemberRole = "viewer"
+	MemberDeveloper MemberRole = "developer"
+	MemberAdmin     MemberRole = "admin"
+	MemberOwner     MemberRole = "owner"
+)
+
+// MemberRoles lists the roles, lowest first.
+func MemberRoles() []MemberRole {
+	return []MemberRole{MemberViewer, MemberDeveloper, MemberAdmin, MemberOwner}
+}
+
+// Rank orders roles: 0 for no role (or an unknown one), viewer 1 ... owner 4.
+func (r MemberRole) Rank() int {
+	for i, x := range MemberRoles() {
+		if x == r {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Valid reports whether r is one of MemberRoles.
+func (r MemberRole) Valid() bool { return r.Rank() > 0 }
+
+// AtLeast reports whether r holds everything min holds.
+func (r MemberRole) AtLeast(min MemberRole) bool { return r.Rank() > 0 && r.Rank() >= min.Rank() }
+
+// Permission names one action on one kind of resource, "resource:action".
+// Every project-scoped route asks for one; the role a caller holds on the
+// project must be at least the permission's MinRole. (An API token's scopes
+// will be permissions, narrowing what its creator's role allows.)
+type Permission string
+
+// Permissions of the project-scoped and team routes.
+const (
+	// ProjectsRead: read a project, its settings (secret values masked), its usage.
+	ProjectsRead Permission = "projects:read"
+	// ProjectsWrite: change settings and env vars that are not secret.
+	ProjectsWrite Permission = "projects:write"
+	// SecretsWrite: set, change or remove secret env vars and the webhook secret.
+	SecretsWrite Permission = "secrets:write"
+	// ProjectsDelete: delete a project, or move it to another owner.
+	ProjectsDelete Permission = "projects:delete"
+	// ProjectsCreate: create a project in a team.
+	ProjectsCreate Permission = "projects:create"
+	// PlansWrite: choose the project's plan.
+	PlansWrite Permission = "plans:write"
+	// DeploymentsRead: read deployments and stream their logs.
+	DeploymentsRead Permission = "deployments:read"
+	// DeploymentsWrite: deploy, redeploy, cancel.
+	DeploymentsWrite Permission = "deployments:write"
+	// DeploymentsDelete: delete a deployment with its logs.
+	DeploymentsDelete Permission = "deployments:delete"
+	// DomainsRead and DomainsWrite: a project's custom domains.
+	DomainsRead  Permission = "domains:read"
+	DomainsWrite Permission = "domains:write"
+	// HooksRead and HooksWrite: a project's deploy hooks.
+	HooksRead  Permission = "hooks:read"
+	HooksWrite Permission = "hooks:write"
+	// MembersRead: see a team and its members.
+	MembersRead Permission = "members:read"
+	// MembersWrite: invite, change roles (up to one's own), remove members.
+	MembersWrite Permission = "members:write"
+	// TeamsWrite: rename or delete the team.
+	TeamsWrite Permission = "teams:write"
+)
+
+// minRoles is the one table of who may do what (README "Teams").
+var minRoles = map[Permission]MemberRole{
+	ProjectsRead: MemberViewer, DeploymentsRead: MemberViewer, DomainsRead: MemberViewer,
+	HooksRead: MemberViewer, MembersRead: MemberViewer,
+	ProjectsWrite: MemberDeveloper, DeploymentsWrite: MemberDeveloper,
+	SecretsWrite: MemberAdmin, ProjectsDelete: MemberAdmin, ProjectsCreate: MemberAdmin,
+	DeploymentsDelete: MemberAdmin, DomainsWrite: MemberAdmin, HooksWrite: MemberAdmin, MembersWrite: MemberAdmin,
+	PlansWrite: MemberOwner, TeamsWrite: MemberOwner,
+}
+
+// MinRole is the lowest role that holds p; an unknown permission needs owner.
+func (p Permission) MinRole() MemberRole {
+	if r, ok := minRoles[p]; ok {
+		return r
+	}
+	return MemberOwner
+}
+
+// Allows reports whether role r holds permission p.
+func (r MemberRole) Allows(p Permission) bool { return r.AtLeast(p.MinRole()) }
+
+// Denied is the 403 of a member whose role does not hold p.
+func Denied(r MemberRole, p Permission) *Error {
+	return Forbidden(fmt.Sprintf("your role here is %s; this needs %s or above (%s)", r, p.MinRole(), p)).WithCode("ROLE_TOO_LOW")
+}

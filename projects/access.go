@@ -1,0 +1,268 @@
+package projects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// Teams is what projects needs from the teams module: a user's role in a
+// team, and the teams a user belongs to.
+type Teams interface {
+	// MemberRole returns "" when userID is not a member of teamID (or there is no such team).
+	MemberRole(ctx context.Context, teamID, userID string) (platform.MemberRole, error)
+	TeamsOf(ctx context.Context, userID string) ([]string, error)
+}
+
+// OwnerChanges is told when a project moved to another owner (account), so
+// the modules that keep the owner beside the project follow it.
+type OwnerChanges interface {
+	ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error
+}
+
+// Access is a user's standing on a project: who owns it and the user's role.
+type Access struct {
+	ProjectID string
+	// OwnerID is the owning account: the user of a personal project, or the team.
+	OwnerID string
+	// TeamID is the owning team; "" for a personal project.
+	TeamID string
+	Role   platform.MemberRole
+}
+
+// roleOf is userID's role on the project of row: owner of their personal
+// project, their team role on a team's, none otherwise.
+func (s *Service) roleOf(ctx context.Context, userID string, r *projectRow) (platform.MemberRole, error) {
+	if userID == "" {
+		return "", nil
+	}
+	if r.TeamID == "" {
+		if r.OwnerID == userID {
+			return platform.MemberOwner, nil
+		}
+		return "", nil
+	}
+	if s.d.Teams == nil {
+		return "", nil
+	}
+	role, err := s.d.Teams.MemberRole(ctx, r.TeamID, userID)
+	if err != nil {
+		return "", wrap("team role", err)
+	}
+	return role, nil
+}
+
+// get returns project id (DELETED ones only when withDeleted) when userID
+// holds perm on it: 404 when they hold no role (or it is absent), 403
+// naming the role needed when theirs is lower. This is the one place every
+// project-scoped route of every module is authorised (through Authorize).
+func (s *Service) get(ctx context.Context, idb bun.IDB, userID, id string, withDeleted bool, perm platform.Permission) (*projectRow, platform.MemberRole, error) {
+	if !platform.ValidID(id) {
+		return nil, "", notFound()
+	}
+	row := new(projectRow)
+	q := idb.NewSelect().Model(row).Where("id = ?", id)
+	if !withDeleted {
+		q = q.Where("status <> ?", StatusDeleted)
+	}
+	if err := q.Scan(ctx); err != nil {
+		if err = db.Translate(err); isNotFound(err) {
+			return nil, "", notFound()
+		}
+		return nil, "", wrap("get", err)
+	}
+	role, err := s.roleOf(ctx, userID, row)
+	if err != nil {
+		return nil, "", err
+	}
+	if role == "" {
+		return nil, "", notFound()
+	}
+	if !role.Allows(perm) {
+		return nil, "", platform.Denied(role, perm)
+	}
+	return row, role, nil
+}
+
+// Authorize answers userID's access to project projectID (not deleted) when
+// their role holds perm; otherwise a 404 (no role: the project does not
+// exist for them) or a 403 naming the role needed. Other modules authorise
+// their project-scoped routes through it.
+func (s *Service) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) (*Access, error) {
+	row, role, err := s.get(ctx, s.d.DB, userID, projectID, false, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &Access{ProjectID: row.ID, OwnerID: row.OwnerID, TeamID: row.TeamID, Role: role}, nil
+}
+
+// Accounts returns the accounts whose projects userID may read: their own
+// and their teams'.
+func (s *Service) Accounts(ctx context.Context, userID string) ([]string, error) {
+	out := []string{userID}
+	if s.d.Teams == nil {
+		return out, nil
+	}
+	teams, err := s.d.Teams.TeamsOf(ctx, userID)
+	if err != nil {
+		return nil, wrap("teams of user", err)
+	}
+	return append(out, teams...), nil
+}
+
+// TeamProjects counts the projects teamID owns that are not DELETED.
+func (s *Service) TeamProjects(ctx context.Context, teamID string) (int, error) {
+	n, err := s.d.DB.NewSelect().Model((*projectRow)(nil)).
+		Where("owner_id = ? AND team_id = ? AND status <> ?", teamID, teamID, StatusDeleted).Count(ctx)
+	return int(n), wrap("team projects", err)
+}
+
+// createOwner is the account a new project of userID belongs to: userID,
+// or teamID when the caller may create projects there.
+func (s *Service) createOwner(ctx context.Context, userID, teamID string) (string, error) {
+	if teamID == "" {
+		return userID, nil
+	}
+	role := platform.MemberRole("")
+	if s.d.Teams != nil && platform.ValidID(teamID) {
+		var err error
+		if role, err = s.d.Teams.MemberRole(ctx, teamID, userID); err != nil {
+			return "", wrap("team role", err)
+		}
+	}
+	if role == "" {
+		return "", platform.NotFound("team not found")
+	}
+	if !role.Allows(platform.ProjectsCreate) {
+		return "", platform.Denied(role, platform.ProjectsCreate)
+	}
+	return teamID, nil
+}
+
+// TransferInput is the body of POST /projects/{id}/transfer.
+type TransferInput struct {
+	TeamID string `json:"teamId,omitempty" maxLength:"36" doc:"The team to move the project to; empty or absent: the caller's own account"`
+}
+
+// SchemaName names the type in the OpenAPI document.
+func (TransferInput) SchemaName() string { return "TransferProjectRequest" }
+
+// Transfer moves project id to teamID (or, with "", to userID's own
+// account). The caller must be admin or owner of both sides; the target's
+// maxProjects quota applies.
+func (s *Service) Transfer(ctx context.Context, userID, id, teamID string) (*Project, error) {
+	row, _, err := s.get(ctx, s.d.DB, userID, id, false, platform.ProjectsDelete)
+	if err != nil {
+		return nil, err
+	}
+	if row.Status != StatusActive {
+		return nil, platform.Conflict("project is being deleted (status " + row.Status + "); it cannot move")
+	}
+	to, err := s.createOwner(ctx, userID, teamID)
+	if err != nil {
+		return nil, err
+	}
+	if to != row.OwnerID {
+		if err := s.move(ctx, row, to, teamID, userID); err != nil {
+			return nil, err
+		}
+	}
+	return s.Get(ctx, userID, id)
+}
+
+// move changes the project's owner, taking a slot of the new owner's
+// maxProjects and giving back the old owner's, in one transaction.
+func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID string) error {
+	plan, err := s.d.Plans.AccountPlan(ctx, to)
+	if err != nil {
+		return wrap("account plan", err)
+	}
+	if err := s.create.prepare(ctx, s.d.DB); err != nil {
+		return wrap("prepare", err)
+	}
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := giveBackSlot(ctx, tx, row.ID); err != nil {
+			return err
+		}
+		res, err := tx.NewUpdate().Model((*projectRow)(nil)).Set("owner_id = ?", to).Set("team_id = ?", teamID).
+			Set("created_by = ?", userID).Set("updated_at = ?", s.now()).
+			Where("id = ? AND owner_id = ? AND status = ?", row.ID, row.OwnerID, StatusActive).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return platform.Conflict("the project changed meanwhile (deleted or moved); try again")
+		}
+		return s.takeSlot(ctx, tx, to, plan)
+	})
+	s.changed(row.OwnerID)
+	s.changed(to)
+	if err != nil {
+		var pe *platform.Error
+		if errors.As(err, &pe) {
+			return err
+		}
+		return wrap("transfer", err)
+	}
+	s.d.Logger.InfoContext(ctx, "project moved", "project_id", row.ID, "from", row.OwnerID, "to", to, "user_id", userID)
+	if s.d.OwnerChanges != nil {
+		if err := s.d.OwnerChanges.ProjectOwnerChanged(ctx, row.ID, to); err != nil {
+			return fmt.Errorf("projects: the project moved, but its deployments and domains did not follow yet: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkSettingsRole refuses a settings update beyond role: secret env vars
+// and the webhook secret need admin (a developer sends secrets back masked,
+// unchanged), another plan needs owner. A developer sending back the plan
+// name a GET showed keeps the stored choice.
+func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRole, cur *projectRow, in *SettingsInput) error {
+	if !role.Allows(platform.SecretsWrite) {
+		if in.WebhookSecret != nil {
+			return platform.Denied(role, platform.SecretsWrite)
+		}
+		stored, err := decodeEnv(cur.EnvVars)
+		if err != nil {
+			return err
+		}
+		secrets := map[string]bool{}
+		for _, e := range stored {
+			if e.S {
+				secrets[e.K] = true
+			}
+		}
+		kept := 0
+		for _, e := range in.EnvVars {
+			if e.IsSecret != secrets[e.Key] || (e.IsSecret && e.Value != Mask) {
+				return platform.Denied(role, platform.SecretsWrite)
+			}
+			if e.IsSecret {
+				kept++
+			}
+		}
+		if kept != len(secrets) {
+			return platform.Denied(role, platform.SecretsWrite)
+		}
+	}
+	if role.Allows(platform.PlansWrite) || in.PlanName == cur.PlanName {
+		return nil
+	}
+	shown := cur.PlanName
+	if shown == "" {
+		acct, err := s.d.Plans.AccountPlan(ctx, cur.OwnerID)
+		if err != nil {
+			return wrap("account plan", err)
+		}
+		shown = acct.Name
+	}
+	if in.PlanName != shown {
+		return platform.Denied(role, platform.PlansWrite)
+	}
+	in.PlanName = cur.PlanName
+	return nil
+}
