@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // mgmtClient keeps no idle connections, so no goroutine outlives a call.
@@ -67,24 +69,11 @@ func start(t testing.TB, bin string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{DNS: "127.0.0.1:" + strconv.Itoa(dnsPort), mgmt: "http://127.0.0.1:" + strconv.Itoa(mgmtPort), t: t}
-	var out bytes.Buffer
 	cmd := exec.Command(bin, "-dnsserver", s.DNS, "-management", "127.0.0.1:"+strconv.Itoa(mgmtPort),
 		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "", "-defaultIPv6", "")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	if err := platformtest.StartTool(t, cmd, &platformtest.SyncBuffer{}, s.waitReady); err != nil {
+		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	if err := s.waitReady(exited); err != nil {
-		stop()
-		return nil, fmt.Errorf("%w; its output:\n%s", err, out.String())
-	}
-	t.Cleanup(stop)
 	return s, nil
 }
 

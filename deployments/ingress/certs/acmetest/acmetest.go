@@ -55,11 +55,10 @@ func Start(t testing.TB, o Options) *Pebble {
 	t.Helper()
 	bin := os.Getenv("KEELSON_TEST_PEBBLE")
 	if bin == "" {
-		msg := "acmetest: KEELSON_TEST_PEBBLE is not set; build the test ACME CA with `export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)`"
 		if os.Getenv("KEELSON_TEST_REQUIRE_PEBBLE") == "1" {
-			t.Fatal(msg + " (KEELSON_TEST_REQUIRE_PEBBLE=1)")
+			t.Fatal("acmetest: KEELSON_TEST_PEBBLE is not set (KEELSON_TEST_REQUIRE_PEBBLE=1); build the test ACME CA with `export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)`")
 		}
-		t.Skip(msg)
+		platformtest.Skip(t, "Pebble (a test ACME CA): KEELSON_TEST_PEBBLE is not set", "export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)")
 	}
 	var last error
 	for range 3 { // a port picked free may be taken before Pebble binds it
@@ -101,21 +100,9 @@ func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmtPort), out: &platformtest.SyncBuffer{}}
 	cmd := exec.Command(bin, "-config", cfgFile, "-dnsserver", o.DNS)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	if err := platformtest.StartTool(t, cmd, p.out, p.waitReady); err != nil {
+		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	if err := p.waitReady(exited); err != nil {
-		stop()
-		return nil, fmt.Errorf("%w; its output:\n%s", err, p.out.String())
-	}
-	t.Cleanup(stop)
 	return p, nil
 }
 
