@@ -178,13 +178,9 @@ func (l Limits) maxPer() time.Duration {
 }
 
 func (d Deps) validate() error {
-	var errs []error
-	if d.DB == nil {
-		errs = append(errs, errors.New("DB is required"))
-	}
-	if d.Sealer == nil {
-		errs = append(errs, errors.New("Sealer is required"))
-	}
+	var errs platform.Problems
+	errs.Require("DB", d.DB != nil)
+	errs.Require("Sealer", d.Sealer != nil)
 	if len(d.JWTSecret) < 32 {
 		errs = append(errs, errors.New("JWTSecret must be at least 32 bytes"))
 	}

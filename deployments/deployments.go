@@ -106,22 +106,12 @@ type LogFlusher interface {
 }
 
 func (d Deps) validate() error {
-	var errs []error
-	if d.DB == nil {
-		errs = append(errs, errors.New("Deps.DB is required"))
-	}
-	if d.Auth == nil {
-		errs = append(errs, errors.New("Deps.Auth is required"))
-	}
-	if d.Projects == nil {
-		errs = append(errs, errors.New("Deps.Projects is required"))
-	}
-	if d.Runtime == nil {
-		errs = append(errs, errors.New("Deps.Runtime is required"))
-	}
-	if d.NewEngine == nil {
-		errs = append(errs, errors.New("Deps.NewEngine is required"))
-	}
+	var errs platform.Problems
+	errs.Require("Deps.DB", d.DB != nil)
+	errs.Require("Deps.Auth", d.Auth != nil)
+	errs.Require("Deps.Projects", d.Projects != nil)
+	errs.Require("Deps.Runtime", d.Runtime != nil)
+	errs.Require("Deps.NewEngine", d.NewEngine != nil)
 	if len(d.LogTokenKey) < 32 {
 		errs = append(errs, errors.New("Deps.LogTokenKey must be at least 32 bytes"))
 	}

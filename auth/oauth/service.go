@@ -136,19 +136,11 @@ func (d Deps) withDefaults() Deps {
 }
 
 func (d Deps) validate() error {
-	var errs []error
-	if d.DB == nil {
-		errs = append(errs, errors.New("DB is required"))
-	}
-	if d.Accounts == nil {
-		errs = append(errs, errors.New("Accounts is required"))
-	}
-	if d.Authn == nil {
-		errs = append(errs, errors.New("Authn is required"))
-	}
-	if d.Sealer == nil {
-		errs = append(errs, errors.New("Sealer is required"))
-	}
+	var errs platform.Problems
+	errs.Require("DB", d.DB != nil)
+	errs.Require("Accounts", d.Accounts != nil)
+	errs.Require("Authn", d.Authn != nil)
+	errs.Require("Sealer", d.Sealer != nil)
 	switch d.RedirectMode {
 	case "", RedirectTokens, RedirectCode:
 	default:
