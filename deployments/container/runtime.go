@@ -373,29 +373,7 @@ func (r *Runtime) buildImage(ctx context.Context, job rt.Job, root, dockerfile s
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeContext(pw, src, dockerfile)) }()
 	defer pr.Close()
-	mem, nano, _ := r.limits(job.Limits)
-	opts := client.ImageBuildOptions{
-		Tags:        []string{r.imageTag(job)},
-		Remove:      true,
-		ForceRemove: true, // intermediate containers go even when a step fails
-		PullParent:  false,
-		Memory:      mem,
-		MemorySwap:  mem,
-		CPUPeriod:   100_000,
-		CPUQuota:    nano / 10_000, // 1 CPU = 100000us per 100000us period
-		NetworkMode: r.buildNetwork(),
-		// pids.max of the whole build (the classic builder has no pids option).
-		CgroupParent: cg.parent,
-		// No deployment id: the image outlives its deployment as the
-		// project's cache; tags say which deployment built it.
-		Labels: map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
-			LabelProject: job.ProjectID, LabelRole: "image"},
-		Version:     build.BuilderV1,
-		SecurityOpt: nil,
-	}
-	if dockerfile != "" {
-		opts.Dockerfile = generatedDockerfile
-	}
+	opts := r.buildOptions(job, cg.parent, dockerfile)
 	res, err := r.docker.ImageBuild(ctx, pr, opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -408,8 +386,53 @@ func (r *Runtime) buildImage(ctx context.Context, job rt.Job, root, dockerfile s
 		return r.engineError("starting the image build", err)
 	}
 	defer res.Body.Close()
+	if err := r.readBuildOutput(ctx, job, res.Body, trace, out); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if _, err := r.docker.ImageInspect(ctx, r.imageTag(job)); err != nil {
+		return fmt.Errorf("the image build ended without an image:\n%s", out.Tail())
+	}
+	r.keepStages(ctx, job, trace)
+	return nil
+}
+
+// buildOptions are the engine's options of job's image build: its limits,
+// the build network, the cgroup parent holding its pids limit, the labels.
+func (r *Runtime) buildOptions(job rt.Job, cgroupParent, dockerfile string) client.ImageBuildOptions {
+	mem, nano, _ := r.limits(job.Limits)
+	opts := client.ImageBuildOptions{
+		Tags:        []string{r.imageTag(job)},
+		Remove:      true,
+		ForceRemove: true, // intermediate containers go even when a step fails
+		PullParent:  false,
+		Memory:      mem,
+		MemorySwap:  mem,
+		CPUPeriod:   100_000,
+		CPUQuota:    nano / 10_000, // 1 CPU = 100000us per 100000us period
+		NetworkMode: r.buildNetwork(),
+		// pids.max of the whole build (the classic builder has no pids option).
+		CgroupParent: cgroupParent,
+		// No deployment id: the image outlives its deployment as the
+		// project's cache; tags say which deployment built it.
+		Labels: map[string]string{LabelKeelson: "1", LabelInstance: r.cfg.Instance,
+			LabelProject: job.ProjectID, LabelRole: "image"},
+		Version:     build.BuilderV1,
+		SecurityOpt: nil,
+	}
+	if dockerfile != "" {
+		opts.Dockerfile = generatedDockerfile
+	}
+	return opts
+}
+
+// readBuildOutput streams the build's output (a JSON message per line) to
+// out until it ends; an error message ends the build as failed.
+func (r *Runtime) readBuildOutput(ctx context.Context, job rt.Job, body io.Reader, trace *buildTrace, out *runlog.Output) error {
 	w := out.Writer()
-	dec := json.NewDecoder(res.Body)
+	dec := json.NewDecoder(body)
 	for {
 		var msg struct {
 			Stream      string `json:"stream"`
@@ -445,13 +468,6 @@ func (r *Runtime) buildImage(ctx context.Context, job rt.Job, root, dockerfile s
 			return fmt.Errorf("the image build failed: %s\n%s", buildErrorText(msg.Error, out.Tail(), memMi), out.Tail())
 		}
 	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if _, err := r.docker.ImageInspect(ctx, r.imageTag(job)); err != nil {
-		return fmt.Errorf("the image build ended without an image:\n%s", out.Tail())
-	}
-	r.keepStages(ctx, job, trace)
 	return nil
 }
 

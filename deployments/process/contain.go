@@ -514,25 +514,8 @@ func findMembers(procs []procStat, tags, tagPrefixes []string, leaders []procSta
 // such instances. It returns how many processes it killed.
 func (c *containment) sweep() int {
 	procs := allProcs()
-	deadInstance := func(inst string) bool {
-		if inst == c.instance {
-			return false
-		}
-		pidText, startText, ok := strings.Cut(inst, ".")
-		pid, err1 := strconv.Atoi(pidText)
-		start, err2 := strconv.ParseUint(startText, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return true
-		}
-		st, alive := readStat(pid)
-		return !alive || st.start != start
-	}
-	var (
-		prefixes []string
-		leaders  []procStat
-		cgroups  []string
-		records  []string
-	)
+	deadInstance := c.deadInstance
+	var prefixes, cgroups []string
 	seen := map[string]bool{}
 	addInstance := func(inst string) {
 		if !seen[inst] {
@@ -562,28 +545,9 @@ func (c *containment) sweep() int {
 		}
 	}
 	// Records.
-	if entries, err := os.ReadDir(c.runDir); err == nil {
-		for _, e := range entries {
-			path := filepath.Join(c.runDir, e.Name())
-			inst, _, _ := strings.Cut(e.Name(), "_")
-			if !deadInstance(inst) {
-				continue
-			}
-			records = append(records, path)
-			addInstance(inst)
-			b, err := os.ReadFile(path)
-			if err != nil {
-				continue
-			}
-			lines := strings.Split(string(b), "\n")
-			if len(lines) < 2 || lines[0] != c.bootID {
-				continue // another boot: those processes are long gone
-			}
-			var l procStat
-			if _, err := fmt.Sscanf(lines[1], "%d %d %d %d", &l.pid, &l.pgid, &l.sid, &l.start); err == nil {
-				leaders = append(leaders, l)
-			}
-		}
+	records, insts, leaders := c.leftRecords()
+	for _, inst := range insts {
+		addInstance(inst)
 	}
 	if len(prefixes) == 0 {
 		c.tidyOthers(deadInstance)
@@ -602,6 +566,52 @@ func (c *containment) sweep() int {
 		}
 	}
 	return killed
+}
+
+// deadInstance reports whether inst names a server instance on this data
+// dir, other than this one, that no longer runs.
+func (c *containment) deadInstance(inst string) bool {
+	if inst == c.instance {
+		return false
+	}
+	pidText, startText, ok := strings.Cut(inst, ".")
+	pid, err1 := strconv.Atoi(pidText)
+	start, err2 := strconv.ParseUint(startText, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return true
+	}
+	st, alive := readStat(pid)
+	return !alive || st.start != start
+}
+
+// leftRecords returns the records dead instances left in the run dir, the
+// instance of each, and the group leaders they name (of this boot only).
+func (c *containment) leftRecords() (records, insts []string, leaders []procStat) {
+	entries, err := os.ReadDir(c.runDir)
+	if err != nil {
+		return nil, nil, nil
+	}
+	for _, e := range entries {
+		path := filepath.Join(c.runDir, e.Name())
+		inst, _, _ := strings.Cut(e.Name(), "_")
+		if !c.deadInstance(inst) {
+			continue
+		}
+		records, insts = append(records, path), append(insts, inst)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		if len(lines) < 2 || lines[0] != c.bootID {
+			continue // another boot: those processes are long gone
+		}
+		var l procStat
+		if _, err := fmt.Sscanf(lines[1], "%d %d %d %d", &l.pid, &l.pgid, &l.sid, &l.start); err == nil {
+			leaders = append(leaders, l)
+		}
+	}
+	return records, insts, leaders
 }
 
 // cgroupTree is dir's child cgroups, deepest first, then dir.

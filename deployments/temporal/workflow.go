@@ -166,18 +166,7 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		// BUILD: any worker. Retried when its worker is lost (heartbeat timeout);
 		// a failing build command is a non-retryable error.
 		st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-		bctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: buildTimeout + t.BuildGrace,
-			HeartbeatTimeout:    t.Heartbeat,
-			WaitForCancellation: true,
-			RetryPolicy: &temporal.RetryPolicy{
-				InitialInterval:        time.Second,
-				BackoffCoefficient:     2,
-				MaximumInterval:        30 * time.Second,
-				MaximumAttempts:        t.BuildAttempts,
-				NonRetryableErrorTypes: []string{errTypeStepFailed, errTypeNotQueued},
-			},
-		})
+		bctx := workflow.WithActivityOptions(ctx, buildOptions(t, buildTimeout))
 		var br BuildResult
 		if err := workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br); err != nil {
 			return st.finish(ctx, t, err)
@@ -218,6 +207,23 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 			continue // BUILD's activity re-queues the stored deployment (deployments.Activities.Recover)
 		}
 		return st.finish(ctx, t, err)
+	}
+}
+
+// buildOptions run BUILD on any worker, retried when its worker is lost
+// (heartbeat timeout); a failing build command is a non-retryable error.
+func buildOptions(t Timeouts, buildTimeout time.Duration) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: buildTimeout + t.BuildGrace,
+		HeartbeatTimeout:    t.Heartbeat,
+		WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			MaximumAttempts:        t.BuildAttempts,
+			NonRetryableErrorTypes: []string{errTypeStepFailed, errTypeNotQueued},
+		},
 	}
 }
 
