@@ -11,8 +11,8 @@
 //   - Storage: certificates, the ACME account, challenge state and locks in
 //     the database, so several ingresses share them and one orders a
 //     certificate while the others wait for it;
-//   - renewal by certmagic's maintenance, when a third of a certificate's
-//     lifetime is left;
+//   - renewal ahead of expiry, when a third of a certificate's lifetime is
+//     left (renewLoop);
 //   - a static certificate (the apps domain's wildcard, issued by the
 //     operator) served instead of ordering one for the names it covers.
 package certs
@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,10 @@ type Config struct {
 	// renewed), with its expiry, and each order given up on (err set).
 	// Optional.
 	OnCertificate func(ctx context.Context, host string, expires time.Time, err error)
+	// RenewCheckEvery is how often the certificates of the hosts still
+	// served are checked for renewal (renewed when a third of their lifetime
+	// is left, or when the CA's renewal info says). Default 10 minutes.
+	RenewCheckEvery time.Duration
 	// Limits bound ACME orders. Defaults: DefaultLimits.
 	Limits Limits
 	// Logger receives issuance and renewal messages. Default: discard.
@@ -99,6 +104,11 @@ type Manager struct {
 	log     *slog.Logger
 
 	obtained, failed, refused atomic.Uint64
+
+	mu    sync.Mutex
+	names map[string]bool // hosts a certificate was sought for: renewLoop's
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 // Stats are a Manager's counts since it was built, for metrics.
@@ -156,11 +166,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Limits = DefaultLimits
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log}
+	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log,
+		names: map[string]bool{}, done: make(chan struct{})}
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
-		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
-		Logger:           zl,
+		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
+		RenewCheckInterval: cfg.RenewCheckEvery,
+		Logger:             zl,
 	})
 	m.magic = certmagic.New(m.cache, certmagic.Config{
 		Storage:  m.storage,
@@ -179,7 +191,57 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("certs: static certificate %s: %w", cfg.StaticCertFile, err)
 		}
 	}
+	lctx, stop := context.WithCancel(context.Background())
+	m.stop = stop
+	go m.renewLoop(lctx, cmp.Or(cfg.RenewCheckEvery, 10*time.Minute))
 	return m, nil
+}
+
+// renewLoop renews certificates ahead of expiry: certmagic renews an
+// on-demand certificate at a handshake inside its renewal window (the last
+// third of its lifetime, or the CA's renewal info), so a host nobody visits
+// would let its certificate lapse. Every interval each host this ingress
+// sought a certificate for and still serves goes through that handshake
+// path (GetCertificate with its name), which renews it in the background
+// and swaps it in, as a visitor's handshake would.
+func (m *Manager) renewLoop(ctx context.Context, every time.Duration) {
+	defer close(m.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		names := make([]string, 0, len(m.names))
+		for n := range m.names {
+			names = append(names, n)
+		}
+		m.mu.Unlock()
+		for _, n := range names {
+			if m.cfg.Allowed(ctx, n) != nil {
+				m.mu.Lock()
+				delete(m.names, n) // no longer served: let its certificate lapse
+				m.mu.Unlock()
+				continue
+			}
+			if m.needsRenewal(n) {
+				_, _ = m.magic.GetCertificateWithContext(ctx, &tls.ClientHelloInfo{ServerName: n})
+			}
+		}
+	}
+}
+
+// needsRenewal reports whether a certificate held for name is in its renewal window.
+func (m *Manager) needsRenewal(name string) bool {
+	for _, c := range m.cache.AllMatchingCertificates(name) {
+		if c.NeedsRenewal(m.magic) {
+			return true
+		}
+	}
+	return false
 }
 
 // decide is certmagic's on-demand decision: the host's rule, then the rate
@@ -196,6 +258,9 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 		m.log.Warn("certs: certificate requests for this host are rate limited", "host", name)
 		return fmt.Errorf("certs: %s: too many certificate requests; try again later", name)
 	}
+	m.mu.Lock()
+	m.names[name] = true
+	m.mu.Unlock()
 	return nil
 }
 
@@ -292,6 +357,8 @@ func (m *Manager) Expiry(ctx context.Context, host string) (time.Time, bool) {
 
 // Close stops renewals and releases the locks this Manager holds.
 func (m *Manager) Close(ctx context.Context) error {
+	m.stop()
+	<-m.done
 	m.cache.Stop()
 	return m.storage.Close(ctx)
 }

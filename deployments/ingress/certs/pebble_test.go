@@ -26,6 +26,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/ingress/certs/acmetest"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 )
 
@@ -76,11 +77,16 @@ func listen(t *testing.T) net.Listener {
 
 func port(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 
-// startEdge serves router on httpL and tlsL with a Manager over bdb and p.
-func startEdge(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, router *ingress.Router, httpL, tlsL net.Listener) *edge {
+// startEdge serves router on httpL and tlsL with a Manager over bdb and p
+// (renew, when given, checks for renewals that often).
+func startEdge(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, router *ingress.Router, httpL, tlsL net.Listener, renew ...time.Duration) *edge {
 	t.Helper()
+	var every time.Duration
+	if len(renew) == 1 {
+		every = renew[0]
+	}
 	mgr, err := certs.New(context.Background(), certs.Config{
-		DB: bdb, DirectoryURL: p.DirectoryURL, Roots: p.APIRoots, Email: "ops@example.test", HTTPSPort: port(tlsL),
+		DB: bdb, DirectoryURL: p.DirectoryURL, Roots: p.APIRoots, Email: "ops@example.test", HTTPSPort: port(tlsL), RenewCheckEvery: every,
 		Allowed: func(_ context.Context, host string) error {
 			if _, ok := router.Resolve(host); !ok {
 				return errors.New("no app is served at this host")
@@ -345,4 +351,44 @@ func helperIngress() error {
 		return errors.New("the helper ingress does not hold the certificate")
 	}
 	return mgr.Close(ctx)
+}
+
+// TestRenewalAheadOfExpiry: certificates that live 30 s (Pebble's profile)
+// are renewed by the ingress's maintenance before they expire, with no
+// handshake asking, and the renewed one is served.
+func TestRenewalAheadOfExpiry(t *testing.T) {
+	dns := dnstest.Start(t)
+	bdb := dbtest.SQLite(t, sets...)
+	httpL, tlsL := listen(t), listen(t)
+	p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL), Validity: 30 * time.Second})
+	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	a := startApp(t, "renewed")
+	if err := router.Set("renewed", "d1", a.addr); err != nil {
+		t.Fatal(err)
+	}
+	host := "renewed.apps.example.test"
+	dns.AddA(host, "127.0.0.1")
+	e := startEdge(t, bdb, p, router, httpL, tlsL, time.Second)
+	roots := p.IssuingRoots(t)
+	first := handshakeLeaf(t, e.tlsAddr, host, roots)
+	platformtest.Eventually(t, time.Minute, "a renewal", func() bool { return e.mgr.Stats().Obtained >= 2 })
+	second := handshakeLeaf(t, e.tlsAddr, host, roots)
+	if !second.NotAfter.After(first.NotAfter) || time.Now().After(first.NotAfter) && p.Orders() < 2 {
+		t.Fatalf("served after renewal: expires %s (the first %s), orders %d", second.NotAfter, first.NotAfter, p.Orders())
+	}
+}
+
+// handshakeLeaf returns the certificate addr serves for host, checked against roots.
+func handshakeLeaf(t *testing.T, addr, host string, roots *x509.CertPool) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Minute}, "tcp", addr, &tls.Config{ServerName: host, RootCAs: roots})
+	if err != nil {
+		t.Fatalf("handshake for %s: %v", host, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
 }

@@ -48,6 +48,8 @@ type Options struct {
 	DNS      string // host:port of the DNS server it resolves names with
 	HTTPPort int    // HTTP-01 is checked on this port
 	TLSPort  int    // TLS-ALPN-01 is checked on this port
+	// Validity is the issued certificates' lifetime. Default 90 days.
+	Validity time.Duration
 }
 
 // Start runs Pebble for t, stopped (and waited for) when t ends.
@@ -75,6 +77,10 @@ func Start(t testing.TB, o Options) *Pebble {
 func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 	dir := filepath.Dir(bin)
 	acmePort, mgmtPort, err := freePort(), freePort(), error(nil)
+	validity := int64(7776000) // 90 days, in seconds
+	if o.Validity > 0 {
+		validity = int64(o.Validity / time.Second)
+	}
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress":           "127.0.0.1:" + strconv.Itoa(acmePort),
 		"managementListenAddress": "127.0.0.1:" + strconv.Itoa(mgmtPort),
@@ -83,7 +89,7 @@ func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 		"httpPort":                o.HTTPPort, "tlsPort": o.TLSPort,
 		"ocspResponderURL": "", "externalAccountBindingRequired": false,
 		"retryAfter": map[string]any{"authz": 1, "order": 1}, "keyAlgorithm": "ecdsa",
-		"profiles": map[string]any{"default": map[string]any{"description": "default", "validityPeriod": 7776000}},
+		"profiles": map[string]any{"default": map[string]any{"description": "default", "validityPeriod": validity}},
 	}}
 	b, _ := json.Marshal(cfg)
 	cfgFile := filepath.Join(t.TempDir(), "pebble-config.json")
