@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
 
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -25,7 +26,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	dbtest.Main(m)
+	// certmagic keeps one rate limiter (a goroutine) per ACME directory and
+	// account for the life of the process, in a package-level map: one per
+	// Pebble here, one in production. Anything else of ours must be gone.
+	dbtest.MainCheck(m, func() error {
+		return goleak.Find(goleak.IgnoreTopFunction("github.com/caddyserver/certmagic.(*RingBufferRateLimiter).permit"))
+	})
 }
 
 var sets = []db.MigrationSet{certs.Migrations()}
