@@ -33,7 +33,14 @@ type ActivitiesConfig struct {
 	// Hosts routes the project's custom domains in the DNS step. Optional:
 	// nil serves the apps-domain host only.
 	Hosts HostRouter
+	// KeepBuilds is how many of a project's replaced deployments keep their
+	// build (image or workspace) for a rollback, when the Runtime is a
+	// Reuser. Default DefaultKeepBuilds; -1 keeps none.
+	KeepBuilds int
 }
+
+// DefaultKeepBuilds is ActivitiesConfig.KeepBuilds's default.
+const DefaultKeepBuilds = 3
 
 // Activities are the bodies of a deployment's steps, the same for every
 // engine: each loads the deployment and its project, runs the Runtime's part,
@@ -56,6 +63,7 @@ type Activities struct {
 	clock    platform.Clock
 	metrics  Metrics
 	hosts    HostRouter
+	keep     int // builds kept per project for rollbacks (0: none)
 }
 
 // NewActivities checks cfg and returns the activities.
@@ -84,6 +92,13 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 	if a.release <= 0 {
 		a.release = 30 * time.Second
 	}
+	switch _, reuser := cfg.Runtime.(Reuser); {
+	case !reuser || cfg.KeepBuilds < 0:
+	case cfg.KeepBuilds == 0:
+		a.keep = DefaultKeepBuilds
+	default:
+		a.keep = cfg.KeepBuilds
+	}
 	return a, nil
 }
 
@@ -94,6 +109,9 @@ func (a *Activities) now() time.Time { return a.clock.Now().UTC().Truncate(time.
 // ErrNotQueued when the deployment is not QUEUED any more.
 func (a *Activities) Build(ctx context.Context, id string) error {
 	return a.step(ctx, id, StepBuild, StatusQueued, func(ctx context.Context, d *Deployment, job Job, sink *Sink) ([]string, error) {
+		if d.RollbackOf != "" {
+			return nil, a.reuse(ctx, d, job, sink)
+		}
 		start := a.clock.Now()
 		commit, err := a.rt.Build(ctx, job, sink)
 		a.metrics.BuildFinished(buildOutcome(ctx, err), a.clock.Now().Sub(start))
@@ -111,6 +129,23 @@ func (a *Activities) Build(ctx context.Context, id string) error {
 		}
 		return cols, nil
 	})
+}
+
+// reuse is BUILD of a rollback: the runtime gives the deployment the kept
+// build of d.RollbackOf, and the step is SKIPPED (nothing cloned or built).
+func (a *Activities) reuse(ctx context.Context, d *Deployment, job Job, sink *Sink) error {
+	r, ok := a.rt.(Reuser)
+	if !ok {
+		return errors.New("this runtime cannot roll back (it does not keep builds)")
+	}
+	if err := r.Reuse(ctx, d.RollbackOf, job); errors.Is(err, ErrBuildGone) {
+		return fmt.Errorf("the build of deployment %s is no longer kept", d.RollbackOf)
+	} else if err != nil {
+		return err
+	}
+	sink.Systemf("rollback to deployment %s: its build is used again; nothing cloned or built", d.RollbackOf)
+	d.Steps.Get(StepBuild).Status = StepSkipped
+	return nil
 }
 
 // Provision runs the PROVISION step of a built deployment: start the app and
@@ -175,7 +210,8 @@ func (a *Activities) route(ctx context.Context, d *Deployment, upstream string, 
 
 // Supersede stops the project's other LIVE deployments, now that the LIVE
 // deployment id is routed: each ends CANCELLED with supersededBy = id and
-// replacedAt set, its app stopped and its workspace removed.
+// replacedAt set, its app stopped; its build is kept for a rollback (see
+// pruneBuilds) or removed.
 func (a *Activities) Supersede(ctx context.Context, id string) error {
 	d, err := a.store.DeploymentGet(ctx, id)
 	if err != nil || d.Status != StatusLive {
@@ -189,9 +225,10 @@ func (a *Activities) Supersede(ctx context.Context, id string) error {
 		if old.ID == d.ID || old.Status != StatusLive || old.CreatedAt.After(d.CreatedAt) {
 			continue
 		}
+		old.BuildKept = a.keep > 0
 		a.releaseResources(ctx, old)
 		old.Status, old.SupersededBy, old.ReplacedAt = StatusCancelled, d.ID, a.now()
-		ok, err := a.store.DeploymentUpdate(ctx, old, []Status{StatusLive}, "status", "superseded_by", "replaced_at")
+		ok, err := a.store.DeploymentUpdate(ctx, old, []Status{StatusLive}, "status", "superseded_by", "replaced_at", "build_kept")
 		if err != nil {
 			a.log.Error("mark deployment superseded", "deployment", old.ID, "err", err)
 			continue
@@ -201,6 +238,9 @@ func (a *Activities) Supersede(ctx context.Context, id string) error {
 				sink.Systemf("replaced by deployment %s; app stopped", d.ID)
 			}
 		}
+	}
+	if a.keep > 0 {
+		a.pruneBuilds(ctx, d.ProjectID)
 	}
 	return nil
 }
@@ -253,8 +293,12 @@ func (a *Activities) step(ctx context.Context, id string, step StepName, from St
 	end := a.now()
 	d.Steps = d.Steps.clone()
 	s = d.Steps.Get(step)
-	s.Status, s.FinishedAt = StepSucceeded, &end
-	sink.Systemf("%s succeeded", step)
+	verb := "skipped" // the work found nothing to do (a rollback's BUILD)
+	if s.Status != StepSkipped {
+		s.Status, verb = StepSucceeded, "succeeded"
+	}
+	s.FinishedAt = &end
+	sink.Systemf("%s %s", step, verb)
 	if d.Status == StatusLive {
 		sink.Systemf("deployment is LIVE at %s", d.DeployedURL)
 		// Every line up to LIVE is stored before LIVE is visible, so a stream
@@ -483,12 +527,15 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // shutting down again: try at the next start
 	}
-	a.releaseResources(ctx, d)
 	if errors.Is(err, ErrNewerRouted) {
+		// Its build stays until the newer deployment's DNS step replaces it.
+		d.BuildKept = true
+		a.releaseResources(ctx, d)
 		// A newer deployment went LIVE meanwhile; its DNS step supersedes this one.
 		sink.Systemf("not started again: a newer deployment of the project is live")
 		return nil
 	}
+	a.releaseResources(ctx, d)
 	d.Status = StatusFailed
 	d.ErrorMessage = sink.Mask("the app did not start again after a server restart: " + err.Error())
 	d.FinishedAt = a.now()
@@ -500,13 +547,39 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 }
 
 // Release stops the deployment's app, removes its route (if it still points
-// at it) and its workspace. Idempotent.
+// at it) and its workspace, unless d.BuildKept (a rollback may use it).
+// Idempotent.
 func (a *Activities) Release(ctx context.Context, d *Deployment) error {
-	return errors.Join(
-		a.rt.Stop(ctx, d.ID),
-		a.rt.Unroute(ctx, d.ProjectSlug, d.ID),
-		a.rt.Cleanup(ctx, d.ID),
-	)
+	err := errors.Join(a.rt.Stop(ctx, d.ID), a.rt.Unroute(ctx, d.ProjectSlug, d.ID))
+	if d.BuildKept {
+		return err
+	}
+	return errors.Join(err, a.rt.Cleanup(ctx, d.ID))
+}
+
+// pruneBuilds removes the builds of the project's replaced deployments past
+// the newest a.keep, on this runtime.
+func (a *Activities) pruneBuilds(ctx context.Context, projectID string) {
+	all, err := a.store.DeploymentListByProject(ctx, projectID)
+	if err != nil {
+		a.log.Error("list builds to prune", "project", projectID, "err", err)
+		return
+	}
+	kept := 0
+	for i := len(all) - 1; i >= 0; i-- { // newest first
+		d := all[i]
+		if !d.BuildKept {
+			continue
+		}
+		if kept++; kept <= a.keep {
+			continue
+		}
+		d.BuildKept = false
+		a.releaseResources(ctx, d)
+		if _, err := a.store.DeploymentUpdate(ctx, d, []Status{d.Status}, "build_kept"); err != nil {
+			a.log.Error("mark build removed", "deployment", d.ID, "err", err)
+		}
+	}
 }
 
 // releaseResources is Release with its own deadline, logging failures: it runs

@@ -53,6 +53,9 @@ type Deps struct {
 	// CancelTimeout bounds waiting for a running deployment to stop (cancel,
 	// delete, project teardown). Default 2 minutes.
 	CancelTimeout time.Duration
+	// KeepBuilds is how many replaced deployments of a project keep their
+	// build for a rollback (ActivitiesConfig.KeepBuilds). Default 3; -1 none.
+	KeepBuilds int
 	// ReleaseTimeout bounds stopping, unrouting and cleaning up after a
 	// deployment ends. Default 30 seconds.
 	ReleaseTimeout time.Duration
@@ -160,8 +163,7 @@ func New(d Deps) (*Service, error) {
 	d = d.withDefaults()
 	store := newStore(d.DB, d.Clock)
 	logs := NewLogs(store, d.Logs)
-	acts, err := NewActivities(ActivitiesConfig{Store: store, Logs: logs, Runtime: d.Runtime, Projects: d.Projects,
-		Git: d.Git, Logger: d.Logger, ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics, Hosts: d.Hosts})
+	acts, err := NewActivities(d.activitiesConfig(store, logs, d.Runtime))
 	if err != nil {
 		logs.Close()
 		return nil, err
@@ -218,8 +220,12 @@ func (s *Service) Close(ctx context.Context) error {
 // Temporal worker runs its steps with the process runtime while the API
 // side's Runtime only signals workflows.
 func (s *Service) Activities(rt Runtime) (*Activities, error) {
-	return NewActivities(ActivitiesConfig{Store: s.store, Logs: s.logs, Runtime: rt, Projects: s.d.Projects,
-		Git: s.d.Git, Logger: s.d.Logger, ReleaseTimeout: s.d.ReleaseTimeout, Clock: s.d.Clock, Metrics: s.d.Metrics, Hosts: s.d.Hosts})
+	return NewActivities(s.d.activitiesConfig(s.store, s.logs, rt))
+}
+
+func (d Deps) activitiesConfig(store *Store, logs *Logs, rt Runtime) ActivitiesConfig {
+	return ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: d.Projects, Git: d.Git, Logger: d.Logger,
+		ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics, Hosts: d.Hosts, KeepBuilds: d.KeepBuilds}
 }
 
 // Store returns the service's store as engines and workers see it.

@@ -58,6 +58,14 @@ func Migrations() db.MigrationSet {
 			// LIVE apps (Deployment.Host).
 			ID: "0005_host",
 			Up: db.AddColumn("deployments", "host", "VARCHAR(255) NOT NULL DEFAULT ''"),
+		}, {
+			// Rollbacks: the build a deployment runs again, and which replaced
+			// deployments keep theirs.
+			ID: "0006_rollback",
+			Up: db.Steps(
+				db.AddColumn("deployments", "rollback_of", "VARCHAR(36) NOT NULL DEFAULT ''"),
+				db.AddColumn("deployments", "build_kept", "BOOLEAN NOT NULL DEFAULT FALSE"),
+			),
 		}},
 	}
 }

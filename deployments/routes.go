@@ -48,6 +48,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("delete-deployment", http.MethodDelete, "/deployments/{id}", "Delete a deployment: stop its app, remove its route, workspace and logs", http.StatusOK), h.delete)
 	huma.Register(api, op("cancel-deployment", http.MethodPost, "/deployments/{id}/cancel", "Cancel a queued or running deployment", http.StatusOK), h.cancel)
 	huma.Register(api, op("redeploy-deployment", http.MethodPost, "/deployments/{id}/redeploy", "Deploy the same project and commit again", http.StatusCreated), h.redeploy)
+	huma.Register(api, op("rollback-deployment", http.MethodPost, "/deployments/{id}/rollback", "Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS", http.StatusCreated), h.rollback)
 	huma.Register(api, op("create-deployment-log-token", http.MethodPost, "/deployments/{id}/logs/token", "Issue a short-lived token to open this deployment's log stream without an Authorization header (EventSource)", http.StatusCreated), h.logToken)
 	h.registerLogs(api, d.Auth)
 	return nil
@@ -108,6 +109,8 @@ type View struct {
 	WorkflowName  string     `json:"workflowName"`
 	SupersededBy  *string    `json:"supersededBy" doc:"When a newer deployment of the project went LIVE and replaced this one (status CANCELLED): its ID"`
 	ReplacedAt    *time.Time `json:"replacedAt"`
+	RollbackOf    *string    `json:"rollbackOf" doc:"For a rollback: the deployment whose build it runs again"`
+	BuildKept     bool       `json:"buildKept" doc:"A replaced deployment whose build is kept: POST /deployments/{id}/rollback can run it again"`
 	CreatedAt     time.Time  `json:"createdAt"`
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	FinishedAt    *time.Time `json:"finishedAt" doc:"When it became LIVE, FAILED or CANCELLED"`
@@ -170,6 +173,7 @@ func ViewOf(d *Deployment) View {
 		CommitSHA: strOrNil(d.CommitSHA), Reason: d.Reason, DeployedURL: strOrNil(d.DeployedURL),
 		ErrorMessage: strOrNil(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
 		WorkflowName: d.WorkflowName, SupersededBy: strOrNil(d.SupersededBy), ReplacedAt: timeOrNil(d.ReplacedAt),
+		RollbackOf: strOrNil(d.RollbackOf), BuildKept: d.BuildKept,
 		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), FinishedAt: timeOrNil(d.FinishedAt),
 	}
 }
@@ -258,6 +262,14 @@ func (h *handlers) cancel(ctx context.Context, in *idPath) (*statusOutput, error
 
 func (h *handlers) redeploy(ctx context.Context, in *idPath) (*triggerOutput, error) {
 	d, err := h.svc.Redeploy(ctx, caller(ctx), in.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
+}
+
+func (h *handlers) rollback(ctx context.Context, in *idPath) (*triggerOutput, error) {
+	d, err := h.svc.Rollback(ctx, caller(ctx), in.ID)
 	if err != nil {
 		return nil, err
 	}

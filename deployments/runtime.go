@@ -41,3 +41,9 @@ func NewMasker(values ...string) *Masker { return rt.NewMasker(values...) }
 // ErrNewerRouted is returned by Runtime.Route when the project's host already
 // routes a newer deployment.
 var ErrNewerRouted = rt.ErrNewerRouted
+
+// Reuser is a Runtime that can run an earlier deployment's build again (rollbacks).
+type Reuser = rt.Reuser
+
+// ErrBuildGone is returned by Reuser.Reuse when the build is no longer kept.
+var ErrBuildGone = rt.ErrBuildGone

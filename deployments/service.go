@@ -40,6 +40,8 @@ type TriggerParams struct {
 	CommitSHA string
 	// Reason says why, e.g. "manual", "push to main", "redeploy of <id>". Default "manual".
 	Reason string
+	// RollbackOf runs the build of this earlier deployment again (Rollback).
+	RollbackOf string
 }
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
@@ -82,6 +84,7 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 		ID: id, ProjectID: p.ProjectID, OwnerID: spec.OwnerID, ProjectSlug: spec.Slug,
 		Status: StatusQueued, Steps: NewSteps(), CommitSHA: p.CommitSHA, Reason: reason,
 		Region: spec.Region, WorkflowName: "deploy-" + id, Attempt: 1, CreatedAt: at, UpdatedAt: at,
+		RollbackOf: p.RollbackOf,
 	}
 	used, err := s.store.DeploymentInsert(ctx, d, spec.MaxDeploymentsPerMonth)
 	if errors.Is(err, errQuota) {
@@ -284,6 +287,31 @@ func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment
 	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA, Reason: "redeploy of " + id})
 }
 
+// Rollback starts a new deployment of the project from the kept build of the
+// owner's replaced deployment id: no clone and no build, then the usual
+// PROVISION and DNS. Errors: 404 unknown (or not the owner's), 409 when the
+// deployment was never replaced or its build is no longer kept, or the
+// runtime cannot reuse builds.
+func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment, error) {
+	d, err := s.Get(ctx, ownerID, id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case d.Status == StatusLive:
+		return nil, platform.Conflict(fmt.Sprintf("deployment %s is live: there is nothing to roll back to", id))
+	case d.SupersededBy == "":
+		return nil, platform.Conflict(fmt.Sprintf("deployment %s never went live and was replaced: only a replaced deployment can be rolled back to", id))
+	case !d.BuildKept:
+		return nil, platform.Conflict(fmt.Sprintf("the build of deployment %s is no longer kept: a project keeps the builds of its last %d replaced deployments", id, s.acts.keep))
+	}
+	if _, ok := s.acts.rt.(Reuser); !ok {
+		return nil, platform.Conflict("this server's runtime cannot roll back (it does not keep builds)")
+	}
+	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA,
+		Reason: "rollback to " + id, RollbackOf: id})
+}
+
 // Delete removes the owner's deployment: cancels it if it runs, stops its app,
 // removes its route if the route still points at it, its workspace, its logs
 // and its record.
@@ -296,6 +324,7 @@ func (s *Service) Delete(ctx context.Context, ownerID, id string) error {
 }
 
 func (s *Service) remove(ctx context.Context, d *Deployment) error {
+	d.BuildKept = false // deleted: its build goes too
 	if !d.Status.Terminal() {
 		if err := s.cancel(ctx, d); err != nil {
 			return err

@@ -226,6 +226,24 @@ func New(cfg Config) (*Runtime, error) {
 	}, nil
 }
 
+// Reuse tags the image of deployment from as the image of job's deployment
+// (a rollback: nothing is cloned or built).
+func (r *Runtime) Reuse(ctx context.Context, from string, job rt.Job) error {
+	if err := errors.Join(checkID(from), checkID(job.DeploymentID), checkID(job.ProjectID)); err != nil {
+		return err
+	}
+	src := r.imageTag(rt.Job{ProjectID: job.ProjectID, DeploymentID: from})
+	if _, err := r.docker.ImageInspect(ctx, src); cerrdefs.IsNotFound(err) {
+		return rt.ErrBuildGone
+	} else if err != nil {
+		return r.engineError("reading the image to roll back to", err)
+	}
+	if _, err := r.docker.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: r.imageTag(job)}); err != nil {
+		return r.engineError("tagging the image to roll back to", err)
+	}
+	return nil
+}
+
 // Instance is the label value that marks this server's containers.
 func (r *Runtime) Instance() string { return r.cfg.Instance }
 

@@ -305,6 +305,32 @@ func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error 
 
 // Cleanup stops the deployment's app if it runs (it runs from the workspace),
 // cancels its build if one runs, and removes its workspace.
+// Reuse copies the built checkout of deployment from into job's workspace (a
+// rollback: nothing is cloned or built).
+func (r *Runtime) Reuse(ctx context.Context, from string, job rt.Job) error {
+	src, err := r.workspace(from)
+	if err != nil {
+		return err
+	}
+	dst, err := r.workspace(job.DeploymentID)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(src.src, ".git")); err != nil {
+		return rt.ErrBuildGone
+	}
+	for _, d := range []string{dst.root, dst.home, dst.tmp} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating the workspace: %w", err)
+		}
+	}
+	// cp -a keeps modes, times and symlinks as the build left them.
+	if out, err := exec.CommandContext(ctx, "cp", "-a", src.src, dst.src).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the build of deployment %s: %v: %s", from, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 	ws, err := r.workspace(deploymentID)
 	if err != nil {

@@ -17,6 +17,19 @@ import (
 // deployment that replaced it meanwhile.
 var ErrNewerRouted = errors.New("the host already routes a newer deployment")
 
+// ErrBuildGone is returned by Reuser.Reuse when the earlier deployment's
+// build (image or workspace) is no longer kept.
+var ErrBuildGone = errors.New("the deployment's build is no longer kept")
+
+// Reuser is a Runtime that can give a new deployment the build of an earlier
+// deployment of the same project, so a rollback neither clones nor builds.
+// The engine keeps the builds of a project's last replaced deployments for it.
+type Reuser interface {
+	// Reuse makes the build of deployment from the build of job's deployment,
+	// on this runtime; ErrBuildGone when from's build is not kept here.
+	Reuse(ctx context.Context, from string, job Job) error
+}
+
 // Job is everything a Runtime needs to build and run one deployment. It is
 // assembled by the engine from the project (through ProjectSource) when a step
 // starts; it is never stored with its secrets.

@@ -47,6 +47,13 @@ func (ControlRuntime) Unroute(context.Context, string, string) error { return ni
 // Cleanup is part of the release Stop asks for.
 func (ControlRuntime) Cleanup(context.Context, string) error { return nil }
 
+// Reuse is never called on the API side (a rollback's BUILD runs on the
+// worker that holds the build); ControlRuntime offers it so the API takes
+// rollbacks, which every worker's runtime serves.
+func (ControlRuntime) Reuse(context.Context, string, deployments.Job) error {
+	return errors.New("temporal: Reuse runs on a worker")
+}
+
 // Stop asks the deployment's workflow, if it still runs (a LIVE deployment),
 // to stop its app, unroute and clean up on its worker, and waits until it
 // ended. A workflow that is not running has nothing running.

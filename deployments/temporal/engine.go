@@ -83,13 +83,22 @@ func (e *Engine) StartWorkflow(ctx context.Context, d *deployments.Deployment) (
 			return "", err
 		}
 	}
+	in := Input{DeploymentID: d.ID, BuildTimeout: spec.Limits.BuildTimeout, Timeouts: e.cfg.Timeouts}
+	if d.RollbackOf != "" {
+		// A rollback's BUILD reuses a build kept on the host that made it.
+		from, err := e.cfg.Store.DeploymentGet(ctx, d.RollbackOf)
+		if err != nil {
+			return "", fmt.Errorf("temporal: read deployment %s to roll back to: %w", d.RollbackOf, err)
+		}
+		in.BuildQueue = from.Host
+	}
 	id := WorkflowID(d.ID)
 	_, err = e.cfg.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                e.cfg.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, WorkflowType, Input{DeploymentID: d.ID, BuildTimeout: spec.Limits.BuildTimeout, Timeouts: e.cfg.Timeouts})
+	}, WorkflowType, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &started) {
 		return "", fmt.Errorf("temporal: start workflow %s: %w", id, err)

@@ -49,6 +49,9 @@ type Input struct {
 	// SlotNoted is set when the deployment's log already says it waits for
 	// its owner's share (a run continued as new while waiting).
 	SlotNoted bool `json:",omitempty"`
+	// BuildQueue, when set, is the host task queue BUILD must run on: a
+	// rollback reuses the build kept there.
+	BuildQueue string `json:",omitempty"`
 }
 
 // Timeouts of the deployment activities. The zero value takes the defaults.
@@ -166,7 +169,7 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		// BUILD: any worker. Retried when its worker is lost (heartbeat timeout);
 		// a failing build command is a non-retryable error.
 		st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-		bctx := workflow.WithActivityOptions(ctx, buildOptions(t, buildTimeout))
+		bctx := workflow.WithActivityOptions(ctx, buildOptions(in, t, buildTimeout))
 		var br BuildResult
 		if err := workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br); err != nil {
 			return st.finish(ctx, t, err)
@@ -211,12 +214,20 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 }
 
 // buildOptions run BUILD on any worker, retried when its worker is lost
-// (heartbeat timeout); a failing build command is a non-retryable error.
-func buildOptions(t Timeouts, buildTimeout time.Duration) workflow.ActivityOptions {
+// (heartbeat timeout); a failing build command is a non-retryable error. A
+// rollback's BUILD runs on the host that keeps the build (in.BuildQueue),
+// and fails once no worker took it within t.HostPickup (the host is gone).
+func buildOptions(in Input, t Timeouts, buildTimeout time.Duration) workflow.ActivityOptions {
+	var pickup time.Duration
+	if in.BuildQueue != "" {
+		pickup = t.HostPickup
+	}
 	return workflow.ActivityOptions{
-		StartToCloseTimeout: buildTimeout + t.BuildGrace,
-		HeartbeatTimeout:    t.Heartbeat,
-		WaitForCancellation: true,
+		TaskQueue:              in.BuildQueue, // "" is the workflow's own queue
+		ScheduleToStartTimeout: pickup,
+		StartToCloseTimeout:    buildTimeout + t.BuildGrace,
+		HeartbeatTimeout:       t.Heartbeat,
+		WaitForCancellation:    true,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,

@@ -865,6 +865,9 @@ type Deployment struct {
 	// BuildDuration Seconds the BUILD step ran
 	BuildDuration *float64 `json:"buildDuration"`
 
+	// BuildKept A replaced deployment whose build is kept: POST /deployments/{id}/rollback can run it again
+	BuildKept bool `json:"buildKept"`
+
 	// CommitSha The commit asked for, or once built, the commit built
 	CommitSha    *string   `json:"commitSha"`
 	CreatedAt    time.Time `json:"createdAt"`
@@ -877,9 +880,12 @@ type Deployment struct {
 	ProjectId  string     `json:"projectId"`
 
 	// Reason Why the deployment was started
-	Reason     string           `json:"reason"`
-	Region     string           `json:"region"`
-	ReplacedAt *time.Time       `json:"replacedAt"`
+	Reason     string     `json:"reason"`
+	Region     string     `json:"region"`
+	ReplacedAt *time.Time `json:"replacedAt"`
+
+	// RollbackOf For a rollback: the deployment whose build it runs again
+	RollbackOf *string          `json:"rollbackOf"`
 	Status     DeploymentStatus `json:"status"`
 	Steps      []DeploymentStep `json:"steps"`
 
@@ -2795,6 +2801,11 @@ type ClientInterface interface {
 	// Corresponds with POST /deployments/{id}/redeploy (the `RedeployDeployment` operationId).
 	RedeployDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RollbackDeployment Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS
+	//
+	// Corresponds with POST /deployments/{id}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetDeploymentStatus Sync a deployment's state from the workflow engine and return it
 	//
 	// Corresponds with GET /deployments/{id}/status (the `GetDeploymentStatus` operationId).
@@ -4467,6 +4478,21 @@ func (c *Client) CreateDeploymentLogToken(ctx context.Context, id string, reqEdi
 // Corresponds with POST /deployments/{id}/redeploy (the `RedeployDeployment` operationId).
 func (c *Client) RedeployDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRedeployDeploymentRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RollbackDeployment Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS
+//
+// Corresponds with POST /deployments/{id}/rollback (the `RollbackDeployment` operationId).
+func (c *Client) RollbackDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackDeploymentRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -8208,6 +8234,40 @@ func NewRedeployDeploymentRequest(server string, id string) (*http.Request, erro
 	return req, nil
 }
 
+// NewRollbackDeploymentRequest constructs an http.Request for the RollbackDeployment method
+func NewRollbackDeploymentRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/deployments/%s/rollback", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetDeploymentStatusRequest constructs an http.Request for the GetDeploymentStatus method
 func NewGetDeploymentStatusRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -11508,6 +11568,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /deployments/{id}/redeploy (the `RedeployDeployment` operationId).
 	RedeployDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RedeployDeploymentResponse, error)
 
+	// RollbackDeploymentWithResponse Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /deployments/{id}/rollback (the `RollbackDeployment` operationId).
+	RollbackDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error)
+
 	// GetDeploymentStatusWithResponse Sync a deployment's state from the workflow engine and return it
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -14538,6 +14605,54 @@ func (r RedeployDeploymentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RedeployDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RollbackDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *TriggeredDeployment
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RollbackDeploymentResponse) GetJSON201() *TriggeredDeployment {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RollbackDeploymentResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RollbackDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RollbackDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollbackDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollbackDeploymentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -18708,6 +18823,19 @@ func (c *ClientWithResponses) RedeployDeploymentWithResponse(ctx context.Context
 	return ParseRedeployDeploymentResponse(rsp)
 }
 
+// RollbackDeploymentWithResponse Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /deployments/{id}/rollback (the `RollbackDeployment` operationId).
+func (c *ClientWithResponses) RollbackDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RollbackDeploymentResponse, error) {
+	rsp, err := c.RollbackDeployment(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackDeploymentResponse(rsp)
+}
+
 // GetDeploymentStatusWithResponse Sync a deployment's state from the workflow engine and return it
 //
 // Returns a wrapper object for the known response body format(s).
@@ -21863,6 +21991,39 @@ func ParseRedeployDeploymentResponse(rsp *http.Response) (*RedeployDeploymentRes
 	}
 
 	response := &RedeployDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest TriggeredDeployment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRollbackDeploymentResponse parses an HTTP response from a RollbackDeploymentWithResponse call
+func ParseRollbackDeploymentResponse(rsp *http.Response) (*RollbackDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollbackDeploymentResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

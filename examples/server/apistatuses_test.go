@@ -544,6 +544,18 @@ func (e *statusEnv) deployments(t *testing.T, token string) string {
 	want(t, "log token", lt, err, http.StatusCreated)
 	byToken, err := anon.StreamDeploymentLogsWithResponse(ctx, id, &apiclient.StreamDeploymentLogsParams{Token: &lt.JSON201.Token})
 	want(t, "log stream by token", byToken, err, http.StatusOK)
+	// A second deployment replaces the first, whose kept build a rollback runs again.
+	d2, err := c.CreateDeploymentWithResponse(ctx, apiclient.CreateDeploymentJSONRequestBody{ProjectId: p.JSON201.Id})
+	want(t, "deploy again", d2, err, http.StatusCreated)
+	if st := waitStatus(t, c, d2.JSON201.DeploymentId, "LIVE", "FAILED", "CANCELLED"); st != "LIVE" {
+		t.Fatalf("second deployment ended %s", st)
+	}
+	waitStatus(t, c, id, "CANCELLED") // replaced, just after the second went LIVE
+	rb, err := c.RollbackDeploymentWithResponse(ctx, id)
+	want(t, "rollback", rb, err, http.StatusCreated)
+	if st := waitStatus(t, c, rb.JSON201.DeploymentId, "LIVE", "FAILED", "CANCELLED"); st != "LIVE" {
+		t.Fatalf("rollback ended %s", st)
+	}
 	e.heldBuild(t, c, p.JSON201.Id, id)
 	return p.JSON201.Id
 }

@@ -157,6 +157,9 @@ type Config struct {
 	// deployments keep together, in MiB; past it the logs of its oldest
 	// ended deployments are deleted. 0: no budget. Default 512.
 	LogBudgetMB int
+	// KeepBuilds is KEELSON_KEEP_BUILDS: how many replaced deployments of a
+	// project keep their build (image or workspace) for a rollback. 0: none.
+	KeepBuilds int
 
 	// bandwidthBytesPerGB replaces the 10^9 bytes of one GB of a plan's
 	// maxBandwidthGb (bandwidth.Deps.BytesPerGB). A test hook with no
@@ -314,6 +317,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_BUILD_SLOTS", c.BuildSlots, 1},
 		{"KEELSON_FREE_BUILD_SLOTS", c.FreeBuildSlots, 0},
 		{"KEELSON_LOG_BUDGET_MB", c.LogBudgetMB, 0},
+		{"KEELSON_KEEP_BUILDS", c.KeepBuilds, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 		{"KEELSON_MAX_DOMAINS_PER_PROJECT", c.MaxDomainsPerProject, 1},
 	} {

@@ -48,6 +48,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	d := deployments.Deps{
 		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
 		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention,
+		KeepBuilds: cmp.Or(a.Cfg.KeepBuilds, -1), // 0 keeps none
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
 			MaxAppLines: a.Cfg.AppLogMaxLines, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
 	}
