@@ -138,18 +138,18 @@ type Deployment struct {
 	Region          string `bun:"region,notnull"`
 	WorkflowName    string `bun:"workflow_name,notnull"`
 	// Upstream is the host:port the running app answers on (set by PROVISION).
-	Upstream        string    `bun:"upstream,notnull"`
+	Upstream string `bun:"upstream,notnull"`
 	// Host is where the app runs when a host of several runs it (the
 	// Temporal worker's own task queue, set by PROVISION); "" on the embedded engine.
-	Host            string    `bun:"host,notnull,default:''"`
-	SupersededBy    string    `bun:"superseded_by,notnull"`
+	Host         string `bun:"host,notnull,default:''"`
+	SupersededBy string `bun:"superseded_by,notnull"`
 	// RollbackOf is the deployment whose build this one runs again (a
 	// rollback: no clone, no build); "" for a deployment that builds.
 	RollbackOf string `bun:"rollback_of,notnull,default:''"`
 	// BuildKept is set on a replaced deployment whose build (image or
 	// workspace) is kept for a rollback (the project's last
 	// ActivitiesConfig.KeepBuilds replaced deployments).
-	BuildKept bool `bun:"build_kept,notnull,default:false"`
+	BuildKept       bool      `bun:"build_kept,notnull,default:false"`
 	ReplacedAt      time.Time `bun:"replaced_at,nullzero"`
 	CancelRequested bool      `bun:"cancel_requested,notnull"`
 	// Attempt counts the runs of the workflow: 1, or 2 once resumed after a restart.

@@ -111,4 +111,3 @@ func appAnswer(ingress, slug string) string {
 	}
 	return string(body)
 }
-
