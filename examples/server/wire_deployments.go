@@ -55,31 +55,9 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	if a.metrics != nil { // not a typed nil in the interface
 		d.Metrics = a.metrics
 	}
-	// What runs the steps here: the runtime (KEELSON_RUNTIME) and the ingress serving
-	// its apps (every role but api).
-	var rt appRuntime
-	if c.RunsWorker() {
-		publicPort := 0
-		if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
-			publicPort, _ = strconv.Atoi(p)
-		}
-		a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
-		router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter})
-		if err != nil {
-			return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
-		}
-		// Closed last: after the apps behind it stopped.
-		a.onClose(func(context.Context) error { router.Close(); return nil })
-		if rt, err = a.newRuntime(ctx, router, log); err != nil {
-			return err
-		}
-		a.Ingress = router
-		hosts := a.routeHosts(router)
-		d.Hosts = hosts
-		if err := a.ingressHTTPS(ctx, router, hosts, log); err != nil {
-			_ = rt.Close(ctx)
-			return err
-		}
+	rt, err := a.workerRuntime(ctx, &d, log)
+	if err != nil {
+		return err
 	}
 	var worker func(*deployments.Service) error
 	var engine *local.Engine // the local engine, for its queue depth
@@ -140,6 +118,40 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	}
 	a.Deployments = svc
 	return nil
+}
+
+// workerRuntime builds what runs the steps here, for every role but api
+// (nil for api): the ingress serving the apps (KEELSON_INGRESS_ADDR,
+// KEELSON_APPS_DOMAIN; closed last, after the apps behind it stopped), the
+// runtime (KEELSON_RUNTIME), the custom domains' routes and HTTPS.
+func (a *App) workerRuntime(ctx context.Context, d *deployments.Deps, log *slog.Logger) (appRuntime, error) {
+	c := a.Cfg
+	if !c.RunsWorker() {
+		return nil, nil
+	}
+	publicPort := 0
+	if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
+		publicPort, _ = strconv.Atoi(p)
+	}
+	a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
+	router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter})
+	if err != nil {
+		return nil, &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
+	}
+	// Closed last: after the apps behind it stopped.
+	a.onClose(func(context.Context) error { router.Close(); return nil })
+	rt, err := a.newRuntime(ctx, router, log)
+	if err != nil {
+		return nil, err
+	}
+	a.Ingress = router
+	hosts := a.routeHosts(router)
+	d.Hosts = hosts
+	if err := a.ingressHTTPS(ctx, router, hosts, log); err != nil {
+		_ = rt.Close(ctx)
+		return nil, err
+	}
+	return rt, nil
 }
 
 // logBudget is KEELSON_LOG_BUDGET_MB in bytes, or -1 (none) for 0.
