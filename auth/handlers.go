@@ -50,6 +50,10 @@ func (s *Service) Register(api huma.API) error {
 	return nil
 }
 
+// DeviceCookie carries a device token (auth/internal/device) to browsers
+// (HttpOnly, Path /auth); other clients send the login's deviceToken back.
+const DeviceCookie = "keelson_device"
+
 type ipKey struct{}
 
 // clientIP puts the client in the context, as the key of every per-address

@@ -14,6 +14,5 @@ type (
 	SMTPMailer = mailer.SMTP
 )
 
-// NewSMTPMailer parses rawURL (smtp://user:pass@host:port or smtps://...) and
-// from (an address, optionally with a display name). It does not connect.
+// NewSMTPMailer is mailer.NewSMTP: rawURL is smtp:// or smtps://, from an address.
 func NewSMTPMailer(rawURL, from string) (*SMTPMailer, error) { return mailer.NewSMTP(rawURL, from) }

@@ -7,9 +7,8 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// Limit is a token bucket: Max attempts at once, refilled evenly over Per
-// (so Max attempts per Per on average). The zero Limit means "use the
-// default"; a negative Max means unlimited.
+// Limit is a token bucket (Max attempts at once, refilled over Per; zero: the
+// default; negative Max: unlimited), as auth/internal/ratelimit keeps it.
 type Limit = ratelimit.Limit
 
 // allow spends one attempt of key's bucket or answers 429. An empty key (no

@@ -177,7 +177,8 @@ func New(d Deps) (*Service, error) {
 		return nil, err
 	}
 	return &Service{d: d, store: store, logs: logs, acts: acts, engine: eng, projects: d.Projects,
-		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat)}, nil
+		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat),
+		retention: &logstream.Retention{SQL: store.SQL, Hub: logs, Keep: d.LogRetention, Clock: d.Clock, Log: d.Logger}}, nil
 }
 
 // DefaultLogRetention is Deps.LogRetention's default.
@@ -192,7 +193,7 @@ func (s *Service) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	s.startRetention()
+	s.retention.Start()
 	return nil
 }
 
@@ -200,7 +201,7 @@ func (s *Service) Start(ctx context.Context) error {
 // then the runtime's apps (when Deps.Runtime has Close), then the log writer
 // (the apps' last lines are stored first), then the log streams.
 func (s *Service) Close(ctx context.Context) error {
-	s.stopRetention()
+	s.retention.Stop()
 	var errs []error
 	if c, ok := s.engine.(interface{ Close() error }); ok {
 		errs = append(errs, c.Close())

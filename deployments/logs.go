@@ -27,8 +27,6 @@ const (
 	DefaultMaxBuildBytes    = logstream.DefaultMaxBuildBytes
 	DefaultMaxAppLines      = logstream.DefaultMaxAppLines
 	DefaultAccountLogBudget = logstream.DefaultAccountLogBudget
-	// MaxLineBytes is the longest message stored; longer lines are cut.
-	MaxLineBytes = logstream.MaxLineBytes
 )
 
 var _ logstream.Store = (*Store)(nil)

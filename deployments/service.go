@@ -15,18 +15,17 @@ import (
 // Service is the deployments module's behaviour, used by its routes and, through
 // Trigger, TeardownProject and DeploymentsThisMonth, by other modules.
 type Service struct {
-	d        Deps
-	store    *Store
-	logs     *Logs
-	acts     *Activities
-	engine   Engine
-	projects ProjectSource
-	clock    platform.Clock
-	log      *slog.Logger
-	cancelTO time.Duration
-	// retention stops the log purges Start began (nil: none running).
-	retention func()
-	streams   *logstream.Streams // the log streams (SSE)
+	d         Deps
+	store     *Store
+	logs      *Logs
+	acts      *Activities
+	engine    Engine
+	projects  ProjectSource
+	clock     platform.Clock
+	log       *slog.Logger
+	cancelTO  time.Duration
+	retention *logstream.Retention // the hourly log purges Start begins
+	streams   *logstream.Streams   // the log streams (SSE)
 }
 
 // TriggerParams ask for a deployment of a project.

@@ -20,8 +20,6 @@ type (
 	SlotUse = slots.Use
 	// SlotWaiter is a deployment waiting for a build slot.
 	SlotWaiter = slots.Waiter
-	// WaitReason says why a deployment waits.
-	WaitReason = slots.WaitReason
 	// Wait is why a waiter was not given a slot.
 	Wait = slots.Wait
 	// BuildSlot is one deployment holding, or waiting for, a build slot.
