@@ -292,7 +292,7 @@ func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment
 // deployment was never replaced or its build is no longer kept, or the
 // runtime cannot reuse builds.
 func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.Get(ctx, ownerID, id)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
 	if err != nil {
 		return nil, err
 	}
