@@ -24,14 +24,12 @@ type OwnerChanges interface {
 	ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error
 }
 
-// Access is a user's standing on a project: who owns it and the user's role.
+// Access is a user's standing on a project: its owning account (the user
+// of a personal project, or the team), the team ("" when personal) and the
+// user's role.
 type Access struct {
-	ProjectID string
-	// OwnerID is the owning account: the user of a personal project, or the team.
-	OwnerID string
-	// TeamID is the owning team; "" for a personal project.
-	TeamID string
-	Role   platform.MemberRole
+	ProjectID, OwnerID, TeamID string
+	Role                       platform.MemberRole
 }
 
 // roleOf is userID's role on the project of row: owner of their personal
@@ -40,13 +38,10 @@ func (s *Service) roleOf(ctx context.Context, userID string, r *projectRow) (pla
 	if userID == "" {
 		return "", nil
 	}
-	if r.TeamID == "" {
-		if r.OwnerID == userID {
-			return platform.MemberOwner, nil
-		}
-		return "", nil
+	if r.TeamID == "" && r.OwnerID == userID {
+		return platform.MemberOwner, nil
 	}
-	if s.d.Teams == nil {
+	if r.TeamID == "" || s.d.Teams == nil || !platform.ValidID(r.TeamID) {
 		return "", nil
 	}
 	role, err := s.d.Teams.MemberRole(ctx, r.TeamID, userID)
@@ -103,15 +98,11 @@ func (s *Service) Authorize(ctx context.Context, userID, projectID string, perm 
 // Accounts returns the accounts whose projects userID may read: their own
 // and their teams'.
 func (s *Service) Accounts(ctx context.Context, userID string) ([]string, error) {
-	out := []string{userID}
 	if s.d.Teams == nil {
-		return out, nil
+		return []string{userID}, nil
 	}
 	teams, err := s.d.Teams.TeamsOf(ctx, userID)
-	if err != nil {
-		return nil, wrap("teams of user", err)
-	}
-	return append(out, teams...), nil
+	return append([]string{userID}, teams...), wrap("teams of user", err)
 }
 
 // TeamProjects counts the projects teamID owns that are not DELETED.
@@ -127,12 +118,9 @@ func (s *Service) createOwner(ctx context.Context, userID, teamID string) (strin
 	if teamID == "" {
 		return userID, nil
 	}
-	role := platform.MemberRole("")
-	if s.d.Teams != nil && platform.ValidID(teamID) {
-		var err error
-		if role, err = s.d.Teams.MemberRole(ctx, teamID, userID); err != nil {
-			return "", wrap("team role", err)
-		}
+	role, err := s.roleOf(ctx, userID, &projectRow{OwnerID: teamID, TeamID: teamID})
+	if err != nil {
+		return "", err
 	}
 	if role == "" {
 		return "", platform.NotFound("team not found")
@@ -148,8 +136,7 @@ type TransferInput struct {
 	TeamID string `json:"teamId,omitempty" maxLength:"36" doc:"The team to move the project to; empty or absent: the caller's own account"`
 }
 
-// SchemaName names the type in the OpenAPI document.
-func (TransferInput) SchemaName() string { return "TransferProjectRequest" }
+func (TransferInput) SchemaName() string { return "TransferProjectRequest" } // OpenAPI schema name
 
 // Transfer moves project id to teamID (or, with "", to userID's own
 // account). The caller must be admin or owner of both sides; the target's
@@ -230,22 +217,22 @@ func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRol
 		if err != nil {
 			return err
 		}
-		secrets := map[string]bool{}
+		secrets, left := map[string]bool{}, 0
 		for _, e := range stored {
+			secrets[e.K] = e.S
 			if e.S {
-				secrets[e.K] = true
+				left++
 			}
 		}
-		kept := 0
 		for _, e := range in.EnvVars {
 			if e.IsSecret != secrets[e.Key] || (e.IsSecret && e.Value != Mask) {
 				return platform.Denied(role, platform.SecretsWrite)
 			}
 			if e.IsSecret {
-				kept++
+				left--
 			}
 		}
-		if kept != len(secrets) {
+		if left != 0 { // a secret was left out: removed
 			return platform.Denied(role, platform.SecretsWrite)
 		}
 	}
