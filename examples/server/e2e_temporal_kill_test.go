@@ -15,7 +15,8 @@ import (
 
 // A deployment reported LIVE is always served (issue 29): on the Temporal
 // engine over Postgres, one all-in-one server with a LIVE project gets a new
-// deployment, is killed with SIGKILL a second later and started again. The
+// deployment, is killed with SIGKILL (a second later, or at one of its
+// steps) and started again. The
 // new deployment goes LIVE and its host answers with it within 10 s, and
 // keeps answering: the replaced deployment's release, run once Temporal finds
 // the old worker gone, must not take the route with it. Five rounds in a row.
@@ -56,11 +57,25 @@ func TestTemporalLiveIsServedAfterKill(t *testing.T) {
 		t.Fatalf("first deployment: %s %q", st.Status, st.ErrorMessage)
 	}
 
-	for round := 1; round <= 5; round++ {
+	// Each round kills the server at another point of the new deployment:
+	// a second in (BUILD), then as soon as it is seen PROVISIONING, in its
+	// DNS step or LIVE, and LIVE (its workflow may not have recorded the
+	// step's end yet).
+	killAt := []string{"", "PROVISIONING", "CONFIGURING_DNS", "LIVE", ""}
+	for round := 1; round <= len(killAt); round++ {
 		version := fmt.Sprintf("v%d", round)
 		commit(t, work, bare, "main", goApp(version), version)
 		id := deploy(version)
-		time.Sleep(time.Second)
+		if at := killAt[round-1]; at == "" {
+			time.Sleep(time.Second)
+		} else {
+			seen := map[string]int{"PROVISIONING": 1, "CONFIGURING_DNS": 2, "LIVE": 3}
+			platformtest.Eventually(t, 2*time.Minute, "round "+version+": "+at, func() bool {
+				var st e2eStatus
+				ts.doJSON(t, http.StatusOK, "GET", "/deployments/"+id+"/status", alice, nil, &st)
+				return seen[st.Status] >= seen[at]
+			})
+		}
 		srv.kill()
 		srv = startHealthy(t, bin, env, ts)
 		st, _ := waitDeployment(t, ts, alice, id)
