@@ -11,30 +11,21 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// StreamGate admits or refuses a log stream. Acquire returns a release
-// function called when the stream ends, or an error (e.g. platform.RateLimited).
-type StreamGate interface {
-	Acquire(ctx context.Context, userID string) (release func(), err error)
-}
+// StreamGate admits or refuses a log stream (logstream.Gate).
+type StreamGate = logstream.Gate
 
 type handlers struct {
-	svc      *Service
-	tokens   logstream.Tokens
-	tokenTTL time.Duration
-	streams  StreamGate
-	clock    platform.Clock
-	metrics  Metrics
+	svc *Service
 }
 
 // LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
-const LogTokenScheme = "logToken"
+const LogTokenScheme = logstream.TokenScheme
 
 // Register adds the deployment routes of SPEC 4.5 (plus cancel, redeploy and
 // log tokens) to api.
 func (s *Service) Register(api huma.API) error {
 	d := s.d
-	h := &handlers{svc: s, tokens: logstream.Tokens{Key: d.LogTokenKey}, tokenTTL: d.LogTokenTTL,
-		streams: d.Streams, clock: d.Clock, metrics: d.Metrics}
+	h := &handlers{svc: s}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {
@@ -49,8 +40,15 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("cancel-deployment", http.MethodPost, "/deployments/{id}/cancel", "Cancel a queued or running deployment", http.StatusOK), h.cancel)
 	huma.Register(api, op("redeploy-deployment", http.MethodPost, "/deployments/{id}/redeploy", "Deploy the same project and commit again", http.StatusCreated), h.redeploy)
 	huma.Register(api, op("rollback-deployment", http.MethodPost, "/deployments/{id}/rollback", "Deploy a replaced deployment's kept build again: no clone and no build, then PROVISION and DNS", http.StatusCreated), h.rollback)
-	huma.Register(api, op("create-deployment-log-token", http.MethodPost, "/deployments/{id}/logs/token", "Issue a short-lived token to open this deployment's log stream without an Authorization header (EventSource)", http.StatusCreated), h.logToken)
-	h.registerLogs(api, d.Auth)
+	logs := logstream.Route{Auth: d.Auth, Tokens: logstream.Tokens{Key: d.LogTokenKey}, TokenTTL: d.LogTokenTTL,
+		Gate: d.Streams, Clock: d.Clock, Metrics: d.Metrics, Streams: s.streams, Operation: op,
+		Deployment: func(ctx context.Context, userID, id string) (bool, error) {
+			d, err := s.Get(ctx, userID, id)
+			return err == nil && d.Status.Terminal(), err
+		},
+		LastSeq: s.store.LogMaxSeq}
+	logs.RegisterToken(api)
+	logs.RegisterStream(api)
 	return nil
 }
 
@@ -274,25 +272,6 @@ func (h *handlers) rollback(ctx context.Context, in *idPath) (*triggerOutput, er
 		return nil, err
 	}
 	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
-}
-
-type logTokenOutput struct {
-	Body struct {
-		Token     string    `json:"token" doc:"Pass as ?token= to GET /deployments/{id}/logs"`
-		ExpiresAt time.Time `json:"expiresAt"`
-	}
-}
-
-func (h *handlers) logToken(ctx context.Context, in *idPath) (*logTokenOutput, error) {
-	user := caller(ctx)
-	d, err := h.svc.Get(ctx, user, in.ID)
-	if err != nil {
-		return nil, err
-	}
-	exp := h.clock.Now().UTC().Add(h.tokenTTL).Truncate(time.Second)
-	out := &logTokenOutput{}
-	out.Body.Token, out.Body.ExpiresAt = h.tokens.Issue(d.ID, user, exp), exp
-	return out, nil
 }
 
 func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
