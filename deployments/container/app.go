@@ -232,7 +232,7 @@ func (l *launcher) readPort(ctx context.Context) error {
 		}
 	}
 	if st := res.Container.State; st != nil && !st.Running {
-		return fmt.Errorf("the app exited as it started (%s); last output:\n%s", exitText(int64(st.ExitCode), st.OOMKilled, l.memMi), l.out.Tail())
+		return fmt.Errorf("the app exited before answering HTTP (%s); last output:\n%s", exitText(int64(st.ExitCode), st.OOMKilled, l.memMi), l.out.Tail())
 	}
 	return errors.New("the container engine published no port for the app")
 }
