@@ -22,6 +22,34 @@ type Principal struct {
 	UserID ID
 	Email  string
 	Role   Role
+	// TokenID is the API token the call came with (auth/tokens), empty for
+	// a person's session. Audit rows record it next to UserID, the token's
+	// creator.
+	TokenID ID
+	// Scopes narrow what a token may do: a project-scoped route asking for
+	// a permission not listed is refused even where the creator's role
+	// allows it. Nil for a session (no narrowing); a token always has at
+	// least one.
+	Scopes []Permission
+	// TeamID, when set, limits a token to that team's projects.
+	TeamID ID
+}
+
+// IsToken reports whether the call came with an API token, not a session.
+func (p Principal) IsToken() bool { return p.TokenID != "" }
+
+// Allows reports whether p's scopes (if any) include perm. A session allows
+// every permission; its role decides.
+func (p Principal) Allows(perm Permission) bool {
+	if !p.IsToken() {
+		return true
+	}
+	for _, s := range p.Scopes {
+		if s == perm {
+			return true
+		}
+	}
+	return false
 }
 
 // IsAdmin reports whether p has the ADMIN role.
