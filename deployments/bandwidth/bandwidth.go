@@ -133,9 +133,8 @@ type Service struct {
 	mu    sync.Mutex // serializes flushes; guards cache
 	cache map[string]cached
 
-	life sync.Mutex // guards stop, done
-	stop context.CancelFunc
-	done chan struct{}
+	life sync.Mutex // guards loop
+	loop *platform.Loop
 }
 
 type cached struct {
@@ -201,47 +200,31 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.life.Lock()
 	defer s.life.Unlock()
-	if s.stop != nil {
+	if s.loop != nil {
 		return errors.New("bandwidth: already started")
 	}
 	if err := s.Flush(ctx); err != nil {
 		// Not fatal: the next flush refuses them.
 		s.d.Log.WarnContext(ctx, "bandwidth: first flush", "err", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stop, s.done = cancel, make(chan struct{})
-	go s.run(ctx)
-	return nil
-}
-
-func (s *Service) run(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.d.FlushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.kick:
-		}
+	s.loop = platform.Every(context.Background(), s.d.FlushEvery, false, s.kick, func(ctx context.Context) {
 		if err := s.Flush(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.WarnContext(ctx, "bandwidth: flush (its counts are kept for the next one)", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // Close stops the loop and stores what is still counted, within ctx.
 func (s *Service) Close(ctx context.Context) error {
 	s.life.Lock()
-	stop, done := s.stop, s.done
-	s.stop = nil
+	loop := s.loop
+	s.loop = nil
 	s.life.Unlock()
-	if stop == nil {
+	if loop == nil {
 		return nil
 	}
-	stop()
-	<-done
+	loop.Stop()
 	if err := s.Flush(ctx); err != nil {
 		return fmt.Errorf("bandwidth: last flush: %w", err)
 	}

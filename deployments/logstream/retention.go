@@ -60,27 +60,15 @@ func (r *Retention) Start() {
 	if r.Keep < 0 && r.Hub.Budget() < 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	r.stop = func() { cancel(); <-done }
-	go func() {
-		defer close(done)
-		t := time.NewTicker(retentionInterval)
-		defer t.Stop()
-		for {
-			if _, err := r.Purge(ctx); err != nil && ctx.Err() == nil {
-				r.Log.Warn("delete expired deployment logs", "err", err)
-			}
-			if _, err := r.EnforceBudgets(ctx); err != nil && ctx.Err() == nil {
-				r.Log.Warn("delete deployment logs over the account budget", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	loop := platform.Every(context.Background(), retentionInterval, true, nil, func(ctx context.Context) {
+		if _, err := r.Purge(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Warn("delete expired deployment logs", "err", err)
 		}
-	}()
+		if _, err := r.EnforceBudgets(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Warn("delete deployment logs over the account budget", "err", err)
+		}
+	})
+	r.stop = loop.Stop
 }
 
 // Stop ends the purges (waiting for one under way to stop).

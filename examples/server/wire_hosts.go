@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -73,44 +72,25 @@ func (h *hostRoutes) sync(ctx context.Context) error {
 func (a *App) routeHosts(router *ingress.Router) *hostRoutes {
 	h := &hostRoutes{e: a.edges, router: router}
 	a.hosts = h
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	started := false
+	var loop *platform.Loop
 	a.add(platform.Part{
 		OnStart: func(sctx context.Context) error {
 			if err := h.sync(sctx); err != nil {
 				return err
 			}
-			started = true
-			go h.reloadEvery(ctx, done, a.Log)
+			loop = platform.Every(context.Background(), hostSyncEvery, false, nil, func(ctx context.Context) {
+				if err := h.sync(ctx); err != nil && ctx.Err() == nil {
+					a.Log.Warn("ingress: reload custom domains", "err", err)
+				}
+			})
 			return nil
 		},
 		OnClose: func(context.Context) error {
-			cancel()
-			if started {
-				<-done
-			}
+			loop.Stop()
 			return nil
 		},
 	})
 	return h
-}
-
-// reloadEvery syncs every hostSyncEvery until ctx ends, then closes done.
-func (h *hostRoutes) reloadEvery(ctx context.Context, done chan<- struct{}, log *slog.Logger) {
-	defer close(done)
-	t := time.NewTicker(hostSyncEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("ingress: reload custom domains", "err", err)
-		}
-	}
 }
 
 // activeChanged is the domains module's ActiveChanged: reload the custom

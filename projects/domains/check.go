@@ -192,46 +192,27 @@ func (s *Service) recheck(ctx context.Context, row *domainRow) error {
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stop != nil {
+	if s.loop != nil {
 		return errors.New("domains: already started")
 	}
 	s.life = ctx
-	ctx, cancel := context.WithCancel(ctx)
-	s.stop, s.done = cancel, make(chan struct{})
-	go s.run(ctx)
-	return nil
-}
-
-func (s *Service) run(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.d.PollEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.loop = platform.Every(ctx, s.d.PollEvery, false, nil, func(ctx context.Context) {
 		if _, err := s.CheckDue(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.ErrorContext(ctx, "domains: periodic check", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // Close stops the re-check and waits for it and for mails in flight (or ctx).
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
-	stop, done := s.stop, s.done
+	loop := s.loop
 	s.closed = true // no notice starts after this: bg.Wait below sees them all
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
 	idle := make(chan struct{})
 	go func() {
-		if done != nil {
-			<-done
-		}
+		loop.Stop()
 		s.bg.Wait()
 		close(idle)
 	}()

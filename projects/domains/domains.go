@@ -165,8 +165,7 @@ type Service struct {
 	resolver *net.Resolver
 
 	mu     sync.Mutex
-	stop   context.CancelFunc
-	done   chan struct{}
+	loop   *platform.Loop
 	bg     sync.WaitGroup // notifications in flight
 	life   context.Context
 	closed bool // Close began: no more notifications

@@ -1,0 +1,51 @@
+package platform_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/keelson-dev/keelson/platform"
+)
+
+// A loop runs at once when asked, on each kick, and never after Stop
+// returns: its goroutine is gone with it.
+func TestEveryRunsUntilStop(t *testing.T) {
+	var runs atomic.Int32
+	kick := make(chan struct{})
+	ran := make(chan struct{}, 10)
+	l := platform.Every(context.Background(), time.Hour, true, kick, func(ctx context.Context) {
+		runs.Add(1)
+		ran <- struct{}{}
+	})
+	<-ran // the run at start
+	kick <- struct{}{}
+	<-ran // the kicked run
+	l.Stop()
+	l.Stop() // twice is fine
+	n := runs.Load()
+	select {
+	case kick <- struct{}{}:
+		t.Fatal("a stopped loop still takes kicks")
+	case <-time.After(50 * time.Millisecond):
+	}
+	assert.Equal(t, int32(2), n)
+	assert.Equal(t, n, runs.Load(), "no run after Stop")
+}
+
+// A run under way sees its context end at Stop, and Stop waits for it.
+func TestEveryStopCancelsTheRun(t *testing.T) {
+	started := make(chan struct{})
+	var finished atomic.Bool
+	l := platform.Every(context.Background(), time.Hour, true, nil, func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		finished.Store(true)
+	})
+	<-started
+	l.Stop()
+	assert.True(t, finished.Load(), "Stop returned before the run did")
+}
