@@ -217,7 +217,7 @@ func (a *Activities) Supersede(ctx context.Context, id string) error {
 	if err != nil || d.Status != StatusLive {
 		return err
 	}
-	olds, err := a.store.DeploymentListByProject(ctx, d.ProjectID)
+	olds, err := a.store.DeploymentsWhere(ctx, Filter{ProjectID: d.ProjectID, Statuses: []Status{StatusLive}})
 	if err != nil {
 		return err
 	}
@@ -560,7 +560,7 @@ func (a *Activities) Release(ctx context.Context, d *Deployment) error {
 // pruneBuilds removes the builds of the project's replaced deployments past
 // the newest a.keep, on this runtime.
 func (a *Activities) pruneBuilds(ctx context.Context, projectID string) {
-	all, err := a.store.DeploymentListByProject(ctx, projectID)
+	all, err := a.store.DeploymentsWhere(ctx, Filter{ProjectID: projectID, BuildKept: true})
 	if err != nil {
 		a.log.Error("list builds to prune", "project", projectID, "err", err)
 		return
@@ -568,9 +568,6 @@ func (a *Activities) pruneBuilds(ctx context.Context, projectID string) {
 	kept := 0
 	for i := len(all) - 1; i >= 0; i-- { // newest first
 		d := all[i]
-		if !d.BuildKept {
-			continue
-		}
 		if kept++; kept <= a.keep {
 			continue
 		}

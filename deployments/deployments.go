@@ -91,8 +91,7 @@ type EngineDeps struct {
 // directly (a *Store); every step goes through Activities.
 type EngineStore interface {
 	DeploymentGet(ctx context.Context, id string) (*Deployment, error)
-	DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error)
-	DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error)
+	DeploymentsWhere(ctx context.Context, f Filter) ([]*Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
 	DeploymentSetHost(ctx context.Context, id, host string) error // where the app runs (Deployment.Host)
 	// The build slots of engines that run in several processes.

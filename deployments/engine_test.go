@@ -111,8 +111,8 @@ func TestRestartRecovery(t *testing.T) {
 		})
 
 		// No deployment is left mid-workflow.
-		ds, err := e2.store.DeploymentListByStatus(context.Background(), deployments.StatusQueued,
-			deployments.StatusBuilding, deployments.StatusProvisioning, deployments.StatusConfiguringDNS)
+		ds, err := e2.store.DeploymentsWhere(context.Background(), deployments.Filter{Statuses: []deployments.Status{deployments.StatusQueued,
+			deployments.StatusBuilding, deployments.StatusProvisioning, deployments.StatusConfiguringDNS}})
 		require.NoError(t, err)
 		assert.Empty(t, ds)
 	})

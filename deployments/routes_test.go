@@ -243,7 +243,7 @@ func TestQuotaIsAtomicUnderConcurrentTriggers(t *testing.T) {
 		}
 		assert.Equal(t, 3, ok)
 		assert.Equal(t, 7, refused)
-		ds, err := e.store.DeploymentListByProject(context.Background(), pid)
+		ds, err := e.store.DeploymentsWhere(context.Background(), deployments.Filter{ProjectID: pid})
 		require.NoError(t, err)
 		assert.Len(t, ds, 3)
 	})

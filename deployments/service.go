@@ -346,7 +346,7 @@ func (s *Service) remove(ctx context.Context, d *Deployment) error {
 // the running ones, stops apps, removes routes, workspaces, logs, records and
 // monthly counts. Idempotent: a second call finds nothing left to do.
 func (s *Service) TeardownProject(ctx context.Context, projectID string) error {
-	ds, err := s.store.DeploymentListByProject(ctx, projectID)
+	ds, err := s.store.DeploymentsWhere(ctx, Filter{ProjectID: projectID})
 	if err != nil {
 		return err
 	}

@@ -145,11 +145,31 @@ func (s *Store) DeploymentList(ctx context.Context, p DeploymentListParams) ([]*
 	return out, nil
 }
 
-// DeploymentListByStatus returns every deployment in one of statuses, oldest first.
-func (s *Store) DeploymentListByStatus(ctx context.Context, statuses ...Status) ([]*Deployment, error) {
+// Filter picks deployments for DeploymentsWhere; a zero field matches all.
+type Filter struct {
+	ProjectID string
+	Statuses  []Status
+	Host      string // the host queue that ran PROVISION
+	BuildKept bool   // only those whose build is kept for a rollback
+}
+
+// DeploymentsWhere returns the deployments f picks, oldest first.
+func (s *Store) DeploymentsWhere(ctx context.Context, f Filter) ([]*Deployment, error) {
 	var out []*Deployment
-	err := s.db.NewSelect().Model(&out).Where("status IN (?)", bun.In(statuses)).
-		OrderExpr("created_at ASC, id ASC").Scan(ctx)
+	q := s.db.NewSelect().Model(&out)
+	if f.ProjectID != "" {
+		q = q.Where("project_id = ?", f.ProjectID)
+	}
+	if len(f.Statuses) > 0 {
+		q = q.Where("status IN (?)", bun.In(f.Statuses))
+	}
+	if f.Host != "" {
+		q = q.Where("host = ?", f.Host)
+	}
+	if f.BuildKept {
+		q = q.Where("build_kept = ?", true)
+	}
+	err := q.OrderExpr("created_at ASC, id ASC").Scan(ctx)
 	return out, db.Translate(err)
 }
 
@@ -175,14 +195,6 @@ func (s *Store) DeploymentCountByStatus(ctx context.Context) (map[Status]int64, 
 func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
 	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("host = ?", host).Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
-}
-
-// DeploymentListByProject returns every deployment of a project, oldest first.
-func (s *Store) DeploymentListByProject(ctx context.Context, projectID string) ([]*Deployment, error) {
-	var out []*Deployment
-	err := s.db.NewSelect().Model(&out).Where("project_id = ?", projectID).
-		OrderExpr("created_at ASC, id ASC").Scan(ctx)
-	return out, db.Translate(err)
 }
 
 // DeploymentUpdate writes columns of d (and updated_at) to its row. With from

@@ -79,7 +79,7 @@ type Config struct {
 // Store is what the engine reads of the deployments (a *deployments.Store).
 type Store interface {
 	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
-	DeploymentListByStatus(ctx context.Context, statuses ...deployments.Status) ([]*deployments.Deployment, error)
+	DeploymentsWhere(ctx context.Context, f deployments.Filter) ([]*deployments.Deployment, error)
 }
 
 // Engine is the embedded deployments.Engine.
@@ -155,8 +155,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.state = started
 	e.mu.Unlock()
 
-	interrupted, err := e.store.DeploymentListByStatus(ctx, deployments.StatusBuilding,
-		deployments.StatusProvisioning, deployments.StatusConfiguringDNS)
+	interrupted, err := e.store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusBuilding,
+		deployments.StatusProvisioning, deployments.StatusConfiguringDNS}})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	lives, err := e.store.DeploymentListByStatus(ctx, deployments.StatusLive)
+	lives, err := e.store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}})
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (e *Engine) loop() {
 // fair-share rules (deployments.SlotPolicy), the oldest QUEUED deployment of
 // each idle project, up to the global cap; the others say why they wait.
 func (e *Engine) schedule() {
-	queued, err := e.store.DeploymentListByStatus(e.ctx, deployments.StatusQueued)
+	queued, err := e.store.DeploymentsWhere(e.ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusQueued}})
 	if err != nil {
 		if e.ctx.Err() == nil {
 			e.log.Error("read queued deployments", "err", err)

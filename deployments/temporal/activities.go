@@ -85,7 +85,7 @@ func (a *activities) configureDNS(ctx context.Context, id string) (DNSResult, er
 	if err != nil {
 		return DNSResult{}, err
 	}
-	before, err := a.store.DeploymentListByProject(ctx, d.ProjectID)
+	before, err := a.store.DeploymentsWhere(ctx, deployments.Filter{ProjectID: d.ProjectID, Statuses: []deployments.Status{deployments.StatusLive}})
 	if err != nil {
 		return DNSResult{}, err
 	}

@@ -56,9 +56,8 @@ type WorkerConfig struct {
 // (a *deployments.Store); everything else goes through Activities.
 type WorkerStore interface {
 	DeploymentGet(ctx context.Context, id string) (*deployments.Deployment, error)
-	DeploymentListByProject(ctx context.Context, projectID string) ([]*deployments.Deployment, error)
 	DeploymentRequestCancel(ctx context.Context, id string) error
-	DeploymentListByStatus(ctx context.Context, statuses ...deployments.Status) ([]*deployments.Deployment, error)
+	DeploymentsWhere(ctx context.Context, f deployments.Filter) ([]*deployments.Deployment, error)
 	DeploymentSetHost(ctx context.Context, id, host string) error
 	BuildSlotAcquire(ctx context.Context, req deployments.SlotRequest, policy deployments.SlotPolicy) (deployments.SlotAnswer, error)
 	BuildSlotRenew(ctx context.Context, id string, until time.Time) error
@@ -160,7 +159,7 @@ func (w *Worker) Start() error {
 // with its ingress) along. A deployment replaced meanwhile keeps its place
 // (the ingress routes only forward, see deployments.ErrNewerRouted).
 func (w *Worker) restartLive(ctx context.Context) {
-	lives, err := w.a.store.DeploymentListByStatus(ctx, deployments.StatusLive)
+	lives, err := w.a.store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: w.hostQueue})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("temporal: list live deployments to start again", "err", err)
@@ -168,9 +167,6 @@ func (w *Worker) restartLive(ctx context.Context) {
 		return
 	}
 	for _, d := range lives {
-		if d.Host != w.hostQueue {
-			continue
-		}
 		if err := w.a.acts.RestartLive(ctx, d.ID); err != nil && ctx.Err() == nil {
 			w.log.Error("temporal: start a live deployment again", "deployment", d.ID, "err", err)
 		}
