@@ -38,6 +38,14 @@ func (a *activities) build(ctx context.Context, id string) (BuildResult, error) 
 	if err != nil {
 		return BuildResult{}, err
 	}
+	if d.Status == deployments.StatusLive && !d.CancelRequested && d.Host != "" {
+		// A round started again after its DNS step made the deployment LIVE:
+		// the worker was lost before Temporal heard the step end. The
+		// deployment stays LIVE (its worker starts the app again, see
+		// Worker.restartLive); the workflow goes on as after DNS.
+		live, err := a.resumeLive(ctx, d)
+		return BuildResult{HostQueue: d.Host, Live: live}, err
+	}
 	if d.CancelRequested || d.Status.Terminal() {
 		return BuildResult{}, temporal.NewNonRetryableApplicationError("deployment is no longer queued", errTypeNotQueued, nil)
 	}
@@ -100,6 +108,26 @@ func (a *activities) configureDNS(ctx context.Context, id string) (DNSResult, er
 		now, err := a.store.DeploymentGet(ctx, old.ID)
 		if err == nil && now.SupersededBy == id {
 			res.Superseded = append(res.Superseded, workflowID(now))
+		}
+	}
+	return res, nil
+}
+
+// resumeLive finishes what the DNS step of the LIVE deployment d may not
+// have done before its worker was lost, supersede the project's older LIVE
+// deployments, and returns the workflows to release, as the step would.
+func (a *activities) resumeLive(ctx context.Context, d *deployments.Deployment) (*DNSResult, error) {
+	if err := a.acts.Supersede(ctx, d.ID); err != nil {
+		return nil, err
+	}
+	all, err := a.store.DeploymentsWhere(ctx, deployments.Filter{ProjectID: d.ProjectID, Statuses: []deployments.Status{deployments.StatusCancelled}})
+	if err != nil {
+		return nil, err
+	}
+	res := &DNSResult{}
+	for _, old := range all {
+		if old.SupersededBy == d.ID {
+			res.Superseded = append(res.Superseded, workflowID(old))
 		}
 	}
 	return res, nil

@@ -121,6 +121,9 @@ type State struct {
 // BuildResult is what the BUILD activity returns.
 type BuildResult struct {
 	HostQueue string // the building worker's own task queue
+	// Live is set when the deployment was LIVE already: a previous round's
+	// DNS step ended but its worker was lost before the workflow heard.
+	Live *DNSResult `json:",omitempty"`
 }
 
 // DNSResult is what the DNS activity returns.
@@ -176,6 +179,15 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		}
 		st.end(ctx, deployments.StepSucceeded)
 		st.HostQueue = br.HostQueue
+		if br.Live != nil {
+			for _, step := range []deployments.StepName{deployments.StepProvision, deployments.StepDNS} {
+				st.begin(ctx, step, deployments.StatusProvisioning)
+				st.end(ctx, deployments.StepSucceeded)
+			}
+			st.Status = deployments.StatusLive
+			st.releaseSlot(ctx)
+			return st.live(ctx, t, *br.Live)
+		}
 
 		// PROVISION and DNS: pinned to the building worker. Never retried by
 		// Temporal: a lost worker means the build is lost too, so the round

@@ -241,3 +241,57 @@ func TestWorkflowWorkerLostDuringProvisionRebuilds(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A worker lost after the DNS step made the deployment LIVE, but before the
+// step superseded the previous LIVE deployment and before Temporal heard the
+// step end (a kill -9 at that moment): the next round's BUILD finds it LIVE.
+// The deployment stays LIVE, nothing is built again, the older deployment is
+// superseded and its workflow told to release, and the workflow waits LIVE.
+func TestWorkflowWorkerLostAfterDNSWentLiveStaysLive(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	old := f.queue(t)
+	old.Status, old.Host = deployments.StatusLive, "q/worker/test"
+	_, err := f.store.DeploymentUpdate(ctx, old, nil, "status", "host")
+	require.NoError(t, err)
+	d := f.queue(t)
+	env := f.testEnv(t)
+	dnsCalls := 0
+	env.OnActivity(activityConfigureDNS, mock.Anything, mock.Anything).Return(func(ctx context.Context, id string) (DNSResult, error) {
+		if dnsCalls++; dnsCalls > 1 {
+			return DNSResult{}, errors.New("DNS ran twice")
+		}
+		// The step's own write, then the worker dies.
+		got := f.get(t, id)
+		got.Status, got.DeployedURL = deployments.StatusLive, "http://"+f.slug+".localhost"
+		_, err := f.store.DeploymentUpdate(ctx, got, nil, "status", "deployed_url")
+		require.NoError(t, err)
+		return DNSResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+	})
+	var released []string
+	env.OnActivity(activitySignalRelease, mock.Anything, mock.Anything).Return(func(ctx context.Context, ids []string) error {
+		released = append(released, ids...)
+		return nil
+	})
+	var atLive State
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&atLive))
+		env.SignalWorkflow(SignalRelease, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, BuildTimeout: time.Minute, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError(), "the workflow ends released, not cancelled")
+	require.Equal(t, deployments.StatusLive, atLive.Status, "the workflow waited as LIVE")
+	require.Equal(t, 2, atLive.Round)
+	require.Len(t, f.rt.Builds(), 1, "a LIVE deployment is not built again")
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusLive, got.Status)
+	require.False(t, got.CancelRequested, "a LIVE deployment is not marked cancelled")
+	was := f.get(t, old.ID)
+	require.Equal(t, deployments.StatusCancelled, was.Status)
+	require.Equal(t, d.ID, was.SupersededBy)
+	require.Equal(t, []string{WorkflowID(old.ID)}, released)
+}
