@@ -88,18 +88,25 @@ func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects de
 // startWorker runs an in-process worker over rt until t ends (or stop is called).
 func (c *cluster) startWorker(t *testing.T, rt deployments.Runtime) (stop func()) {
 	t.Helper()
+	_, stop = c.startHost(t, rt, "")
+	return stop
+}
+
+// startHost starts a worker with host id (a new one when empty) and returns it.
+func (c *cluster) startHost(t *testing.T, rt deployments.Runtime, id string) (w *Worker, stop func()) {
+	t.Helper()
 	// A worker process has its own log hub over the same database.
 	logs := deployments.NewLogs(c.store, deployments.LogsConfig{})
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: logs, Runtime: rt, Projects: c.projects})
 	require.NoError(t, err)
-	w, err := NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store,
+	w, err = NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store, HostID: id,
 		Shares: c.shares, SlotLease: c.slotLease, BuildSlots: c.slots.Slots, FreeSlots: c.slots.FreeSlots, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	var once sync.Once
 	stop = func() { once.Do(func() { w.Stop(); logs.Close() }) }
 	t.Cleanup(stop)
-	return stop
+	return w, stop
 }
 
 // waitStatus polls the status route (which syncs from the engine) until the
@@ -440,4 +447,49 @@ func TestTemporalWorkerKilledMidBuild(t *testing.T) {
 	require.Contains(t, log, "helper worker building")
 	require.Contains(t, log, "queued again from BUILD")
 	require.Contains(t, log, "deployment is LIVE")
+}
+
+// TestTemporalCordonedHostTakesNoDeployment: of two workers, a cordoned one
+// builds nothing, so PROVISION and DNS (which follow the builder) never land
+// on it: each deployment goes LIVE on the other host and answers there.
+// Uncordoned, it takes work again; cordoning a host keeps its apps running.
+func TestTemporalCordonedHostTakesNoDeployment(t *testing.T) {
+	srv := temporaltest.StartDevServer(t)
+	bdb := dbtest.SQLite(t, deployments.Migrations())
+	projects := deploytest.NewProjects()
+	slug := "cordon-" + platformtest.Unique(8)
+	spec := goSpec(goAppRepo(t, "v1"), slug)
+	pid := projects.Add(spec)
+	c := newCluster(t, srv, bdb, projects)
+	rtA, ingA := processRuntime(t)
+	rtB, ingB := processRuntime(t)
+	a, _ := c.startHost(t, rtA, "host-a")
+	b, _ := c.startHost(t, rtB, "host-b")
+
+	deployOn := func(want *Worker, ing *httptest.Server) *deployments.Deployment {
+		t.Helper()
+		d, err := c.svc.Trigger(context.Background(), deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+		require.NoError(t, err)
+		c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
+		got, err := c.store.DeploymentGet(context.Background(), d.ID)
+		require.NoError(t, err)
+		require.Equal(t, want.HostQueue(), got.Host, "placed on the host that is not cordoned")
+		code, body := getApp(t, ing.URL, slug)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "hello v1", body)
+		return got
+	}
+
+	require.NoError(t, a.Cordon(true))
+	deployOn(b, ingB)
+
+	require.NoError(t, a.Cordon(false))
+	require.NoError(t, b.Cordon(true))
+	deployOn(a, ingA)
+	// B's app was replaced through B's own queue while B was cordoned.
+	platformtest.Eventually(t, time.Minute, "the replaced app on the cordoned host to stop", func() bool {
+		code, _ := getApp(t, ingB.URL, slug)
+		return code != http.StatusOK
+	})
+	require.NoError(t, b.Cordon(false))
 }

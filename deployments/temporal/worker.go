@@ -70,6 +70,11 @@ type WorkerStore interface {
 // workspace and the app are local to the worker that built them).
 type Worker struct {
 	shared, host worker.Worker
+	newShared    func() worker.Worker // a shared-queue worker, again after a cordon
+
+	mu       sync.Mutex // guards shared, started, cordoned
+	started  bool
+	cordoned bool
 	hostQueue    string
 	a            *activities
 	log          *slog.Logger
@@ -107,18 +112,21 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute),
 		slots: deployments.SlotPolicy{Slots: cmp.Or(cfg.BuildSlots, 4), FreeSlots: cfg.FreeSlots}}
 
-	shared := worker.New(c, taskQueue, cfg.Options)
-	shared.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
 	reg := func(w worker.Worker, fn any, name string) {
 		w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
-	reg(shared, a.build, activityBuild)
-	reg(shared, a.finish, activityFinish)
-	reg(shared, a.release, activityRelease)
-	reg(shared, a.signalRelease, activitySignalRelease)
-	// Run as local activities by the workflow worker (see waitForSlot).
-	reg(shared, a.acquireSlot, activityAcquireSlot)
-	reg(shared, a.releaseSlot, activityReleaseSlot)
+	newShared := func() worker.Worker {
+		shared := worker.New(c, taskQueue, cfg.Options)
+		shared.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowType})
+		reg(shared, a.build, activityBuild)
+		reg(shared, a.finish, activityFinish)
+		reg(shared, a.release, activityRelease)
+		reg(shared, a.signalRelease, activitySignalRelease)
+		// Run as local activities by the workflow worker (see waitForSlot).
+		reg(shared, a.acquireSlot, activityAcquireSlot)
+		reg(shared, a.releaseSlot, activityReleaseSlot)
+		return shared
+	}
 
 	hostOpts := cfg.Options
 	hostOpts.DisableWorkflowWorker = true
@@ -127,7 +135,38 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	reg(own, a.configureDNS, activityConfigureDNS)
 	reg(own, a.finish, activityFinish)
 	reg(own, a.release, activityRelease)
-	return &Worker{shared: shared, host: own, hostQueue: hostQueue, a: a, log: log, stop: func() {}}, nil
+	return &Worker{shared: newShared(), newShared: newShared, host: own, hostQueue: hostQueue, a: a, log: log, stop: func() {}}, nil
+}
+
+// Cordon stops (true) or starts again (false) polling the shared task
+// queue: a cordoned host takes no new deployment (no BUILD, so no
+// PROVISION or DNS follows it here) and runs no workflow code, while its own
+// queue still serves the apps it runs (their release, a replaced
+// deployment's stop). Deployments wait QUEUED while every host is
+// cordoned. Before Start it sets the state Start begins in.
+func (w *Worker) Cordon(cordoned bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cordoned == cordoned {
+		return nil
+	}
+	if !w.started { // Start begins in that state
+		w.cordoned = cordoned
+		return nil
+	}
+	if cordoned {
+		w.shared.Stop()
+		w.cordoned = true
+		w.log.Info("temporal: host cordoned: no longer taking deployments", "host_queue", w.hostQueue)
+		return nil
+	}
+	shared := w.newShared()
+	if err := shared.Start(); err != nil {
+		return fmt.Errorf("temporal: uncordon: %w", err)
+	}
+	w.shared, w.cordoned = shared, false
+	w.log.Info("temporal: host uncordoned: taking deployments again", "host_queue", w.hostQueue)
+	return nil
 }
 
 // HostQueue is the worker's own task queue.
@@ -140,10 +179,15 @@ func (w *Worker) Start() error {
 	if err := w.host.Start(); err != nil {
 		return fmt.Errorf("temporal: start worker: %w", err)
 	}
-	if err := w.shared.Start(); err != nil {
-		w.host.Stop()
-		return fmt.Errorf("temporal: start worker: %w", err)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.cordoned { // cordoned: Cordon(false) starts a new one
+		if err := w.shared.Start(); err != nil {
+			w.host.Stop()
+			return fmt.Errorf("temporal: start worker: %w", err)
+		}
 	}
+	w.started = true
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stop = cancel
 	w.restarts.Add(1)
@@ -179,7 +223,12 @@ func (w *Worker) restartLive(ctx context.Context) {
 func (w *Worker) Stop() {
 	w.stop()
 	w.restarts.Wait()
-	w.shared.Stop()
+	w.mu.Lock()
+	if !w.cordoned {
+		w.shared.Stop()
+	}
+	w.started = false
+	w.mu.Unlock()
 	w.host.Stop()
 }
 

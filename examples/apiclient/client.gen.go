@@ -307,6 +307,27 @@ func (e DomainRecordType) Valid() bool {
 	}
 }
 
+// Defines values for HostState.
+const (
+	HostStateActive   HostState = "active"
+	HostStateCordoned HostState = "cordoned"
+	HostStateDown     HostState = "down"
+)
+
+// Valid indicates whether the value is a known member of the HostState enum.
+func (e HostState) Valid() bool {
+	switch e {
+	case HostStateActive:
+		return true
+	case HostStateCordoned:
+		return true
+	case HostStateDown:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LoginResultTokenType.
 const (
 	LoginResultTokenTypeBearer LoginResultTokenType = "Bearer"
@@ -708,6 +729,12 @@ type ConnectTicket struct {
 	Ticket string `json:"ticket"`
 }
 
+// CordonRequest defines model for CordonRequest.
+type CordonRequest struct {
+	// Reason Why, for the other admins (shown on the host)
+	Reason *string `json:"reason,omitempty"`
+}
+
 // CreateDeployHookRequest defines model for CreateDeployHookRequest.
 type CreateDeployHookRequest struct {
 	// Name What the hook is for, e.g. nightly-rebuild
@@ -1094,6 +1121,48 @@ type HealthResponse struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// Host defines model for Host.
+type Host struct {
+	// Address Where other ingresses reach this host's ingress (host:port)
+	Address *string `json:"address,omitempty"`
+
+	// Apps LIVE deployments on the host at its last heartbeat
+	Apps int64 `json:"apps"`
+
+	// Cpus CPUs the host has
+	Cpus int64 `json:"cpus"`
+
+	// HeartbeatAt The worker's last heartbeat
+	HeartbeatAt time.Time `json:"heartbeatAt"`
+
+	// Id The host's stable id (kept in its data directory)
+	Id string `json:"id"`
+
+	// MaxApps Most apps the host runs (0: no limit)
+	MaxApps int64 `json:"maxApps"`
+
+	// MemoryMb Memory the host has for apps, in MiB (0: unknown)
+	MemoryMb int64 `json:"memoryMb"`
+
+	// Name The machine's name, for people
+	Name string `json:"name"`
+
+	// Queue The host's own Temporal task queue: where the steps of the apps it runs go
+	Queue string `json:"queue"`
+
+	// Reason Why the host is cordoned
+	Reason *string `json:"reason,omitempty"`
+
+	// StartedAt When its worker last started
+	StartedAt time.Time `json:"startedAt"`
+
+	// State active: takes new deployments; cordoned: keeps its apps but takes no new deployment; down: no heartbeat within the down-after setting
+	State HostState `json:"state"`
+}
+
+// HostState active: takes new deployments; cordoned: keeps its apps but takes no new deployment; down: no heartbeat within the down-after setting
+type HostState string
 
 // LogQuota defines model for LogQuota.
 type LogQuota struct {
@@ -1998,6 +2067,9 @@ type CreateEnvVarsJSONRequestBody = PlaceholderBody
 // UpdateEnvVarsJSONRequestBody defines body for UpdateEnvVars for application/json ContentType.
 type UpdateEnvVarsJSONRequestBody = PlaceholderBody
 
+// CordonHostJSONRequestBody defines body for CordonHost for application/json ContentType.
+type CordonHostJSONRequestBody = CordonRequest
+
 // AcceptTeamInvitationJSONRequestBody defines body for AcceptTeamInvitation for application/json ContentType.
 type AcceptTeamInvitationJSONRequestBody = AcceptTeamInvitationRequest
 
@@ -2858,6 +2930,52 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListHosts List the hosts that run apps
+	//
+	// ADMIN only. Every host a worker registered, by id, with its state, capacity, app count and last heartbeat.
+	//
+	// Corresponds with GET /hosts (the `ListHosts` operationId).
+	ListHosts(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteHost Remove a down host
+	//
+	// ADMIN only. Forgets a host taken away for good. Only a down host (no heartbeat within the down-after setting) can be removed: 409 otherwise, as its worker would register it again.
+	//
+	// Corresponds with DELETE /hosts/{id} (the `DeleteHost` operationId).
+	DeleteHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetHost Get a host
+	//
+	// ADMIN only. An unknown id is 404.
+	//
+	// Corresponds with GET /hosts/{id} (the `GetHost` operationId).
+	GetHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CordonHostWithBody Cordon a host
+	//
+	// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+	CordonHostWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CordonHost Cordon a host
+	//
+	// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+	CordonHost(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UncordonHost Uncordon a host
+	//
+	// ADMIN only. The host takes new deployments again. Idempotent.
+	//
+	// Corresponds with POST /hosts/{id}/uncordon (the `UncordonHost` operationId).
+	UncordonHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AcceptTeamInvitationWithBody Accept an invitation: only the signed-in account whose verified email was invited
 	//
@@ -4636,6 +4754,112 @@ func (c *Client) UpdateEnvVars(ctx context.Context, id string, body UpdateEnvVar
 // Corresponds with GET /healthz (the `Healthz` operationId).
 func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHosts List the hosts that run apps
+//
+// ADMIN only. Every host a worker registered, by id, with its state, capacity, app count and last heartbeat.
+//
+// Corresponds with GET /hosts (the `ListHosts` operationId).
+func (c *Client) ListHosts(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHostsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteHost Remove a down host
+//
+// ADMIN only. Forgets a host taken away for good. Only a down host (no heartbeat within the down-after setting) can be removed: 409 otherwise, as its worker would register it again.
+//
+// Corresponds with DELETE /hosts/{id} (the `DeleteHost` operationId).
+func (c *Client) DeleteHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteHostRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetHost Get a host
+//
+// ADMIN only. An unknown id is 404.
+//
+// Corresponds with GET /hosts/{id} (the `GetHost` operationId).
+func (c *Client) GetHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHostRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CordonHostWithBody Cordon a host
+//
+// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+func (c *Client) CordonHostWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCordonHostRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CordonHost Cordon a host
+//
+// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+func (c *Client) CordonHost(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCordonHostRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UncordonHost Uncordon a host
+//
+// ADMIN only. The host takes new deployments again. Idempotent.
+//
+// Corresponds with POST /hosts/{id}/uncordon (the `UncordonHost` operationId).
+func (c *Client) UncordonHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUncordonHostRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -8511,6 +8735,182 @@ func NewHealthzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListHostsRequest constructs an http.Request for the ListHosts method
+func NewListHostsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteHostRequest constructs an http.Request for the DeleteHost method
+func NewDeleteHostRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetHostRequest constructs an http.Request for the GetHost method
+func NewGetHostRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCordonHostRequest calls the generic CordonHost builder with application/json body
+func NewCordonHostRequest(server string, id string, body CordonHostJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCordonHostRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCordonHostRequestWithBody constructs an http.Request for the CordonHost method, with any body, and a specified content type
+func NewCordonHostRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts/%s/cordon", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewUncordonHostRequest constructs an http.Request for the UncordonHost method
+func NewUncordonHostRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts/%s/uncordon", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewAcceptTeamInvitationRequest calls the generic AcceptTeamInvitation builder with application/json body
 func NewAcceptTeamInvitationRequest(server string, body AcceptTeamInvitationJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -11637,6 +12037,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
+
+	// ListHostsWithResponse List the hosts that run apps
+	//
+	// ADMIN only. Every host a worker registered, by id, with its state, capacity, app count and last heartbeat.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /hosts (the `ListHosts` operationId).
+	ListHostsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHostsResponse, error)
+
+	// DeleteHostWithResponse Remove a down host
+	//
+	// ADMIN only. Forgets a host taken away for good. Only a down host (no heartbeat within the down-after setting) can be removed: 409 otherwise, as its worker would register it again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /hosts/{id} (the `DeleteHost` operationId).
+	DeleteHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteHostResponse, error)
+
+	// GetHostWithResponse Get a host
+	//
+	// ADMIN only. An unknown id is 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /hosts/{id} (the `GetHost` operationId).
+	GetHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetHostResponse, error)
+
+	// CordonHostWithBodyWithResponse Cordon a host
+	//
+	// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+	CordonHostWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CordonHostResponse, error)
+
+	// CordonHostWithResponse Cordon a host
+	//
+	// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+	CordonHostWithResponse(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*CordonHostResponse, error)
+
+	// UncordonHostWithResponse Uncordon a host
+	//
+	// ADMIN only. The host takes new deployments again. Idempotent.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /hosts/{id}/uncordon (the `UncordonHost` operationId).
+	UncordonHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*UncordonHostResponse, error)
 
 	// AcceptTeamInvitationWithBodyWithResponse Accept an invitation: only the signed-in account whose verified email was invited
 	//
@@ -14989,6 +15443,239 @@ func (r HealthzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListHostsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Host
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHostsResponse) GetJSON200() *[]Host {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListHostsResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHostsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHostsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHostsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHostsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteHostResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteHostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetHostResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetHostResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetHostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CordonHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CordonHostResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CordonHostResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CordonHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CordonHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CordonHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CordonHostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UncordonHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UncordonHostResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UncordonHostResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UncordonHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UncordonHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UncordonHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UncordonHostResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -18953,6 +19640,96 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
+// ListHostsWithResponse List the hosts that run apps
+//
+// ADMIN only. Every host a worker registered, by id, with its state, capacity, app count and last heartbeat.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /hosts (the `ListHosts` operationId).
+func (c *ClientWithResponses) ListHostsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHostsResponse, error) {
+	rsp, err := c.ListHosts(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHostsResponse(rsp)
+}
+
+// DeleteHostWithResponse Remove a down host
+//
+// ADMIN only. Forgets a host taken away for good. Only a down host (no heartbeat within the down-after setting) can be removed: 409 otherwise, as its worker would register it again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /hosts/{id} (the `DeleteHost` operationId).
+func (c *ClientWithResponses) DeleteHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteHostResponse, error) {
+	rsp, err := c.DeleteHost(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteHostResponse(rsp)
+}
+
+// GetHostWithResponse Get a host
+//
+// ADMIN only. An unknown id is 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /hosts/{id} (the `GetHost` operationId).
+func (c *ClientWithResponses) GetHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetHostResponse, error) {
+	rsp, err := c.GetHost(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetHostResponse(rsp)
+}
+
+// CordonHostWithBodyWithResponse Cordon a host
+//
+// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+func (c *ClientWithResponses) CordonHostWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CordonHostResponse, error) {
+	rsp, err := c.CordonHostWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCordonHostResponse(rsp)
+}
+
+// CordonHostWithResponse Cordon a host
+//
+// ADMIN only. The host takes no new deployment (its worker stops taking builds within a heartbeat); the apps it runs keep running. Idempotent.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
+func (c *ClientWithResponses) CordonHostWithResponse(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*CordonHostResponse, error) {
+	rsp, err := c.CordonHost(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCordonHostResponse(rsp)
+}
+
+// UncordonHostWithResponse Uncordon a host
+//
+// ADMIN only. The host takes new deployments again. Idempotent.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /hosts/{id}/uncordon (the `UncordonHost` operationId).
+func (c *ClientWithResponses) UncordonHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*UncordonHostResponse, error) {
+	rsp, err := c.UncordonHost(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUncordonHostResponse(rsp)
+}
+
 // AcceptTeamInvitationWithBodyWithResponse Accept an invitation: only the signed-in account whose verified email was invited
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -22292,6 +23069,167 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest HealthResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListHostsResponse parses an HTTP response from a ListHostsWithResponse call
+func ParseListHostsResponse(rsp *http.Response) (*ListHostsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHostsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteHostResponse parses an HTTP response from a DeleteHostWithResponse call
+func ParseDeleteHostResponse(rsp *http.Response) (*DeleteHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetHostResponse parses an HTTP response from a GetHostWithResponse call
+func ParseGetHostResponse(rsp *http.Response) (*GetHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCordonHostResponse parses an HTTP response from a CordonHostWithResponse call
+func ParseCordonHostResponse(rsp *http.Response) (*CordonHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CordonHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUncordonHostResponse parses an HTTP response from a UncordonHostWithResponse call
+func ParseUncordonHostResponse(rsp *http.Response) (*UncordonHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UncordonHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -72,6 +72,7 @@ func TestDeclaredResponses(t *testing.T) {
 	env.plansAndDomains(t, user, project)
 	env.hooksAndDeletion(t, user, project)
 	env.teams(t)
+	env.hostsRoutes(t)
 	env.placeholders(t)
 	env.rec.check(t)
 }

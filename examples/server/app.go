@@ -25,6 +25,7 @@ import (
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/plans"
@@ -75,7 +76,10 @@ type App struct {
 	Codehost    *codehost.Service
 	Domains     *domains.Service
 	Bandwidth   *bandwidth.Service
-	hosts       *hostRoutes // the ingress's custom hostnames; nil when this role runs no apps
+	// Hosts is the register of the machines that run apps.
+	Hosts     *hosts.Service
+	localHost *hosts.Local // this process's host, when it runs a Temporal worker
+	hosts     *hostRoutes  // the ingress's custom hostnames; nil when this role runs no apps
 	// Certs are the ingress's certificates (nil unless KEELSON_INGRESS_TLS_ADDR is set).
 	Certs      *certs.Manager
 	ingressTLS *tlsIngress
@@ -182,6 +186,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"teams", a.buildTeams},
 		{"projects", a.buildProjects},
 		{"deployments", a.buildDeployments},
+		{"hosts", a.buildHosts},
 		{"codehost", a.buildCodehost},
 		{"deployhooks", a.buildDeployHooks},
 		{"domains", a.buildDomains},

@@ -157,6 +157,12 @@ type Config struct {
 	// deployments keep together, in MiB; past it the logs of its oldest
 	// ended deployments are deleted. 0: no budget. Default 512.
 	LogBudgetMB int
+	// HostAddress, HostMaxApps and HostDownAfter are KEELSON_HOST_ADDRESS,
+	// KEELSON_HOST_MAX_APPS and KEELSON_HOST_DOWN_AFTER: a worker's entry in
+	// the hosts register (deployments/hosts).
+	HostAddress   string
+	HostMaxApps   int
+	HostDownAfter time.Duration
 	// KeepBuilds is KEELSON_KEEP_BUILDS: how many replaced deployments of a
 	// project keep their build (image or workspace) for a rollback. 0: none.
 	KeepBuilds int
@@ -294,6 +300,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_RUNTIME_WAIT", c.RuntimeWait, 10 * time.Minute},
 		{"KEELSON_DOMAIN_CHECK_INTERVAL", c.DomainCheckInterval, 7 * 24 * time.Hour},
 		{"KEELSON_INVITE_TTL", c.InviteTTL, 90 * 24 * time.Hour},
+		{"KEELSON_HOST_DOWN_AFTER", c.HostDownAfter, 24 * time.Hour},
 	} {
 		if d.val <= 0 || d.val > d.max {
 			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}
@@ -318,12 +325,16 @@ func (c Config) validateLimits() error {
 		{"KEELSON_FREE_BUILD_SLOTS", c.FreeBuildSlots, 0},
 		{"KEELSON_LOG_BUDGET_MB", c.LogBudgetMB, 0},
 		{"KEELSON_KEEP_BUILDS", c.KeepBuilds, 0},
+		{"KEELSON_HOST_MAX_APPS", c.HostMaxApps, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 		{"KEELSON_MAX_DOMAINS_PER_PROJECT", c.MaxDomainsPerProject, 1},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}
 		}
+	}
+	if c.HostDownAfter < 2*hostHeartbeat {
+		return &ConfigError{"KEELSON_HOST_DOWN_AFTER", fmt.Sprintf("%s is less than two heartbeats (%s)", c.HostDownAfter, 2*hostHeartbeat)}
 	}
 	if c.BuildSlots > 1 && c.FreeBuildSlots >= c.BuildSlots {
 		return &ConfigError{"KEELSON_FREE_BUILD_SLOTS", fmt.Sprintf("%d is not less than KEELSON_BUILD_SLOTS (%d): FREE builds may not hold every slot", c.FreeBuildSlots, c.BuildSlots)}

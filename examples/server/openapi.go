@@ -13,6 +13,7 @@ var tagDescriptions = map[string]string{
 	"Auth":         "Accounts: registration, login, tokens, password reset, two-factor authentication, profile.",
 	"OAuth":        "Browser redirect routes: login and account linking through the code host and an OpenID Connect provider.",
 	"Plans":        "Plans and their quotas (provisional). Reads are public; writes need ADMIN.",
+	"Hosts":        "The machines that run apps (Temporal workers): their capacity and heartbeat; cordon one so it takes no new deployment. ADMIN only.",
 	"Projects":     "Projects of the authenticated user: settings, env vars, deletion.",
 	"Deployments":  "Deployments of a project: trigger, status and steps, live logs (Server-Sent Events).",
 	"Code host":    "The code-hosting app: installation, repositories, signed webhooks, deliveries.",

@@ -1,0 +1,316 @@
+// Package hosts is the register of the machines that run apps: each worker
+// (KEELSON_ROLE=worker or all, on the Temporal engine) records its host, its
+// capacity and a heartbeat in the database; admins list them and cordon one.
+// A host whose heartbeat is older than Deps.DownAfter is down.
+//
+// A cordoned host takes no new deployment: its worker stops polling the
+// shared task queue (BUILD, and with it PROVISION and DNS, which follow the
+// host that built), while the apps it runs keep running and can still be
+// replaced or released. See the README's "Scaling out".
+package hosts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+)
+
+// State is what a host does.
+type State string
+
+// Host states. Active and cordoned are stored; down is read: an active or
+// cordoned host whose heartbeat is older than Deps.DownAfter.
+const (
+	StateActive   State = "active"
+	StateCordoned State = "cordoned"
+	StateDown     State = "down"
+)
+
+// Host is one machine that runs apps, as the API answers it.
+type Host struct {
+	ID       string `json:"id" doc:"The host's stable id (kept in its data directory)"`
+	Queue    string `json:"queue" doc:"The host's own Temporal task queue: where the steps of the apps it runs go"`
+	Name     string `json:"name" doc:"The machine's name, for people"`
+	Address  string `json:"address,omitempty" doc:"Where other ingresses reach this host's ingress (host:port)"`
+	State    State  `json:"state" enum:"active,cordoned,down" doc:"active: takes new deployments; cordoned: keeps its apps but takes no new deployment; down: no heartbeat within the down-after setting"`
+	MemoryMB int64  `json:"memoryMb" doc:"Memory the host has for apps, in MiB (0: unknown)"`
+	CPUs     int    `json:"cpus" doc:"CPUs the host has"`
+	MaxApps  int    `json:"maxApps" doc:"Most apps the host runs (0: no limit)"`
+	Apps     int    `json:"apps" doc:"LIVE deployments on the host at its last heartbeat"`
+	// Reason is why the host is cordoned, as the admin gave it.
+	Reason      string    `json:"reason,omitempty" doc:"Why the host is cordoned"`
+	StartedAt   time.Time `json:"startedAt" doc:"When its worker last started"`
+	HeartbeatAt time.Time `json:"heartbeatAt" doc:"The worker's last heartbeat"`
+}
+
+// SchemaName names Host in the OpenAPI document.
+func (Host) SchemaName() string { return "Host" }
+
+type hostRow struct {
+	bun.BaseModel `bun:"table:hosts"`
+	ID            string    `bun:"id,pk"`
+	Queue         string    `bun:"queue,notnull"`
+	Name          string    `bun:"name,notnull"`
+	Address       string    `bun:"address,notnull"`
+	State         State     `bun:"state,notnull"`
+	Reason        string    `bun:"reason,notnull"`
+	MemoryMB      int64     `bun:"memory_mb,notnull"`
+	CPUs          int       `bun:"cpus,notnull"`
+	MaxApps       int       `bun:"max_apps,notnull"`
+	Apps          int       `bun:"apps,notnull"`
+	StartedAt     time.Time `bun:"started_at,notnull"`
+	HeartbeatAt   time.Time `bun:"heartbeat_at,notnull"`
+}
+
+// Migrations returns the module's table.
+func Migrations() db.MigrationSet {
+	return db.MigrationSet{Module: "hosts", Migrations: []db.Migration{{
+		ID: "0001_init",
+		Up: db.Steps(
+			db.CreateTables((*hostRow)(nil)),
+			db.CreateIndex((*hostRow)(nil), "hosts_queue", true, "queue"),
+		),
+	}}}
+}
+
+// Local is the host this process runs apps on, and how to count them.
+type Local struct {
+	Host
+	// CountApps counts the LIVE deployments on this host (its queue).
+	CountApps func(ctx context.Context) (int, error)
+	// Cordoned is told when an admin cordons or uncordons this host (at the
+	// next heartbeat), and once at start with the stored state.
+	Cordoned func(cordoned bool)
+}
+
+// Deps are the module's dependencies.
+type Deps struct {
+	DB   *bun.DB
+	Auth platform.Authenticator // for the admin routes; required by Register
+	Log  *slog.Logger
+	// Clock tells the time; default the wall clock.
+	Clock platform.Clock
+	// Local, when set, is registered at Start and kept alive by a heartbeat
+	// every HeartbeatEvery until Close.
+	Local *Local
+	// HeartbeatEvery defaults to 10s; DownAfter, past which a host without a
+	// heartbeat is down, to 30s (and at least twice HeartbeatEvery).
+	HeartbeatEvery, DownAfter time.Duration
+}
+
+// Service is the hosts module.
+type Service struct {
+	d        Deps
+	mu       sync.Mutex
+	loop     *platform.Loop
+	cordoned *bool // the local host's state last told to Local.Cordoned
+}
+
+var _ platform.Module = (*Service)(nil)
+
+// New checks d and builds the service.
+func New(d Deps) (*Service, error) {
+	var p platform.Problems
+	p.Require("hosts: Deps.DB", d.DB != nil)
+	if d.Local != nil {
+		p.Require("hosts: Deps.Local.ID", d.Local.ID != "")
+		p.Require("hosts: Deps.Local.Queue", d.Local.Queue != "")
+		p.Require("hosts: Deps.Local.CountApps", d.Local.CountApps != nil)
+	}
+	if err := errors.Join(p...); err != nil {
+		return nil, err
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Clock == nil {
+		d.Clock = platform.SystemClock{}
+	}
+	if d.HeartbeatEvery <= 0 {
+		d.HeartbeatEvery = 10 * time.Second
+	}
+	if d.DownAfter <= 0 {
+		d.DownAfter = 30 * time.Second
+	}
+	d.DownAfter = max(d.DownAfter, 2*d.HeartbeatEvery)
+	return &Service{d: d}, nil
+}
+
+// Migrations returns the module's table, for platform.Module.
+func (s *Service) Migrations() db.MigrationSet { return Migrations() }
+
+func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
+
+// Start registers the local host, if any, and starts its heartbeat.
+func (s *Service) Start(ctx context.Context) error {
+	if s.d.Local == nil {
+		return nil
+	}
+	if err := s.join(ctx); err != nil {
+		return fmt.Errorf("hosts: register this host: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loop = platform.Every(context.WithoutCancel(ctx), s.d.HeartbeatEvery, false, nil, func(ctx context.Context) {
+		if err := s.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.WarnContext(ctx, "hosts: heartbeat", "host", s.d.Local.ID, "err", err)
+		}
+	})
+	return nil
+}
+
+// Close stops the heartbeat. The row stays: the host is down after
+// DownAfter, or active again when its worker starts.
+func (s *Service) Close(context.Context) error {
+	s.mu.Lock()
+	loop := s.loop
+	s.loop = nil
+	s.mu.Unlock()
+	loop.Stop()
+	return nil
+}
+
+// join inserts or refreshes the local host's row, keeping an admin's cordon.
+func (s *Service) join(ctx context.Context) error {
+	l := s.d.Local
+	apps, err := l.CountApps(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	row := &hostRow{ID: l.ID, Queue: l.Queue, Name: l.Name, Address: l.Address, State: StateActive,
+		MemoryMB: l.MemoryMB, CPUs: l.CPUs, MaxApps: l.MaxApps, Apps: apps, StartedAt: now, HeartbeatAt: now}
+	_, err = s.d.DB.NewInsert().Model(row).
+		On("CONFLICT (id) DO UPDATE").
+		Set("queue = EXCLUDED.queue, name = EXCLUDED.name, address = EXCLUDED.address").
+		Set("memory_mb = EXCLUDED.memory_mb, cpus = EXCLUDED.cpus, max_apps = EXCLUDED.max_apps").
+		Set("apps = EXCLUDED.apps, started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at").
+		Exec(ctx)
+	if err != nil {
+		return db.Translate(err)
+	}
+	return s.tell(ctx)
+}
+
+// Heartbeat records that the local host is alive, with its app count, and
+// tells Local.Cordoned of a change of state.
+func (s *Service) Heartbeat(ctx context.Context) error {
+	l := s.d.Local
+	apps, err := l.CountApps(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("apps = ?", apps).Set("heartbeat_at = ?", s.now()).
+		Where("id = ?", l.ID).Exec(ctx)
+	if err != nil {
+		return db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return s.join(ctx) // an admin removed the row while the host was up
+	}
+	return s.tell(ctx)
+}
+
+// tell passes the local host's stored state to Local.Cordoned when it changed.
+func (s *Service) tell(ctx context.Context) error {
+	if s.d.Local.Cordoned == nil {
+		return nil
+	}
+	h, err := s.Get(ctx, s.d.Local.ID)
+	if err != nil {
+		return err
+	}
+	cordoned := h.State == StateCordoned
+	s.mu.Lock()
+	changed := s.cordoned == nil || *s.cordoned != cordoned
+	s.cordoned = &cordoned
+	s.mu.Unlock()
+	if changed {
+		s.d.Local.Cordoned(cordoned)
+	}
+	return nil
+}
+
+func (s *Service) out(r *hostRow) *Host {
+	h := &Host{ID: r.ID, Queue: r.Queue, Name: r.Name, Address: r.Address, State: r.State, Reason: r.Reason,
+		MemoryMB: r.MemoryMB, CPUs: r.CPUs, MaxApps: r.MaxApps, Apps: r.Apps,
+		StartedAt: r.StartedAt.UTC(), HeartbeatAt: r.HeartbeatAt.UTC()}
+	if s.now().Sub(r.HeartbeatAt) > s.d.DownAfter {
+		h.State = StateDown
+	}
+	return h
+}
+
+// List returns every host, by id.
+func (s *Service) List(ctx context.Context) ([]*Host, error) {
+	var rows []*hostRow
+	if err := s.d.DB.NewSelect().Model(&rows).Order("id").Scan(ctx); err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make([]*Host, len(rows))
+	for i, r := range rows {
+		out[i] = s.out(r)
+	}
+	return out, nil
+}
+
+// Get returns one host; platform.ErrNotFound when there is none.
+func (s *Service) Get(ctx context.Context, id string) (*Host, error) {
+	r := new(hostRow)
+	if err := s.d.DB.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, hostErr(db.Translate(err), id)
+	}
+	return s.out(r), nil
+}
+
+// SetCordoned cordons (with a reason) or uncordons a host. The host's worker
+// acts on it at its next heartbeat.
+func (s *Service) SetCordoned(ctx context.Context, id string, cordoned bool, reason string) (*Host, error) {
+	state, why := StateActive, ""
+	if cordoned {
+		state, why = StateCordoned, strings.TrimSpace(reason)
+	}
+	res, err := s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("state = ?", state).Set("reason = ?", why).
+		Where("id = ?", id).Exec(ctx)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, hostErr(platform.ErrNotFound, id)
+	}
+	if s.d.Local != nil && s.d.Local.ID == id {
+		_ = s.tell(ctx) // this process: at once
+	}
+	return s.Get(ctx, id)
+}
+
+// Remove deletes a down host's row (a machine taken away for good). A host
+// that is not down answers 409: its worker would only register it again.
+func (s *Service) Remove(ctx context.Context, id string) error {
+	h, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if h.State != StateDown {
+		return platform.Conflict(fmt.Sprintf("host %s is %s: only a down host (no heartbeat for %s) can be removed", id, h.State, s.d.DownAfter))
+	}
+	_, err = s.d.DB.NewDelete().Model((*hostRow)(nil)).Where("id = ?", id).Where("heartbeat_at = ?", h.HeartbeatAt).Exec(ctx)
+	return db.Translate(err)
+}
+
+func hostErr(err error, id string) error {
+	if errors.Is(err, platform.ErrNotFound) {
+		return platform.NotFound(fmt.Sprintf("no host %q", id))
+	}
+	return err
+}
+

@@ -1,0 +1,198 @@
+package hosts_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/keelson-dev/keelson/deployments/hosts"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// clock is a settable clock shared by the services of one test.
+type clock struct{ at atomic.Int64 }
+
+func (c *clock) Now() time.Time      { return time.Unix(0, c.at.Load()).UTC() }
+func (c *clock) add(d time.Duration) { c.at.Add(int64(d)) }
+func newClock() *clock {
+	c := &clock{}
+	c.at.Store(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+var _ platform.Clock = (*clock)(nil)
+
+// machine is one worker's host: its service and what it was told.
+type machine struct {
+	svc  *hosts.Service
+	apps atomic.Int64
+	mu   sync.Mutex
+	told []bool // Cordoned calls, in order
+}
+
+func (m *machine) calls() []bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]bool(nil), m.told...)
+}
+
+func join(t *testing.T, bdb *bun.DB, c platform.Clock, id string) *machine {
+	t.Helper()
+	m := &machine{}
+	svc, err := hosts.New(hosts.Deps{DB: bdb, Clock: c, HeartbeatEvery: time.Hour, DownAfter: 30 * time.Second,
+		Local: &hosts.Local{
+			Host:      hosts.Host{ID: id, Queue: "q/worker/" + id, Name: "machine-" + id, Address: id + ":8081", MemoryMB: 2048, CPUs: 2, MaxApps: 40},
+			CountApps: func(context.Context) (int, error) { return int(m.apps.Load()), nil },
+			Cordoned: func(c bool) {
+				m.mu.Lock()
+				m.told = append(m.told, c)
+				m.mu.Unlock()
+			},
+		}})
+	require.NoError(t, err)
+	m.svc = svc
+	require.NoError(t, svc.Start(context.Background()))
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	return m
+}
+
+// Two workers register; the admin's view (a service with no local host)
+// lists both with their capacity; heartbeats carry the app count; a host
+// whose heartbeat stops is down after DownAfter and comes back with its
+// next heartbeat.
+func TestHostsRegisterHeartbeatAndDown(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a, b := join(t, bdb, c, "a"), join(t, bdb, c, "b")
+		admin, err := hosts.New(hosts.Deps{DB: bdb, Clock: c})
+		require.NoError(t, err)
+
+		hs, err := admin.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, hs, 2)
+		assert.Equal(t, "a", hs[0].ID)
+		assert.Equal(t, hosts.StateActive, hs[0].State)
+		assert.Equal(t, "q/worker/a", hs[0].Queue)
+		assert.Equal(t, "a:8081", hs[0].Address)
+		assert.Equal(t, int64(2048), hs[0].MemoryMB)
+		assert.Equal(t, 40, hs[0].MaxApps)
+
+		a.apps.Store(3)
+		c.add(20 * time.Second)
+		require.NoError(t, a.svc.Heartbeat(ctx))
+		c.add(20 * time.Second) // b's last heartbeat is 40 s old, a's 20 s
+		ha, err := admin.Get(ctx, "a")
+		require.NoError(t, err)
+		assert.Equal(t, hosts.StateActive, ha.State)
+		assert.Equal(t, 3, ha.Apps)
+		hb, err := admin.Get(ctx, "b")
+		require.NoError(t, err)
+		assert.Equal(t, hosts.StateDown, hb.State, "no heartbeat for 40 s")
+
+		require.NoError(t, b.svc.Heartbeat(ctx))
+		hb, err = admin.Get(ctx, "b")
+		require.NoError(t, err)
+		assert.Equal(t, hosts.StateActive, hb.State, "back with its heartbeat")
+
+		_, err = admin.Get(ctx, "nope")
+		assert.ErrorIs(t, err, platform.ErrNotFound)
+	})
+}
+
+// A cordon set by an admin elsewhere reaches the host's worker at its next
+// heartbeat, survives the worker starting again, and an uncordon reaches it
+// the same way. The worker is told its state once at start.
+func TestHostsCordonReachesTheWorker(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a := join(t, bdb, c, "a")
+		assert.Equal(t, []bool{false}, a.calls(), "told once at start")
+		admin, err := hosts.New(hosts.Deps{DB: bdb, Clock: c})
+		require.NoError(t, err)
+
+		h, err := admin.SetCordoned(ctx, "a", true, "  disk replacement ")
+		require.NoError(t, err)
+		assert.Equal(t, hosts.StateCordoned, h.State)
+		assert.Equal(t, "disk replacement", h.Reason)
+		assert.Equal(t, []bool{false}, a.calls(), "not before its heartbeat")
+		require.NoError(t, a.svc.Heartbeat(ctx))
+		require.NoError(t, a.svc.Heartbeat(ctx))
+		assert.Equal(t, []bool{false, true}, a.calls(), "told once of the change")
+
+		// The worker starts again: still cordoned, and told so.
+		require.NoError(t, a.svc.Close(ctx))
+		again := join(t, bdb, c, "a")
+		assert.Equal(t, []bool{true}, again.calls())
+
+		_, err = admin.SetCordoned(ctx, "a", false, "")
+		require.NoError(t, err)
+		require.NoError(t, again.svc.Heartbeat(ctx))
+		assert.Equal(t, []bool{true, false}, again.calls())
+
+		_, err = admin.SetCordoned(ctx, "nope", true, "")
+		assert.ErrorIs(t, err, platform.ErrNotFound)
+	})
+}
+
+// Only a down host can be removed; a removed host that is in fact alive
+// registers again at its next heartbeat.
+func TestHostsRemoveOnlyDown(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a := join(t, bdb, c, "a")
+		admin, err := hosts.New(hosts.Deps{DB: bdb, Clock: c})
+		require.NoError(t, err)
+
+		err = admin.Remove(ctx, "a")
+		var pe *platform.Error
+		require.True(t, errors.As(err, &pe), "%v", err)
+		assert.Equal(t, 409, pe.Status)
+		assert.Contains(t, pe.Message, "only a down host")
+		_, err = admin.Get(ctx, "a")
+		require.NoError(t, err, "the refused remove left the host")
+
+		c.add(time.Minute)
+		require.NoError(t, admin.Remove(ctx, "a"))
+		_, err = admin.Get(ctx, "a")
+		assert.ErrorIs(t, err, platform.ErrNotFound)
+
+		require.NoError(t, a.svc.Heartbeat(ctx))
+		h, err := admin.Get(ctx, "a")
+		require.NoError(t, err, "an alive host registers again")
+		assert.Equal(t, hosts.StateActive, h.State)
+	})
+}
+
+// The heartbeat loop stops with Close: no write after it.
+func TestHostsCloseStopsTheHeartbeat(t *testing.T) {
+	bdb := dbtest.SQLite(t, hosts.Migrations())
+	var beats atomic.Int64
+	svc, err := hosts.New(hosts.Deps{DB: bdb, HeartbeatEvery: 5 * time.Millisecond, Local: &hosts.Local{
+		Host:      hosts.Host{ID: "a", Queue: "q/worker/a"},
+		CountApps: func(context.Context) (int, error) { beats.Add(1); return 0, nil },
+	}})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(context.Background()))
+	for beats.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, svc.Close(context.Background()))
+	n := beats.Load()
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, n, beats.Load(), "a heartbeat after Close")
+	require.NoError(t, svc.Close(context.Background()), "twice is fine")
+}
