@@ -250,6 +250,19 @@ func TestScaleOutTemporalE2E(t *testing.T) {
 		if got := getApp(t, worker, final.DeployedURL, p.Slug); got != "version scaled" {
 			t.Fatalf("app says %q", got)
 		}
+		// The worker registered its host, which an API replica lists: one
+		// host, active, on the queue the deployment recorded.
+		hs, err := a.App.Hosts.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := worker.App.Deployments.Store().DeploymentGet(context.Background(), tr.DeploymentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != 1 || hs[0].State != "active" || hs[0].Queue != row.Host || hs[0].CPUs < 1 || a.App.localHost != nil {
+			t.Fatalf("hosts: %+v; deployment's host %q; the API replica registers no host", hs, row.Host)
+		}
 	})
 
 	t.Run("cancel mid-build through the API ends CANCELLED", func(t *testing.T) {
