@@ -493,3 +493,61 @@ func TestTemporalCordonedHostTakesNoDeployment(t *testing.T) {
 	})
 	require.NoError(t, b.Cordon(false))
 }
+
+// TestTemporalRollbackRunsOnTheHostThatKeptTheBuild: v1 then v2 go LIVE on
+// one of two workers; a rollback to v1 runs its BUILD on the host that
+// kept v1's build (not built again: the step is SKIPPED), goes LIVE there
+// and answers v1 again.
+func TestTemporalRollbackRunsOnTheHostThatKeptTheBuild(t *testing.T) {
+	srv := temporaltest.StartDevServer(t)
+	ctx := context.Background()
+	bdb := dbtest.SQLite(t, deployments.Migrations())
+	projects := deploytest.NewProjects()
+	slug := "rollback-" + platformtest.Unique(8)
+	repo := goAppRepo(t, "v1")
+	spec := goSpec(repo, slug)
+	pid := projects.Add(spec)
+	c := newCluster(t, srv, bdb, projects)
+	rtA, ingA := processRuntime(t)
+	rtB, ingB := processRuntime(t)
+	a, _ := c.startHost(t, rtA, "host-a")
+	b, _ := c.startHost(t, rtB, "host-b")
+	ing := map[string]*httptest.Server{a.HostQueue(): ingA, b.HostQueue(): ingB}
+
+	deploy := func(version string) *deployments.Deployment {
+		t.Helper()
+		d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+		require.NoError(t, err)
+		c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
+		got, err := c.store.DeploymentGet(ctx, d.ID)
+		require.NoError(t, err)
+		code, body := getApp(t, ing[got.Host].URL, slug)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "hello "+version, body)
+		return got
+	}
+	v1 := deploy("v1")
+	main := filepath.Join(repo, "main.go")
+	src, err := os.ReadFile(main)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(main, bytes.ReplaceAll(src, []byte("hello v1"), []byte("hello v2")), 0o644))
+	gitRun(t, repo, "commit", "-q", "-am", "v2")
+	// v2 goes to the other host, so the rollback must move back to v1's.
+	other := map[string]*Worker{a.HostQueue(): b, b.HostQueue(): a}[v1.Host]
+	mine := map[string]*Worker{a.HostQueue(): a, b.HostQueue(): b}[v1.Host]
+	require.NoError(t, mine.Cordon(true))
+	v2 := deploy("v2")
+	require.Equal(t, other.HostQueue(), v2.Host)
+
+	back, err := c.svc.Rollback(ctx, spec.OwnerID, v1.ID)
+	require.NoError(t, err)
+	live, _ := c.waitStatus(t, spec.OwnerID, back.ID, deployments.StatusLive)
+	require.Equal(t, deployments.StepSkipped, live.Steps.Get(deployments.StepBuild).Status, "nothing built again")
+	got, err := c.store.DeploymentGet(ctx, back.ID)
+	require.NoError(t, err)
+	require.Equal(t, v1.Host, got.Host, "on the host that kept the build, cordoned or not")
+	code, body := getApp(t, ing[v1.Host].URL, slug)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "hello v1", body)
+	require.Contains(t, c.logText(t, back.ID), "nothing cloned or built")
+}

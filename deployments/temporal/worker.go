@@ -131,6 +131,7 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	hostOpts := cfg.Options
 	hostOpts.DisableWorkflowWorker = true
 	own := worker.New(c, hostQueue, hostOpts)
+	reg(own, a.build, activityBuild) // a rollback's, pinned to the host that kept the build
 	reg(own, a.provision, activityProvision)
 	reg(own, a.configureDNS, activityConfigureDNS)
 	reg(own, a.finish, activityFinish)
