@@ -197,6 +197,25 @@ func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
 	return db.Translate(err)
 }
 
+// LiveHosts maps each project slug with a LIVE deployment to the host
+// queue that runs the newest one (the other ingresses' remote routes).
+func (s *Store) LiveHosts(ctx context.Context) (map[string]string, error) {
+	var rows []struct {
+		Slug string `bun:"project_slug"`
+		Host string `bun:"host"`
+	}
+	err := s.db.NewSelect().Model((*Deployment)(nil)).Column("project_slug", "host").
+		Where("status = ?", StatusLive).Where("host <> ''").OrderExpr("created_at ASC, id ASC").Scan(ctx, &rows)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows { // oldest first: the newest wins
+		out[r.Slug] = r.Host
+	}
+	return out, nil
+}
+
 // DeploymentUpdate writes columns of d (and updated_at) to its row. With from
 // non-empty it only updates a row whose status is one of from, and reports
 // whether it did (false, nil: the row moved on or is gone).

@@ -263,6 +263,22 @@ func (s *Service) List(ctx context.Context) ([]*Host, error) {
 	return out, nil
 }
 
+// Addresses maps the queue of each host that is not down to its ingress
+// address: where another ingress forwards the apps that host runs.
+func (s *Service) Addresses(ctx context.Context) (map[string]string, error) {
+	hs, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(hs))
+	for _, h := range hs {
+		if h.State != StateDown && h.Address != "" {
+			out[h.Queue] = h.Address
+		}
+	}
+	return out, nil
+}
+
 // Get returns one host; platform.ErrNotFound when there is none.
 func (s *Service) Get(ctx context.Context, id string) (*Host, error) {
 	r := new(hostRow)

@@ -58,6 +58,13 @@ type Config struct {
 	// Meter, when set, counts each slug's bytes and answers the slugs it
 	// blocks with a 429 (meter.go). Default: nothing counted or refused.
 	Meter *Meter
+	// ForwardKey, the same on every ingress of an installation, marks the
+	// requests one ingress forwards to another (SetRemote, remote.go).
+	// Without it nothing is forwarded, and no request is trusted as forwarded.
+	ForwardKey []byte
+	// Self is this ingress's own address as other hosts reach it (the hosts
+	// register's address): a remote route to it is ignored.
+	Self string
 }
 
 func (c Config) withDefaults() Config {
@@ -93,6 +100,10 @@ type Router struct {
 	table    atomic.Pointer[map[string]*route] // slug -> route; replaced, never mutated
 	hosts    atomic.Pointer[map[string]string] // custom hostname -> slug; replaced, never mutated
 	counters map[string]*atomic.Int64          // deploymentID -> requests in flight
+
+	remote  remoteTable // slugs other hosts serve (remote.go)
+	token   string      // forwardHeader's value; "" without Config.ForwardKey
+	forward *httputil.ReverseProxy
 }
 
 type ctxKey struct{}
@@ -125,7 +136,7 @@ func New(cfg Config) (*Router, error) {
 			rt := pr.In.Context().Value(ctxKey{}).(*route)
 			pr.SetURL(rt.target)
 			pr.Out.Host = pr.In.Host // apps see the public host, as behind any ingress
-			pr.SetXForwarded()
+			r.setForwarded(pr)
 		},
 		// Streaming responses (unknown length, text/event-stream) are flushed
 		// on every write by ReverseProxy itself; others are buffered briefly.
@@ -133,6 +144,10 @@ func New(cfg Config) (*Router, error) {
 		ErrorHandler:  r.proxyError,
 		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	if len(cfg.ForwardKey) > 0 {
+		r.token = forwardToken(cfg.ForwardKey)
+	}
+	r.forward = r.newForwarder()
 	return r, nil
 }
 
@@ -398,6 +413,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		rt.inflight.Add(-1)
 	}
 	if rt == nil {
+		if addr, ok := r.remoteOf(slug, req); ok {
+			r.forward.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), remoteKey{}, addr)))
+			return
+		}
 		host := req.Host
 		if len(host) > 255 {
 			host = host[:255]

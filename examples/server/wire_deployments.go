@@ -134,7 +134,12 @@ func (a *App) workerRuntime(ctx context.Context, d *deployments.Deps, log *slog.
 		publicPort, _ = strconv.Atoi(p)
 	}
 	a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
-	router, err := ingress.New(ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter})
+	icfg := ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter}
+	if c.Engine == "temporal" {
+		// Every ingress forwards the apps other hosts run (wire_hostsreg.go).
+		icfg.ForwardKey, icfg.Self = a.derivedKey("keelson ingress forward v1"), hostAddress(c)
+	}
+	router, err := ingress.New(icfg)
 	if err != nil {
 		return nil, &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 	}
@@ -145,6 +150,9 @@ func (a *App) workerRuntime(ctx context.Context, d *deployments.Deps, log *slog.
 		return nil, err
 	}
 	a.Ingress = router
+	if c.Engine == "temporal" {
+		a.routeRemote(router, log)
+	}
 	hosts := a.routeHosts(router)
 	d.Hosts = hosts
 	if err := a.ingressHTTPS(ctx, router, hosts, log); err != nil {

@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/hosts"
+	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform"
 )
 
 // hostHeartbeat is how often a worker tells the hosts register it is alive.
@@ -41,11 +46,7 @@ type liveLister interface {
 // and CPUs, and how to count its LIVE apps.
 func (a *App) newLocalHost(id, queue string, store liveLister, cordon func(bool) error) *hosts.Local {
 	name, _ := os.Hostname()
-	addr := a.Cfg.HostAddress
-	if addr == "" {
-		_, port, _ := net.SplitHostPort(a.Cfg.IngressAddr)
-		addr = net.JoinHostPort(name, port)
-	}
+	addr := hostAddress(a.Cfg)
 	log := a.Log.With("module", "hosts")
 	return &hosts.Local{
 		Host: hosts.Host{ID: id, Queue: queue, Name: name, Address: addr,
@@ -77,4 +78,69 @@ func memTotalMB() int64 {
 		}
 	}
 	return 0
+}
+
+// hostAddress is KEELSON_HOST_ADDRESS, else KEELSON_INGRESS_ADDR when it
+// names one address, else this machine's name with the ingress port: where
+// other hosts' ingresses reach this one.
+func hostAddress(c Config) string {
+	if c.HostAddress != "" {
+		return c.HostAddress
+	}
+	host, port, _ := net.SplitHostPort(c.IngressAddr)
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return c.IngressAddr
+	}
+	name, _ := os.Hostname()
+	return net.JoinHostPort(name, port)
+}
+
+// remoteEvery is how often an ingress reloads the routes other hosts serve.
+const remoteEvery = time.Second
+
+// routeRemote keeps router's remote routes (the apps other hosts run, each
+// forwarded to its host's ingress) loaded from the database: at start, then
+// every remoteEvery, so a deployment going LIVE on another host is served
+// here within about a second.
+func (a *App) routeRemote(router *ingress.Router, log *slog.Logger) {
+	var loop *platform.Loop
+	reload := func(ctx context.Context) error {
+		live, err := deployments.NewStore(a.DB).LiveHosts(ctx)
+		if err != nil {
+			return err
+		}
+		addrs, err := a.Hosts.Addresses(ctx)
+		if err != nil {
+			return err
+		}
+		routes := make(map[string]string, len(live))
+		for slug, queue := range live {
+			if addr, ok := addrs[queue]; ok {
+				routes[slug] = addr
+			}
+		}
+		return router.SetRemote(routes)
+	}
+	a.add(platform.Part{
+		OnStart: func(ctx context.Context) error {
+			if err := reload(ctx); err != nil {
+				return err
+			}
+			loop = platform.Every(context.Background(), remoteEvery, false, nil, func(ctx context.Context) {
+				if err := reload(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("ingress: reload the routes of other hosts", "err", err)
+				}
+			})
+			return nil
+		},
+		OnClose: func(context.Context) error { loop.Stop(); return nil },
+	})
+}
+
+// derivedKey is a key for one purpose, derived from the installation's JWT
+// secret (the same on every process of an installation).
+func (a *App) derivedKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, a.JWTSecret)
+	mac.Write([]byte(purpose))
+	return mac.Sum(nil)
 }

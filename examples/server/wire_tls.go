@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
@@ -72,7 +73,16 @@ func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *h
 	}
 	a.migrate(certs.Migrations())
 	a.onClose(mgr.Close)
-	a.Ingress = mgr.Handler(router)
+	plainHTTP := mgr.Handler(router)
+	a.Ingress = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Another ingress took it (over HTTPS, maybe): no redirect; an ACME
+		// challenge is still answered here, never by the app.
+		if router.Forwarded(r) && !strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
+			router.ServeHTTP(w, r)
+			return
+		}
+		plainHTTP.ServeHTTP(w, r)
+	})
 	a.ingressTLS = &tlsIngress{config: mgr.TLSConfig(), handler: mgr.HTTPSHandler(router)}
 	hosts.certificate = mgr.Status
 	a.Certs = mgr
