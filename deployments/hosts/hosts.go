@@ -69,6 +69,9 @@ type hostRow struct {
 	Apps          int       `bun:"apps,notnull"`
 	StartedAt     time.Time `bun:"started_at,notnull"`
 	HeartbeatAt   time.Time `bun:"heartbeat_at,notnull"`
+	// DownHandled is the heartbeat time of the outage Deps.HostDown was run
+	// for (once per outage, by one process); a heartbeat clears it.
+	DownHandled *time.Time `bun:"down_handled"`
 }
 
 // Migrations returns the module's table.
@@ -105,6 +108,10 @@ type Deps struct {
 	// HeartbeatEvery defaults to 10s; DownAfter, past which a host without a
 	// heartbeat is down, to 30s (and at least twice HeartbeatEvery).
 	HeartbeatEvery, DownAfter time.Duration
+	// HostDown, when set, is run once for each outage of another host, by
+	// one of the processes with a Local host (after its heartbeat): it moves
+	// the down host's apps elsewhere. An error runs it again next time.
+	HostDown func(ctx context.Context, h *Host) error
 }
 
 // Service is the hosts module.
@@ -163,6 +170,10 @@ func (s *Service) Start(ctx context.Context) error {
 	s.loop = platform.Every(context.WithoutCancel(ctx), s.d.HeartbeatEvery, false, nil, func(ctx context.Context) {
 		if err := s.Heartbeat(ctx); err != nil && ctx.Err() == nil {
 			s.d.Log.WarnContext(ctx, "hosts: heartbeat", "host", s.d.Local.ID, "err", err)
+			return // a host that cannot write its heartbeat may be the one cut off
+		}
+		if err := s.HandleDown(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.WarnContext(ctx, "hosts: move the apps of a down host", "err", err)
 		}
 	})
 	return nil
@@ -194,6 +205,7 @@ func (s *Service) join(ctx context.Context) error {
 		Set("queue = EXCLUDED.queue, name = EXCLUDED.name, address = EXCLUDED.address").
 		Set("memory_mb = EXCLUDED.memory_mb, cpus = EXCLUDED.cpus, max_apps = EXCLUDED.max_apps").
 		Set("apps = EXCLUDED.apps, started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at").
+		Set("down_handled = NULL").
 		Exec(ctx)
 	if err != nil {
 		return db.Translate(err)
@@ -210,7 +222,7 @@ func (s *Service) Heartbeat(ctx context.Context) error {
 		return err
 	}
 	res, err := s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("apps = ?", apps).Set("heartbeat_at = ?", s.now()).
-		Where("id = ?", l.ID).Exec(ctx)
+		Set("down_handled = NULL").Where("id = ?", l.ID).Exec(ctx)
 	if err != nil {
 		return db.Translate(err)
 	}
@@ -307,6 +319,40 @@ func (s *Service) SetCordoned(ctx context.Context, id string, cordoned bool, rea
 		_ = s.tell(ctx) // this process: at once
 	}
 	return s.Get(ctx, id)
+}
+
+// HandleDown runs Deps.HostDown for each host that is down and whose
+// outage no process handled yet. A process claims an outage with one
+// conditional update, so each runs once across every process; a failed
+// run is released for the next try.
+func (s *Service) HandleDown(ctx context.Context) error {
+	if s.d.HostDown == nil {
+		return nil
+	}
+	var rows []*hostRow
+	cutoff := s.now().Add(-s.d.DownAfter)
+	if err := s.d.DB.NewSelect().Model(&rows).Where("heartbeat_at < ?", cutoff).Where("down_handled IS NULL").
+		Order("id").Scan(ctx); err != nil {
+		return db.Translate(err)
+	}
+	var errs []error
+	for _, r := range rows {
+		res, err := s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("down_handled = heartbeat_at").
+			Where("id = ?", r.ID).Where("heartbeat_at = ?", r.HeartbeatAt).Where("down_handled IS NULL").Exec(ctx)
+		if err != nil {
+			return db.Translate(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // another process took it, or the host came back
+		}
+		s.d.Log.WarnContext(ctx, "hosts: host is down; moving its apps", "host", r.ID, "last_heartbeat", r.HeartbeatAt)
+		if err := s.d.HostDown(ctx, s.out(r)); err != nil {
+			errs = append(errs, fmt.Errorf("host %s: %w", r.ID, err))
+			_, _ = s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("down_handled = NULL").
+				Where("id = ?", r.ID).Where("heartbeat_at = ?", r.HeartbeatAt).Exec(context.WithoutCancel(ctx))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Remove deletes a down host's row (a machine taken away for good). A host

@@ -196,3 +196,54 @@ func TestHostsCloseStopsTheHeartbeat(t *testing.T) {
 	assert.Equal(t, n, beats.Load(), "a heartbeat after Close")
 	require.NoError(t, svc.Close(context.Background()), "twice is fine")
 }
+
+// A host that stops its heartbeat is handed to Deps.HostDown once per
+// outage, by one of the processes that look (two here), not by itself;
+// a failed run is tried again; a host that comes back and dies again is
+// handled again.
+func TestHostsDownIsHandledOncePerOutage(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		c := newClock()
+		b := join(t, bdb, c, "b")
+		var mu sync.Mutex
+		var handled []string
+		fail := true
+		watcher := func() *hosts.Service {
+			svc, err := hosts.New(hosts.Deps{DB: bdb, Clock: c, HostDown: func(_ context.Context, h *hosts.Host) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if fail {
+					fail = false
+					return errors.New("no other host yet")
+				}
+				handled = append(handled, h.ID+":"+string(h.State))
+				return nil
+			}})
+			require.NoError(t, err)
+			return svc
+		}
+		w1, w2 := watcher(), watcher()
+		got := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), handled...) }
+
+		require.NoError(t, w1.HandleDown(ctx))
+		assert.Empty(t, got(), "b is alive")
+
+		c.add(time.Minute)
+		assert.Error(t, w1.HandleDown(ctx), "the first run fails")
+		var wg sync.WaitGroup
+		for _, w := range []*hosts.Service{w1, w2, w1, w2} {
+			wg.Add(1)
+			go func() { defer wg.Done(); assert.NoError(t, w.HandleDown(ctx)) }()
+		}
+		wg.Wait()
+		assert.Equal(t, []string{"b:down"}, got(), "tried again, then once across both processes")
+
+		require.NoError(t, b.svc.Heartbeat(ctx)) // back
+		require.NoError(t, w2.HandleDown(ctx))
+		assert.Len(t, got(), 1)
+		c.add(time.Minute) // and down again
+		require.NoError(t, w2.HandleDown(ctx))
+		assert.Equal(t, []string{"b:down", "b:down"}, got())
+	})
+}

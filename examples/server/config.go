@@ -163,6 +163,9 @@ type Config struct {
 	HostAddress   string
 	HostMaxApps   int
 	HostDownAfter time.Duration
+	// hostHeartbeat replaces the hosts register's 10 s heartbeat: a test
+	// hook with no setting.
+	hostHeartbeat time.Duration
 	// KeepBuilds is KEELSON_KEEP_BUILDS: how many replaced deployments of a
 	// project keep their build (image or workspace) for a rollback. 0: none.
 	KeepBuilds int
@@ -333,8 +336,8 @@ func (c Config) validateLimits() error {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}
 		}
 	}
-	if c.HostDownAfter < 2*hostHeartbeat {
-		return &ConfigError{"KEELSON_HOST_DOWN_AFTER", fmt.Sprintf("%s is less than two heartbeats (%s)", c.HostDownAfter, 2*hostHeartbeat)}
+	if c.HostDownAfter < 2*c.heartbeat() {
+		return &ConfigError{"KEELSON_HOST_DOWN_AFTER", fmt.Sprintf("%s is less than two heartbeats (%s)", c.HostDownAfter, 2*c.heartbeat())}
 	}
 	if c.BuildSlots > 1 && c.FreeBuildSlots >= c.BuildSlots {
 		return &ConfigError{"KEELSON_FREE_BUILD_SLOTS", fmt.Sprintf("%d is not less than KEELSON_BUILD_SLOTS (%d): FREE builds may not hold every slot", c.FreeBuildSlots, c.BuildSlots)}

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
 	"github.com/keelson-dev/keelson/platform/dbtest"
@@ -26,6 +29,7 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	role := func(r string) func(*Config) {
 		return func(c *Config) {
 			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", srv.FrontendHostPort(), queue, r
+			c.hostHeartbeat, c.HostDownAfter = 250*time.Millisecond, 2*time.Second
 		}
 	}
 	w1 := startServer(t, dbURL, role(RoleWorker))
@@ -86,6 +90,46 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	if len(hs) != 2 || hs[0].State != hosts.StateActive || hs[1].State != hosts.StateActive || hs[0].Apps+hs[1].Apps > 2 {
 		t.Fatalf("hosts: %+v", hs)
 	}
+
+	// Host one stops (its heartbeat, its apps, its ingress): within a
+	// minute its app answers through host two, from a new deployment of the
+	// same commit that the old one's log names; nothing is left QUEUED.
+	was := liveOf(t, api, alice, slug1)
+	w1.stop()
+	platformtest.Eventually(t, time.Minute, "app one through host two after host one stopped", func() bool {
+		return tryApp(w2, "", slug1) == "version one"
+	})
+	now := liveOf(t, api, alice, slug1)
+	if now.ID == was.ID || now.CommitSHA != was.CommitSHA {
+		t.Fatalf("after the move: %+v, before: %+v", now, was)
+	}
+	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" runs commit "+was.CommitSHA+" on another host") {
+		t.Fatalf("the moved deployment's log does not say where it went:\n%s", strings.Join(logs, "\n"))
+	}
+	if tryApp(w2, url2, slug2) != "version two" {
+		t.Fatal("host two's own app stopped answering")
+	}
+}
+
+// liveOf is the project's LIVE deployment (the newest), by slug.
+func liveOf(t *testing.T, ts *testServer, token, slug string) *deployments.Deployment {
+	t.Helper()
+	var out *deployments.Deployment
+	platformtest.Eventually(t, time.Minute, "a LIVE deployment of "+slug, func() bool {
+		ds, err := deployments.NewStore(ts.App.DB).DeploymentsWhere(context.Background(),
+			deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = nil
+		for _, d := range ds {
+			if d.ProjectSlug == slug {
+				out = d
+			}
+		}
+		return out != nil
+	})
+	return out
 }
 
 // tryApp is the app's answer through ts's ingress, or "" (any failure).

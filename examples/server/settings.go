@@ -177,7 +177,7 @@ var settings = []setting{
 	{name: "KEELSON_HOST_MAX_APPS", def: "0", doc: "worker: most apps this host runs, shown on `GET /hosts` for placement; `0`: no limit",
 		parse: number(func(c *Config) *int { return &c.HostMaxApps })},
 	{name: "KEELSON_HOST_DOWN_AFTER", def: "30s",
-		doc:   "a host (a worker's machine) whose heartbeat (every 10 s) is older than this is shown `down` on `GET /hosts` and can be removed; at least 20s",
+		doc:   "a host (a worker's machine) whose heartbeat (every 10 s) is older than this is `down`: once per outage another worker deploys each of its LIVE deployments again (the same commit, built again until images go through a registry) on a host that answers, and the old deployment's log says so; a down host can be removed from `GET /hosts`. At least 20s",
 		parse: duration(func(c *Config) *time.Duration { return &c.HostDownAfter })},
 	{name: "KEELSON_READ_HEADER_TIMEOUT", def: "5s", doc: "longest a client may take to send its request headers (a duration, or seconds); API and ingress",
 		parse: duration(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -22,12 +25,58 @@ import (
 // hostHeartbeat is how often a worker tells the hosts register it is alive.
 const hostHeartbeat = 10 * time.Second
 
+// heartbeat is hostHeartbeat, or the tests' shorter one.
+func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostHeartbeat) }
+
+// moveOffHost is the hosts register's HostDown: each LIVE deployment of the
+// down host h is deployed again (the same commit) on a host that answers,
+// and its log says why. Until an image registry is set up, that builds
+// again: the build is on the down host. A project with a deployment under
+// way already is left to it.
+func (a *App) moveOffHost(ctx context.Context, h *hosts.Host) error {
+	store := deployments.NewStore(a.DB)
+	lives, err := store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: h.Queue})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range lives {
+		note := func(format string, args ...any) {
+			if sink, err := a.Deployments.Logs().Sink(ctx, d.ID); err == nil {
+				sink.Systemf(format, args...)
+			}
+		}
+		busy, err := store.DeploymentsWhere(ctx, deployments.Filter{ProjectID: d.ProjectID, Statuses: []deployments.Status{
+			deployments.StatusQueued, deployments.StatusBuilding, deployments.StatusProvisioning, deployments.StatusConfiguringDNS}})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(busy) > 0 {
+			note("host %s has sent no heartbeat since %s; deployment %s of the project is under way and replaces this one", h.ID, h.HeartbeatAt.Format(time.RFC3339), busy[0].ID)
+			continue
+		}
+		next, err := a.Deployments.Trigger(ctx, deployments.TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA,
+			Reason: fmt.Sprintf("host %s down: moving deployment %s", h.ID, d.ID)})
+		if err != nil {
+			note("host %s has sent no heartbeat since %s; moving the app failed: %s", h.ID, h.HeartbeatAt.Format(time.RFC3339), err)
+			errs = append(errs, fmt.Errorf("deployment %s: %w", d.ID, err))
+			continue
+		}
+		note("host %s has sent no heartbeat since %s; deployment %s runs commit %s on another host", h.ID, h.HeartbeatAt.Format(time.RFC3339), next.ID, d.CommitSHA)
+	}
+	if err := a.Deployments.Logs().Flush(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // buildHosts adds the hosts register (deployments/hosts): the ADMIN routes
 // in every role; with the Temporal engine, a process that runs a worker
 // registers its host (temporalDeps set a.localHost) and keeps it alive.
 func (a *App) buildHosts(context.Context) error {
 	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
-		Local: a.localHost, HeartbeatEvery: hostHeartbeat, DownAfter: a.Cfg.HostDownAfter})
+		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, HostDown: a.moveOffHost})
 	if err != nil {
 		return err
 	}
