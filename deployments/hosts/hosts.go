@@ -291,6 +291,51 @@ func (s *Service) Addresses(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// Place chooses the host a new deployment builds and runs on: of the
+// active hosts (not cordoned, not down) with room (fewer apps than their
+// MaxApps), the one with the fewest apps per GiB of memory, then the fewest
+// apps, then by id. It returns the host's queue and the reason in words for
+// the deployment's log; "" when no host qualifies (any worker takes it).
+// App counts are those of the hosts' last heartbeats.
+func (s *Service) Place(ctx context.Context) (queue, reason string, err error) {
+	hs, err := s.List(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	var best *Host
+	var others []string
+	load := func(h *Host) float64 { return float64(h.Apps) * 1024 / float64(max(h.MemoryMB, 1)) }
+	for _, h := range hs {
+		switch {
+		case h.State != StateActive:
+			others = append(others, fmt.Sprintf("%s %s", h.ID, h.State))
+			continue
+		case h.MaxApps > 0 && h.Apps >= h.MaxApps:
+			others = append(others, fmt.Sprintf("%s full (%d of %d apps)", h.ID, h.Apps, h.MaxApps))
+			continue
+		}
+		if best == nil || load(h) < load(best) || (load(h) == load(best) && h.Apps < best.Apps) {
+			if best != nil {
+				others = append(others, fmt.Sprintf("%s %d apps", best.ID, best.Apps))
+			}
+			best = h
+		} else {
+			others = append(others, fmt.Sprintf("%s %d apps", h.ID, h.Apps))
+		}
+	}
+	if best == nil {
+		if len(hs) == 0 {
+			return "", "", nil
+		}
+		return "", "no host can take it (" + strings.Join(others, ", ") + "); the first worker free builds it", nil
+	}
+	reason = fmt.Sprintf("placed on host %s (%d apps, %d MiB, %d CPUs)", best.ID, best.Apps, best.MemoryMB, best.CPUs)
+	if len(others) > 0 {
+		reason += "; others: " + strings.Join(others, ", ")
+	}
+	return best.Queue, reason, nil
+}
+
 // Get returns one host; platform.ErrNotFound when there is none.
 func (s *Service) Get(ctx context.Context, id string) (*Host, error) {
 	r := new(hostRow)

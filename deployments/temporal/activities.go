@@ -29,6 +29,24 @@ type activities struct {
 	shares    deployments.Shares     // optional
 	slots     deployments.SlotPolicy // the build slots across every worker
 	lease     time.Duration          // of a build slot, before its holder is checked
+	placer    Placer                 // optional
+}
+
+// place asks the Placer for the deployment's host and notes its reason in
+// the deployment's log. Without a Placer, or when it fails, any worker.
+func (a *activities) place(ctx context.Context, id string) (PlaceResult, error) {
+	if a.placer == nil {
+		return PlaceResult{}, nil
+	}
+	queue, reason, err := a.placer.Place(ctx)
+	if err != nil {
+		a.log.Warn("placement failed; any worker builds it", "deployment", id, "err", err)
+		return PlaceResult{}, nil
+	}
+	if reason != "" {
+		a.acts.Note(ctx, id, reason)
+	}
+	return PlaceResult{Queue: queue}, nil
 }
 
 // build runs BUILD and returns this worker's own task queue, where PROVISION

@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/deployments/process"
@@ -61,6 +63,7 @@ type cluster struct {
 	shares    deployments.Shares
 	slotLease time.Duration
 	slots     deployments.SlotPolicy // the workers' BuildSlots and FreeSlots (zero: the defaults)
+	placer    Placer                 // the workers' Placer (nil: any worker builds)
 }
 
 func newCluster(t *testing.T, srv *testsuite.DevServer, bdb *bun.DB, projects deployments.ProjectSource) *cluster {
@@ -100,7 +103,7 @@ func (c *cluster) startHost(t *testing.T, rt deployments.Runtime, id string) (w 
 	acts, err := deployments.NewActivities(deployments.ActivitiesConfig{Store: c.store, Logs: logs, Runtime: rt, Projects: c.projects})
 	require.NoError(t, err)
 	w, err = NewWorker(dial(t, c.srv), c.queue, rt, WorkerConfig{Activities: acts, Store: c.store, HostID: id,
-		Shares: c.shares, SlotLease: c.slotLease, BuildSlots: c.slots.Slots, FreeSlots: c.slots.FreeSlots, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
+		Shares: c.shares, SlotLease: c.slotLease, Placer: c.placer, BuildSlots: c.slots.Slots, FreeSlots: c.slots.FreeSlots, Options: worker.Options{WorkerStopTimeout: 5 * time.Second}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	var once sync.Once
@@ -550,4 +553,59 @@ func TestTemporalRollbackRunsOnTheHostThatKeptTheBuild(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "hello v1", body)
 	require.Contains(t, c.logText(t, back.ID), "nothing cloned or built")
+}
+
+// TestTemporalPlacementChoosesTheLeastLoadedHost: with the hosts register as
+// the Placer, a deployment builds and runs on the active host with the
+// fewest apps per GiB that has room, and its log says why; a full host
+// (at its max apps) is skipped.
+func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
+	srv := temporaltest.StartDevServer(t)
+	ctx := context.Background()
+	bdb := dbtest.SQLite(t, deployments.Migrations(), hosts.Migrations())
+	projects := deploytest.NewProjects()
+	slug := "placed-" + platformtest.Unique(8)
+	spec := goSpec(goAppRepo(t, "v1"), slug)
+	pid := projects.Add(spec)
+	c := newCluster(t, srv, bdb, projects)
+	register, err := hosts.New(hosts.Deps{DB: bdb})
+	require.NoError(t, err)
+	c.placer = register
+	rtA, ingA := processRuntime(t)
+	rtB, ingB := processRuntime(t)
+	a, _ := c.startHost(t, rtA, "host-a")
+	b, _ := c.startHost(t, rtB, "host-b")
+	apps := map[string]*atomic.Int64{"host-a": {}, "host-b": {}}
+	beat := map[string]*hosts.Service{}
+	for id, w := range map[string]*Worker{"host-a": a, "host-b": b} {
+		n := apps[id]
+		svc, err := hosts.New(hosts.Deps{DB: bdb, HeartbeatEvery: time.Hour, Local: &hosts.Local{
+			Host:      hosts.Host{ID: id, Queue: w.HostQueue(), MemoryMB: 4096, CPUs: 2, MaxApps: 3},
+			CountApps: func(context.Context) (int, error) { return int(n.Load()), nil }}})
+		require.NoError(t, err)
+		require.NoError(t, svc.Start(ctx))
+		t.Cleanup(func() { _ = svc.Close(ctx) })
+		beat[id] = svc
+	}
+	load := func(id string, n int64) {
+		apps[id].Store(n)
+		require.NoError(t, beat[id].Heartbeat(ctx))
+	}
+	deployOn := func(w *Worker, ing *httptest.Server, why string) {
+		t.Helper()
+		d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+		require.NoError(t, err)
+		c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
+		got, err := c.store.DeploymentGet(ctx, d.ID)
+		require.NoError(t, err)
+		require.Equal(t, w.HostQueue(), got.Host)
+		code, _ := getApp(t, ing.URL, slug)
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, c.logText(t, d.ID), why)
+	}
+
+	load("host-a", 2)
+	deployOn(b, ingB, "placed on host host-b (0 apps, 4096 MiB, 2 CPUs); others: host-a 2 apps")
+	load("host-b", 3) // full
+	deployOn(a, ingA, "placed on host host-a (2 apps, 4096 MiB, 2 CPUs); others: host-b full (3 of 3 apps)")
 }

@@ -46,10 +46,19 @@ type WorkerConfig struct {
 	// a FREE plan hold together (default and at most BuildSlots-1). Every
 	// worker of a task queue must be given the same. Default 4.
 	BuildSlots, FreeSlots int
+	// Placer chooses the host each deployment builds and runs on (the hosts
+	// register); optional: without it any worker takes each build.
+	Placer Placer
 	// SlotLease is how long a build slot counts as held before the worker
 	// that finds its owner at the cap asks Temporal whether the holder's
 	// workflow still runs (a terminated one never released it). Default 1m.
 	SlotLease time.Duration
+}
+
+// Placer chooses the host a new deployment builds and runs on: its task
+// queue ("" for any worker) and the reason, for the deployment's log.
+type Placer interface {
+	Place(ctx context.Context) (queue, reason string, err error)
 }
 
 // WorkerStore is what a worker reads and writes of the deployments directly
@@ -72,12 +81,12 @@ type Worker struct {
 	shared, host worker.Worker
 	newShared    func() worker.Worker // a shared-queue worker, again after a cordon
 
-	mu       sync.Mutex // guards shared, started, cordoned
-	started  bool
-	cordoned bool
-	hostQueue    string
-	a            *activities
-	log          *slog.Logger
+	mu        sync.Mutex // guards shared, started, cordoned
+	started   bool
+	cordoned  bool
+	hostQueue string
+	a         *activities
+	log       *slog.Logger
 
 	stop     context.CancelFunc // ends restartLive
 	restarts sync.WaitGroup
@@ -109,7 +118,7 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 	}
 	hostQueue := taskQueue + "/worker/" + hostID
 	a := &activities{acts: cfg.Activities, store: cfg.Store, rt: rt, client: c, hostQueue: hostQueue, log: log,
-		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute),
+		perUser: cmp.Or(cfg.PerUser, 2), shares: cfg.Shares, lease: cmp.Or(cfg.SlotLease, time.Minute), placer: cfg.Placer,
 		slots: deployments.SlotPolicy{Slots: cmp.Or(cfg.BuildSlots, 4), FreeSlots: cfg.FreeSlots}}
 
 	reg := func(w worker.Worker, fn any, name string) {
@@ -125,6 +134,7 @@ func NewWorker(c client.Client, taskQueue string, rt deployments.Runtime, cfg Wo
 		// Run as local activities by the workflow worker (see waitForSlot).
 		reg(shared, a.acquireSlot, activityAcquireSlot)
 		reg(shared, a.releaseSlot, activityReleaseSlot)
+		reg(shared, a.place, activityPlace)
 		return shared
 	}
 

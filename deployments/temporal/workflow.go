@@ -29,7 +29,12 @@ const (
 	activitySignalRelease = "keelson.deployment.signalRelease"
 	activityAcquireSlot   = "keelson.deployment.acquireSlot"
 	activityReleaseSlot   = "keelson.deployment.releaseSlot"
+	activityPlace         = "keelson.deployment.place"
 )
+
+// versionPlacement marks workflows that choose their host (WorkerConfig.
+// Placer) before BUILD: earlier histories replay without the choice.
+const versionPlacement = "placement"
 
 // Error types of non-retryable application errors raised by the activities.
 const (
@@ -172,9 +177,16 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		// BUILD: any worker. Retried when its worker is lost (heartbeat timeout);
 		// a failing build command is a non-retryable error.
 		st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-		bctx := workflow.WithActivityOptions(ctx, buildOptions(in, t, buildTimeout))
+		queue, placed := st.place(ctx, in)
+		bctx := workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout))
 		var br BuildResult
-		if err := workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br); err != nil {
+		err := workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br)
+		if err != nil && placed && workerLost(err) {
+			// The chosen host did not take it in time (it went away): any worker.
+			bctx = workflow.WithActivityOptions(ctx, buildOptions("", t, buildTimeout))
+			err = workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br)
+		}
+		if err != nil {
 			return st.finish(ctx, t, err)
 		}
 		st.end(ctx, deployments.StepSucceeded)
@@ -202,7 +214,7 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		st.begin(ctx, deployments.StepProvision, deployments.StatusProvisioning)
 		pOpts := hostOpts
 		pOpts.StartToCloseTimeout = t.Provision
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, pOpts), activityProvision, in.DeploymentID).Get(ctx, nil)
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, pOpts), activityProvision, in.DeploymentID).Get(ctx, nil)
 		if err == nil {
 			st.end(ctx, deployments.StepSucceeded)
 			st.begin(ctx, deployments.StepDNS, deployments.StatusConfiguringDNS)
@@ -225,17 +237,45 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 	}
 }
 
-// buildOptions run BUILD on any worker, retried when its worker is lost
-// (heartbeat timeout); a failing build command is a non-retryable error. A
-// rollback's BUILD runs on the host that keeps the build (in.BuildQueue),
-// and fails once no worker took it within t.HostPickup (the host is gone).
-func buildOptions(in Input, t Timeouts, buildTimeout time.Duration) workflow.ActivityOptions {
-	var pickup time.Duration
+// place is the host queue BUILD runs on: a rollback's is the host that
+// keeps the build (in.BuildQueue); else the Placer's choice (placed true),
+// or "" (any worker) without one, when it has none, or when it fails.
+func (st *State) place(ctx workflow.Context, in Input) (queue string, placed bool) {
 	if in.BuildQueue != "" {
+		return in.BuildQueue, false
+	}
+	if workflow.GetVersion(ctx, versionPlacement, workflow.DefaultVersion, 1) < 1 {
+		return "", false
+	}
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var res PlaceResult
+	if err := workflow.ExecuteLocalActivity(lctx, activityPlace, in.DeploymentID).Get(ctx, &res); err != nil {
+		workflow.GetLogger(ctx).Warn("placement failed; any worker builds it", "deployment", in.DeploymentID, "err", err)
+		return "", false
+	}
+	return res.Queue, res.Queue != ""
+}
+
+// PlaceResult is the host the placement chose ("" for any worker).
+type PlaceResult struct {
+	Queue string
+}
+
+// buildOptions run BUILD on queue ("" is any worker of the workflow's own
+// queue), retried when its worker is lost (heartbeat timeout); a failing
+// build command is a non-retryable error. On a host queue (a rollback's
+// kept build, or a placement) it fails once no worker took it within
+// t.HostPickup (the host is gone).
+func buildOptions(queue string, t Timeouts, buildTimeout time.Duration) workflow.ActivityOptions {
+	var pickup time.Duration
+	if queue != "" {
 		pickup = t.HostPickup
 	}
 	return workflow.ActivityOptions{
-		TaskQueue:              in.BuildQueue, // "" is the workflow's own queue
+		TaskQueue:              queue,
 		ScheduleToStartTimeout: pickup,
 		StartToCloseTimeout:    buildTimeout + t.BuildGrace,
 		HeartbeatTimeout:       t.Heartbeat,

@@ -99,7 +99,7 @@ func (f *fixture) testEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	for name, fn := range map[string]any{
 		activityBuild: a.build, activityProvision: a.provision, activityConfigureDNS: a.configureDNS,
 		activityFinish: a.finish, activityRelease: a.release, activitySignalRelease: a.signalRelease,
-		activityAcquireSlot: a.acquireSlot, activityReleaseSlot: a.releaseSlot,
+		activityAcquireSlot: a.acquireSlot, activityReleaseSlot: a.releaseSlot, activityPlace: a.place,
 	} {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

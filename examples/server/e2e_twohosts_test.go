@@ -69,6 +69,10 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 		if row.Host != w.App.localHost.Queue {
 			t.Fatalf("%s placed on %q, want the host that is not cordoned (%q)", name, row.Host, w.App.localHost.Queue)
 		}
+		if logs := strings.Join(streamLogs(t, api, alice, tr.DeploymentID), "\n"); !strings.Contains(logs, "placed on host "+w.App.localHost.ID+" (") ||
+			!strings.Contains(logs, " cordoned") {
+			t.Fatalf("the log does not give the placement and its reason:\n%s", logs)
+		}
 		return p.Slug, final.DeployedURL
 	}
 	cordon(w2, true)

@@ -193,3 +193,11 @@ func (a *App) derivedKey(purpose string) []byte {
 	mac.Write([]byte(purpose))
 	return mac.Sum(nil)
 }
+
+// hostPlacer is the Temporal workers' Placer: the hosts register (built
+// after the deployments module, so read when a deployment is placed).
+type hostPlacer struct{ a *App }
+
+func (p hostPlacer) Place(ctx context.Context) (queue, reason string, err error) {
+	return p.a.Hosts.Place(ctx)
+}

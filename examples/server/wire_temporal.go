@@ -64,7 +64,7 @@ func (a *App) temporalDeps(ctx context.Context, d *deployments.Deps, rt appRunti
 			return &ConfigError{"KEELSON_DATA_DIR", oneLine(err)}
 		}
 		w, err := temporal.NewWorker(tc, c.TemporalTaskQueue, rt, temporal.WorkerConfig{
-			Activities: workerActs, Store: svc.Store(), Logger: log, HostID: hostID,
+			Activities: workerActs, Store: svc.Store(), Logger: log, HostID: hostID, Placer: hostPlacer{a},
 			// The build slots across every worker, shared by the embedded
 			// engine's rules (plan shares, the FREE pool, fair order).
 			PerUser: c.BuildsPerUser, Shares: buildShares{plans: a.Plans, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
