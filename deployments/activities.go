@@ -550,7 +550,10 @@ func (a *Activities) RestartLive(ctx context.Context, id string) error {
 // at it) and its workspace, unless d.BuildKept (a rollback may use it).
 // Idempotent.
 func (a *Activities) Release(ctx context.Context, d *Deployment) error {
-	err := errors.Join(a.rt.Stop(ctx, d.ID), a.rt.Unroute(ctx, d.ProjectSlug, d.ID))
+	// The route first: a request then finds the new deployment (here, or on
+	// the host another ingress forwards to), never the app being stopped.
+	err := a.rt.Unroute(ctx, d.ProjectSlug, d.ID)
+	err = errors.Join(err, a.rt.Stop(ctx, d.ID))
 	if d.BuildKept {
 		return err
 	}

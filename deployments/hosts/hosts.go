@@ -112,6 +112,9 @@ type Deps struct {
 	// one of the processes with a Local host (after its heartbeat): it moves
 	// the down host's apps elsewhere. An error runs it again next time.
 	HostDown func(ctx context.Context, h *Host) error
+	// MoveApps deploys the apps of host h on other hosts, each log saying
+	// why (Drain); required by Drain.
+	MoveApps func(ctx context.Context, h *Host, why string) error
 }
 
 // Service is the hosts module.
@@ -400,6 +403,23 @@ func (s *Service) HandleDown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Drain cordons host id and moves its apps to other hosts: each is
+// deployed again there and replaces its old deployment with the usual swap
+// (the old app serves until the new one is LIVE, and a moment more).
+func (s *Service) Drain(ctx context.Context, id string) (*Host, error) {
+	if s.d.MoveApps == nil {
+		return nil, errors.New("hosts: Deps.MoveApps is required to drain")
+	}
+	h, err := s.SetCordoned(ctx, id, true, "drained")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.d.MoveApps(ctx, h, fmt.Sprintf("host %s is drained", id)); err != nil {
+		return nil, fmt.Errorf("hosts: drain %s: %w", id, err)
+	}
+	return h, nil
+}
+
 // Remove deletes a down host's row (a machine taken away for good). A host
 // that is not down answers 409: its worker would only register it again.
 func (s *Service) Remove(ctx context.Context, id string) error {
@@ -420,4 +440,3 @@ func hostErr(err error, id string) error {
 	}
 	return err
 }
-

@@ -74,6 +74,12 @@ func (s *Service) Register(api huma.API) error {
 			h, err := s.SetCordoned(ctx, in.ID, false, "")
 			return &hostOutput{Body: h}, err
 		})
+	huma.Register(api, op("drain-host", http.MethodPost, "/hosts/{id}/drain", "Drain a host",
+		"Cordons the host and deploys each of its LIVE apps again on other hosts (the same commit); each replaces its old deployment with the usual swap, the old app serving until the new one is LIVE. Answers once the new deployments are queued. A host that is down is drained by the register already."),
+		func(ctx context.Context, in *idInput) (*hostOutput, error) {
+			h, err := s.Drain(ctx, in.ID)
+			return &hostOutput{Body: h}, err
+		})
 	del := op("delete-host", http.MethodDelete, "/hosts/{id}", "Remove a down host",
 		"Forgets a host taken away for good. Only a down host (no heartbeat within the down-after setting) can be removed: 409 otherwise, as its worker would register it again.")
 	del.DefaultStatus = http.StatusNoContent

@@ -36,6 +36,10 @@ const (
 // Placer) before BUILD: earlier histories replay without the choice.
 const versionPlacement = "placement"
 
+// versionReleaseGrace marks workflows that let a replaced app serve for
+// Timeouts.ReleaseGrace before stopping it.
+const versionReleaseGrace = "release-grace"
+
 // Error types of non-retryable application errors raised by the activities.
 const (
 	errTypeStepFailed = "StepFailed" // the build command failed, the app did not start, ...
@@ -77,6 +81,11 @@ type Timeouts struct {
 	HostPickup time.Duration
 	// Cleanup bounds Finish and Release. Default 2m.
 	Cleanup time.Duration
+	// ReleaseGrace is how long a replaced deployment's app keeps serving
+	// after the new one is LIVE, before it is stopped: the other hosts'
+	// ingresses still forward to it until they reload their remote routes
+	// (every second). Not after a cancel (a deleted deployment). Default 3s.
+	ReleaseGrace time.Duration
 	// BuildAttempts is how many times BUILD runs when its worker is lost
 	// (a failing build command is never retried). Default 3.
 	BuildAttempts int32
@@ -97,6 +106,7 @@ func (t Timeouts) withDefaults() Timeouts {
 	def(&t.DNS, time.Minute)
 	def(&t.HostPickup, time.Minute)
 	def(&t.Cleanup, 2*time.Minute)
+	def(&t.ReleaseGrace, 3*time.Second)
 	if t.BuildAttempts <= 0 {
 		t.BuildAttempts = 3
 	}
@@ -174,23 +184,10 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		st.HostQueue = ""
 		st.Status, st.Steps = deployments.StatusQueued, deployments.NewSteps()
 
-		// BUILD: any worker. Retried when its worker is lost (heartbeat timeout);
-		// a failing build command is a non-retryable error.
-		st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-		queue, placed := st.place(ctx, in)
-		bctx := workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout))
-		var br BuildResult
-		err := workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br)
-		if err != nil && placed && workerLost(err) {
-			// The chosen host did not take it in time (it went away): any worker.
-			bctx = workflow.WithActivityOptions(ctx, buildOptions("", t, buildTimeout))
-			err = workflow.ExecuteActivity(bctx, activityBuild, in.DeploymentID).Get(ctx, &br)
-		}
+		br, err := st.build(ctx, in, t, buildTimeout)
 		if err != nil {
 			return st.finish(ctx, t, err)
 		}
-		st.end(ctx, deployments.StepSucceeded)
-		st.HostQueue = br.HostQueue
 		if br.Live != nil {
 			for _, step := range []deployments.StepName{deployments.StepProvision, deployments.StepDNS} {
 				st.begin(ctx, step, deployments.StatusProvisioning)
@@ -235,6 +232,28 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 		}
 		return st.finish(ctx, t, err)
 	}
+}
+
+// build runs BUILD on the placed host (or any worker): retried when its
+// worker is lost (heartbeat timeout); a failing build command is a
+// non-retryable error. A placed host that does not take it in time (it went
+// away) hands it to any worker.
+func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout time.Duration) (BuildResult, error) {
+	st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
+	queue, placed := st.place(ctx, in)
+	var br BuildResult
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout)),
+		activityBuild, in.DeploymentID).Get(ctx, &br)
+	if err != nil && placed && workerLost(err) {
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions("", t, buildTimeout)),
+			activityBuild, in.DeploymentID).Get(ctx, &br)
+	}
+	if err != nil {
+		return br, err
+	}
+	st.end(ctx, deployments.StepSucceeded)
+	st.HostQueue = br.HostQueue
+	return br, nil
 }
 
 // place is the host queue BUILD runs on: a rollback's is the host that
@@ -305,9 +324,15 @@ func (st *State) live(ctx workflow.Context, t Timeouts, dr DNSResult) (State, er
 	}
 	release := workflow.GetSignalChannel(ctx, SignalRelease)
 	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(release, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	replaced := false
+	sel.AddReceive(release, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); replaced = true })
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
 	sel.Select(ctx)
+	if replaced && workflow.GetVersion(ctx, versionReleaseGrace, workflow.DefaultVersion, 1) >= 1 {
+		// Replaced: other ingresses may forward here for a moment more. A
+		// cancel (the deployment deleted) cuts the wait short.
+		_ = workflow.Sleep(ctx, t.ReleaseGrace)
+	}
 
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()

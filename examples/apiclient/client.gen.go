@@ -2970,6 +2970,13 @@ type ClientInterface interface {
 	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
 	CordonHost(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DrainHost Drain a host
+	//
+	// ADMIN only. Cordons the host and deploys each of its LIVE apps again on other hosts (the same commit); each replaces its old deployment with the usual swap, the old app serving until the new one is LIVE. Answers once the new deployments are queued. A host that is down is drained by the register already.
+	//
+	// Corresponds with POST /hosts/{id}/drain (the `DrainHost` operationId).
+	DrainHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UncordonHost Uncordon a host
 	//
 	// ADMIN only. The host takes new deployments again. Idempotent.
@@ -4843,6 +4850,23 @@ func (c *Client) CordonHostWithBody(ctx context.Context, id string, contentType 
 // Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
 func (c *Client) CordonHost(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCordonHostRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DrainHost Drain a host
+//
+// ADMIN only. Cordons the host and deploys each of its LIVE apps again on other hosts (the same commit); each replaces its old deployment with the usual swap, the old app serving until the new one is LIVE. Answers once the new deployments are queued. A host that is down is drained by the register already.
+//
+// Corresponds with POST /hosts/{id}/drain (the `DrainHost` operationId).
+func (c *Client) DrainHost(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDrainHostRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -8877,6 +8901,40 @@ func NewCordonHostRequestWithBody(server string, id string, contentType string, 
 	return req, nil
 }
 
+// NewDrainHostRequest constructs an http.Request for the DrainHost method
+func NewDrainHostRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/hosts/%s/drain", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewUncordonHostRequest constructs an http.Request for the UncordonHost method
 func NewUncordonHostRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -12082,6 +12140,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /hosts/{id}/cordon (the `CordonHost` operationId).
 	CordonHostWithResponse(ctx context.Context, id string, body CordonHostJSONRequestBody, reqEditors ...RequestEditorFn) (*CordonHostResponse, error)
+
+	// DrainHostWithResponse Drain a host
+	//
+	// ADMIN only. Cordons the host and deploys each of its LIVE apps again on other hosts (the same commit); each replaces its old deployment with the usual swap, the old app serving until the new one is LIVE. Answers once the new deployments are queued. A host that is down is drained by the register already.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /hosts/{id}/drain (the `DrainHost` operationId).
+	DrainHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DrainHostResponse, error)
 
 	// UncordonHostWithResponse Uncordon a host
 	//
@@ -15628,6 +15695,54 @@ func (r CordonHostResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CordonHostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DrainHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Host
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DrainHostResponse) GetJSON200() *Host {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DrainHostResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DrainHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DrainHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DrainHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DrainHostResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -19715,6 +19830,21 @@ func (c *ClientWithResponses) CordonHostWithResponse(ctx context.Context, id str
 	return ParseCordonHostResponse(rsp)
 }
 
+// DrainHostWithResponse Drain a host
+//
+// ADMIN only. Cordons the host and deploys each of its LIVE apps again on other hosts (the same commit); each replaces its old deployment with the usual swap, the old app serving until the new one is LIVE. Answers once the new deployments are queued. A host that is down is drained by the register already.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /hosts/{id}/drain (the `DrainHost` operationId).
+func (c *ClientWithResponses) DrainHostWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DrainHostResponse, error) {
+	rsp, err := c.DrainHost(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDrainHostResponse(rsp)
+}
+
 // UncordonHostWithResponse Uncordon a host
 //
 // ADMIN only. The host takes new deployments again. Idempotent.
@@ -23190,6 +23320,39 @@ func ParseCordonHostResponse(rsp *http.Response) (*CordonHostResponse, error) {
 	}
 
 	response := &CordonHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Host
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDrainHostResponse parses an HTTP response from a DrainHostWithResponse call
+func ParseDrainHostResponse(rsp *http.Response) (*DrainHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DrainHostResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -95,13 +96,52 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 		t.Fatalf("hosts: %+v", hs)
 	}
 
+	// Host two is drained while clients ask app two through each ingress
+	// without pause: app two moves to host one, and no request fails.
+	moving := liveOf(t, api, alice, slug2)
+	stop := make(chan struct{})
+	failed := make(chan string, 2)
+	for _, w := range []*testServer{w1, w2} {
+		go func() {
+			n, bad := 0, ""
+			for {
+				select {
+				case <-stop:
+					failed <- bad
+					return
+				default:
+				}
+				if got := askApp(w, slug2); got != "200 version two" && bad == "" {
+					bad = fmt.Sprintf("request %d through %s (host one %s, host two %s) at %s answered %q", n, w.Ingress, w1.Ingress, w2.Ingress, time.Now().Format("15:04:05.000"), got)
+				}
+				n++
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	if _, err := w1.App.Hosts.Drain(ctx, w2.App.localHost.ID); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.Eventually(t, time.Minute, "app two to move to host one", func() bool {
+		d := liveOf(t, api, alice, slug2)
+		return d.ID != moving.ID && d.Host == w1.App.localHost.Queue
+	})
+	time.Sleep(5 * time.Second) // past the old app's release
+	close(stop)
+	for range 2 {
+		if bad := <-failed; bad != "" {
+			t.Fatalf("a request failed during the drain: %s", bad)
+		}
+	}
+	cordon(w2, false)
+
 	// Host one stops (its heartbeat, its apps, its ingress): within a
-	// minute its app answers through host two, from a new deployment of the
-	// same commit that the old one's log names; nothing is left QUEUED.
+	// minute its apps answer through host two, from new deployments of the
+	// same commits that the old ones' logs name.
 	was := liveOf(t, api, alice, slug1)
 	w1.stop()
-	platformtest.Eventually(t, time.Minute, "app one through host two after host one stopped", func() bool {
-		return tryApp(w2, "", slug1) == "version one"
+	platformtest.Eventually(t, time.Minute, "the apps through host two after host one stopped", func() bool {
+		return tryApp(w2, "", slug1) == "version one" && tryApp(w2, url2, slug2) == "version two"
 	})
 	now := liveOf(t, api, alice, slug1)
 	if now.ID == was.ID || now.CommitSHA != was.CommitSHA {
@@ -109,9 +149,6 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	}
 	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" runs commit "+was.CommitSHA+" on another host") {
 		t.Fatalf("the moved deployment's log does not say where it went:\n%s", strings.Join(logs, "\n"))
-	}
-	if tryApp(w2, url2, slug2) != "version two" {
-		t.Fatal("host two's own app stopped answering")
 	}
 }
 
@@ -157,4 +194,20 @@ func tryApp(ts *testServer, deployedURL, slug string) string {
 		return ""
 	}
 	return string(b)
+}
+
+// askApp is the status and body of the app's answer through ts's ingress, or the error.
+func askApp(ts *testServer, slug string) string {
+	req, err := http.NewRequest(http.MethodGet, "http://"+ts.Ingress+"/", nil)
+	if err != nil {
+		return err.Error()
+	}
+	req.Host = slug + "." + ts.App.Cfg.AppsDomain
+	resp, err := ts.Client.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, b)
 }

@@ -28,12 +28,12 @@ const hostHeartbeat = 10 * time.Second
 // heartbeat is hostHeartbeat, or the tests' shorter one.
 func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostHeartbeat) }
 
-// moveOffHost is the hosts register's HostDown: each LIVE deployment of the
-// down host h is deployed again (the same commit) on a host that answers,
-// and its log says why. Until an image registry is set up, that builds
-// again: the build is on the down host. A project with a deployment under
-// way already is left to it.
-func (a *App) moveOffHost(ctx context.Context, h *hosts.Host) error {
+// moveOffHost is the hosts register's HostDown and MoveApps: each LIVE
+// deployment of host h is deployed again (the same commit) on a host that
+// answers, and its log says why. Until an image registry is set up, that
+// builds again: the build is on h. A project with a deployment under way
+// already is left to it.
+func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error {
 	store := deployments.NewStore(a.DB)
 	lives, err := store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: h.Queue})
 	if err != nil {
@@ -53,17 +53,17 @@ func (a *App) moveOffHost(ctx context.Context, h *hosts.Host) error {
 			continue
 		}
 		if len(busy) > 0 {
-			note("host %s has sent no heartbeat since %s; deployment %s of the project is under way and replaces this one", h.ID, h.HeartbeatAt.Format(time.RFC3339), busy[0].ID)
+			note("%s; deployment %s of the project is under way and replaces this one", why, busy[0].ID)
 			continue
 		}
 		next, err := a.Deployments.Trigger(ctx, deployments.TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA,
-			Reason: fmt.Sprintf("host %s down: moving deployment %s", h.ID, d.ID)})
+			Reason: fmt.Sprintf("%s: moving deployment %s", why, d.ID)})
 		if err != nil {
-			note("host %s has sent no heartbeat since %s; moving the app failed: %s", h.ID, h.HeartbeatAt.Format(time.RFC3339), err)
+			note("%s; moving the app failed: %s", why, err)
 			errs = append(errs, fmt.Errorf("deployment %s: %w", d.ID, err))
 			continue
 		}
-		note("host %s has sent no heartbeat since %s; deployment %s runs commit %s on another host", h.ID, h.HeartbeatAt.Format(time.RFC3339), next.ID, d.CommitSHA)
+		note("%s; deployment %s runs commit %s on another host", why, next.ID, d.CommitSHA)
 	}
 	if err := a.Deployments.Logs().Flush(ctx); err != nil {
 		errs = append(errs, err)
@@ -76,7 +76,10 @@ func (a *App) moveOffHost(ctx context.Context, h *hosts.Host) error {
 // registers its host (temporalDeps set a.localHost) and keeps it alive.
 func (a *App) buildHosts(context.Context) error {
 	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
-		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, HostDown: a.moveOffHost})
+		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, MoveApps: a.moveOffHost,
+		HostDown: func(ctx context.Context, h *hosts.Host) error {
+			return a.moveOffHost(ctx, h, fmt.Sprintf("host %s has sent no heartbeat since %s", h.ID, h.HeartbeatAt.Format(time.RFC3339)))
+		}})
 	if err != nil {
 		return err
 	}
