@@ -51,6 +51,7 @@ import (
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
 )
 
@@ -167,8 +168,8 @@ type Deps struct {
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or
 	// private hosts (development and tests). Default false.
 	AllowLocalRepos bool
-	// ReservedSlugs are refused (400) in addition to DefaultReservedSlugs:
-	// the host adds HostSlugs of its API and frontend URLs. Optional.
+	// ReservedSlugs are refused (400) in addition to slugs.DefaultReserved:
+	// the host adds slugs.OfHosts of its API and frontend URLs. Optional.
 	ReservedSlugs []string
 	// TeardownTimeout bounds one teardown attempt. Default 10 minutes.
 	TeardownTimeout time.Duration
@@ -210,7 +211,7 @@ func (d Deps) withDefaults() Deps {
 	if len(d.Regions) == 0 {
 		d.Regions = []string{"local"}
 	}
-	d.ReservedSlugs = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(DefaultReservedSlugs), d.ReservedSlugs...))))
+	d.ReservedSlugs = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(slugs.DefaultReserved), d.ReservedSlugs...))))
 	if d.TeardownTimeout <= 0 {
 		d.TeardownTimeout = 10 * time.Minute
 	}

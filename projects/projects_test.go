@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/projects"
+	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
 )
 
@@ -801,7 +801,7 @@ func contains(xs []string, s string) bool {
 func TestReservedSlugs(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
-		e := setup(t, bdb, opts{reserved: projects.HostSlugs("apps.example.com",
+		e := setup(t, bdb, opts{reserved: slugs.OfHosts("apps.example.com",
 			"https://console.example.com", "https://keelson.apps.example.com/")})
 		for _, name := range []string{"api", "Admin", " WWW! ", "app", "docs", "mail", "console", "keelson"} {
 			resp := e.api.Post("/projects", as("alice"), validCreate(name))
@@ -820,13 +820,4 @@ func TestReservedSlugs(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestHostSlugs(t *testing.T) {
-	got := projects.HostSlugs("Apps.Example.com.", "https://api.example.com", "http://dash.apps.example.com:8443/x",
-		"http://127.0.0.1:8080", "http://localhost:3000", "::bad")
-	want := []string{"api", "dash", "dash", "localhost"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("HostSlugs = %q, want %q", got, want)
-	}
 }

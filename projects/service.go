@@ -8,6 +8,7 @@ import (
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
 )
 
@@ -78,8 +79,8 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 	if err != nil {
 		return nil, err
 	}
-	base := slugBase(strings.TrimSpace(in.Name))
-	if err := checkReservedSlug(strings.TrimSpace(in.Name), base, s.d.ReservedSlugs); err != nil {
+	base := slugs.Base(strings.TrimSpace(in.Name))
+	if err := slugs.CheckReserved(strings.TrimSpace(in.Name), base, s.d.ReservedSlugs); err != nil {
 		return nil, err
 	}
 	// Read the plan before the transaction: the plan source uses the pool,
@@ -144,7 +145,7 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 func (s *Service) freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuffix bool) (string, error) {
 	cand := base
 	if forceSuffix {
-		cand = slugWithSuffix(base)
+		cand = slugs.WithSuffix(base)
 	}
 	for i := 0; i < 10; i++ {
 		var n int
@@ -154,7 +155,7 @@ func (s *Service) freeSlug(ctx context.Context, tx bun.Tx, base string, forceSuf
 		if n == 0 {
 			return cand, nil
 		}
-		cand = slugWithSuffix(base)
+		cand = slugs.WithSuffix(base)
 	}
 	return "", platform.Conflict("could not find a free slug; try another name")
 }

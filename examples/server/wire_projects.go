@@ -7,6 +7,7 @@ import (
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/projects"
+	"github.com/keelson-dev/keelson/projects/slugs"
 )
 
 // buildProjects builds the projects module on the plans module (account
@@ -34,7 +35,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
-		ReservedSlugs:   projects.HostSlugs(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
+		ReservedSlugs:   slugs.OfHosts(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),
 		PlanChannel:     plans.ChangeChannel,
 		Logger:          a.Log.With("module", "projects"),
 	})
