@@ -62,7 +62,9 @@ const (
 	DeploymentsWrite Permission = "deployments:write"
 	// DeploymentsDelete: delete a deployment with its logs.
 	DeploymentsDelete Permission = "deployments:delete"
-	// DomainsRead and DomainsWrite: a project's custom domains.
+	// DomainsRead and DomainsWrite: a project's custom domains, and how its
+	// hosts are served over HTTPS (the project's httpsRedirect, a domain's
+	// hsts): admin, as turning HTTPS off or on for a host is the owner's call.
 	DomainsRead  Permission = "domains:read"
 	DomainsWrite Permission = "domains:write"
 	// HooksRead and HooksWrite: a project's deploy hooks.

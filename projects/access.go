@@ -206,9 +206,13 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 
 // checkSettingsRole refuses a settings update beyond role: secret env vars
 // and the webhook secret need admin (a developer sends secrets back masked,
-// unchanged), another plan needs owner. A developer sending back the plan
-// name a GET showed keeps the stored choice.
+// unchanged), a changed httpsRedirect admin (DomainsWrite), another plan
+// owner. A developer sending back the plan name a GET showed keeps the
+// stored choice.
 func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRole, cur *projectRow, in *SettingsInput) error {
+	if in.HTTPSRedirect != nil && *in.HTTPSRedirect == cur.KeepHTTP && !role.Allows(platform.DomainsWrite) {
+		return platform.Denied(role, platform.DomainsWrite)
+	}
 	if !role.Allows(platform.SecretsWrite) {
 		if in.WebhookSecret != nil {
 			return platform.Denied(role, platform.SecretsWrite)

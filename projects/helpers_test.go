@@ -168,9 +168,10 @@ type opts struct {
 	regions     []string
 	deployments projects.DeploymentCounter
 	logs        projects.LogCounter
-	listCache   int64    // Deps.ListCacheBytes (0: the default, on)
-	planChannel string   // Deps.PlanChannel
-	reserved    []string // Deps.ReservedSlugs
+	listCache   int64                  // Deps.ListCacheBytes (0: the default, on)
+	planChannel string                 // Deps.PlanChannel
+	reserved    []string               // Deps.ReservedSlugs
+	redirect    func(projectID string) // Deps.HTTPSRedirectChanged
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} }
@@ -193,6 +194,7 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
 		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
+		HTTPSRedirectChanged: o.redirect,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func (l *listStmts) init(s *Service) {
 	l.once.Do(func() {
 		cols := "id, name, slug, repo_url, framework, port, is_private, auto_deploy, auto_deploy_branch, " +
 			"codehost_repository_id, webhook_secret <> '', region, plan_name, env_vars, start_command, " +
-			"build_command, status, error_message, " +
+			"build_command, keep_http, status, error_message, " +
 			db.TimeColumn(s.d.DB, "created_at") + ", " + db.TimeColumn(s.d.DB, "updated_at")
 		for v := range l.stmts {
 			var q strings.Builder
@@ -82,16 +82,16 @@ func (s *Service) listRows(ctx context.Context, owner string, p ListParams, limi
 			pr               Project
 			port             int64
 			env              string
-			hasSecret        bool
+			hasSecret, keep  bool
 			created, updated = db.ScanTime(&pr.CreatedAt), db.ScanTime(&pr.UpdatedAt)
 		)
 		if err := rows.Scan(&pr.ID, &pr.Name, &pr.Slug, &pr.RepoURL, &pr.Framework, &port, &pr.IsPrivate,
 			&pr.AutoDeploy, &pr.AutoDeployBranch, &pr.CodehostRepositoryID, &hasSecret, &pr.Region,
-			&pr.PlanName, &env, &pr.StartCommand, &pr.BuildCommand, &pr.Status, &pr.ErrorMessage,
+			&pr.PlanName, &env, &pr.StartCommand, &pr.BuildCommand, &keep, &pr.Status, &pr.ErrorMessage,
 			created, updated); err != nil {
 			return nil, wrap("list", err)
 		}
-		pr.Port, pr.HasWebhookSecret = int(port), hasSecret
+		pr.Port, pr.HasWebhookSecret, pr.HTTPSRedirect = int(port), hasSecret, !keep
 		pr.CreatedAt, pr.UpdatedAt = pr.CreatedAt.UTC(), pr.UpdatedAt.UTC()
 		if pr.EnvVars, err = envOut(env); err != nil {
 			return nil, err

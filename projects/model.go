@@ -35,6 +35,7 @@ type projectRow struct {
 	EnvVars              string    `bun:"env_vars,notnull"`  // JSON []storedEnv, secret values sealed
 	StartCommand         string    `bun:"start_command,notnull"`
 	BuildCommand         string    `bun:"build_command,notnull"`
+	KeepHTTP             bool      `bun:"keep_http,notnull,default:false"` // httpsRedirect false; stored inverted so the default is false
 	Status               string    `bun:"status,notnull,type:varchar(16)"`
 	ErrorMessage         string    `bun:"error_message,notnull"`
 	TeardownAt           time.Time `bun:"teardown_at,nullzero"` // when the current teardown attempt began
@@ -109,6 +110,10 @@ func Migrations() db.MigrationSet {
 			},
 			db.CreateIndex(m, "projects_team_idx", false, "team_id"),
 		),
+	}, {
+		// httpsRedirect false: the ingress serves the project's hosts on plain HTTP too.
+		ID: "0005_keep_http",
+		Up: db.AddColumn("projects", "keep_http", "BOOLEAN NOT NULL DEFAULT FALSE"),
 	}}}
 }
 
@@ -132,6 +137,7 @@ type Project struct {
 	EnvVars              []EnvVarOut `json:"envVars" doc:"Environment variables; secret values are masked"`
 	StartCommand         string      `json:"startCommand" doc:"Start command (empty: the framework preset)"`
 	BuildCommand         string      `json:"buildCommand" doc:"Build command (empty: the framework preset)"`
+	HTTPSRedirect        bool        `json:"httpsRedirect" doc:"Plain HTTP to the app's hosts redirects (308) to HTTPS once the ingress holds a certificate for the host (default true); false serves plain HTTP too"`
 	Status               string      `json:"status" enum:"ACTIVE,DELETING,FAILED" doc:"ACTIVE, DELETING, or FAILED (a teardown failed; DELETE retries)"`
 	ErrorMessage         string      `json:"errorMessage,omitempty" doc:"Why the last teardown failed"`
 	CreatedAt            time.Time   `json:"createdAt" doc:"Creation time (RFC 3339, UTC)"`
@@ -179,7 +185,7 @@ func (r *projectRow) toProject() (*Project, error) {
 		IsPrivate: r.IsPrivate, AutoDeploy: r.AutoDeploy, AutoDeployBranch: r.AutoDeployBranch,
 		CodehostRepositoryID: r.CodehostRepositoryID, HasWebhookSecret: r.WebhookSecret != "",
 		Region: r.Region, PlanName: r.PlanName, EnvVars: out, StartCommand: r.StartCommand,
-		BuildCommand: r.BuildCommand, Status: r.Status, ErrorMessage: r.ErrorMessage,
+		BuildCommand: r.BuildCommand, HTTPSRedirect: !r.KeepHTTP, Status: r.Status, ErrorMessage: r.ErrorMessage,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

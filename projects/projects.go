@@ -12,7 +12,8 @@
 //     role its platform.Permission names: no role is a 404, as for an
 //     absent project; a role too low is a 403 naming the role needed.
 //     Creating a team project or moving one in or out needs admin on both
-//     sides; secret values and the webhook secret need admin, the plan owner.
+//     sides; secret values, the webhook secret and httpsRedirect need admin
+//     (platform.DomainsWrite: how the project's hosts are served), the plan owner.
 //   - repoUrl is an https URL with a host and a path, without credentials,
 //     query or fragment; hosts that are loopback, private or link-local IP
 //     literals, "localhost" or numeric are refused. With AllowLocalRepos,
@@ -163,6 +164,10 @@ type Deps struct {
 	// a project's planName (the ingress' bandwidth limit follows it). It runs
 	// on the request's goroutine: keep it short. Optional.
 	ProjectPlanChanged func(projectID string)
+	// HTTPSRedirectChanged, when set, is called after a settings update
+	// changed a project's httpsRedirect (the ingress reloads KeepHTTPSlugs).
+	// Same rules as ProjectPlanChanged. Optional.
+	HTTPSRedirectChanged func(projectID string)
 	// Regions a project may choose; the first is the default. Default ["local"].
 	Regions []string
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or

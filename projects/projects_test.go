@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -570,7 +572,7 @@ func TestSettingsRoundTrip(t *testing.T) {
 		}
 		settings := map[string]any{}
 		for _, f := range []string{"region", "planName", "envVars", "startCommand", "buildCommand", "isPrivate",
-			"autoDeploy", "autoDeployBranch", "codehostRepositoryId"} {
+			"autoDeploy", "autoDeployBranch", "codehostRepositoryId", "httpsRedirect"} {
 			settings[f] = got[f]
 		}
 		resp = e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), settings)
@@ -587,6 +589,65 @@ func TestSettingsRoundTrip(t *testing.T) {
 			t.Fatalf("round trip changed the project:\nbefore %+v\nafter  %+v", before, after)
 		}
 		_ = ctx
+	})
+}
+
+// httpsRedirect: true by default and in lists; false is stored, shown, and
+// names the project's slug in KeepHTTPSlugs (the ingress's list); each
+// change is told to HTTPSRedirectChanged once; a bad value is a 400 that
+// changes nothing.
+func TestHTTPSRedirect(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		var mu sync.Mutex
+		var told []string
+		e := setup(t, bdb, opts{redirect: func(id string) { mu.Lock(); told = append(told, id); mu.Unlock() }})
+		ctx := context.Background()
+		p := e.create("alice", validCreate("keep"))
+		other := e.create("alice", validCreate("other"))
+		if !p.HTTPSRedirect || !e.list("alice")[0].HTTPSRedirect {
+			t.Fatalf("a new project redirects: %+v", p)
+		}
+		patch := func(v any) *httptest.ResponseRecorder {
+			body := validSettings()
+			body["httpsRedirect"] = v
+			return e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), body)
+		}
+		if resp := patch("no"); resp.Code != 422 && resp.Code != 400 {
+			t.Fatalf("httpsRedirect \"no\": %d %s", resp.Code, resp.Body)
+		}
+		if resp := patch(false); resp.Code != 200 || decode[projects.Project](t, resp.Body.Bytes()).HTTPSRedirect {
+			t.Fatalf("httpsRedirect false: %d %s", resp.Code, resp.Body)
+		}
+		got := decode[projects.Project](t, e.api.Get("/projects/"+p.ID, as("alice")).Body.Bytes())
+		keep, err := e.svc.KeepHTTPSlugs(ctx)
+		if got.HTTPSRedirect || err != nil || !slices.Equal(keep, []string{p.Slug}) {
+			t.Fatalf("after httpsRedirect false: %+v; KeepHTTPSlugs %q %v", got, keep, err)
+		}
+		for _, l := range e.list("alice") {
+			if l.HTTPSRedirect != (l.ID == other.ID) {
+				t.Fatalf("listed: %+v", l)
+			}
+		}
+		if resp := patch(false); resp.Code != 200 { // unchanged: not told again
+			t.Fatalf("again: %d %s", resp.Code, resp.Body)
+		}
+		// Left out: kept.
+		if resp := e.api.Patch("/projects/"+p.ID+"/settings", as("alice"), validSettings()); resp.Code != 200 ||
+			decode[projects.Project](t, resp.Body.Bytes()).HTTPSRedirect {
+			t.Fatalf("left out: %d %s", resp.Code, resp.Body)
+		}
+		if resp := patch(true); resp.Code != 200 || !decode[projects.Project](t, resp.Body.Bytes()).HTTPSRedirect {
+			t.Fatalf("httpsRedirect true: %d %s", resp.Code, resp.Body)
+		}
+		if keep, err := e.svc.KeepHTTPSlugs(ctx); err != nil || len(keep) != 0 {
+			t.Fatalf("KeepHTTPSlugs after true: %q %v", keep, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(told, []string{p.ID, p.ID}) {
+			t.Fatalf("HTTPSRedirectChanged calls: %q", told)
+		}
 	})
 }
 

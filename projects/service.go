@@ -46,6 +46,7 @@ type SettingsInput struct {
 	AutoDeployBranch     *string    `json:"autoDeployBranch,omitempty" maxLength:"255" pattern:"^[A-Za-z0-9._/-]*$" patternDescription:"a git branch name" doc:"Branch to deploy (empty: the default branch)"`
 	CodehostRepositoryID *string    `json:"codehostRepositoryId,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9_.:-]*$" patternDescription:"the code host's repository id" doc:"Repository id at the code host"`
 	WebhookSecret        *string    `json:"webhookSecret,omitempty" maxLength:"256" writeOnly:"true" doc:"Write-only; empty string removes it"`
+	HTTPSRedirect        *bool      `json:"httpsRedirect,omitempty" doc:"Redirect plain HTTP to HTTPS once a certificate is held (true, the default), or serve plain HTTP too (false). Changing it needs admin"`
 }
 
 func (in *CreateInput) validate(allowLocal bool) (repo, key string, err error) {
@@ -277,7 +278,7 @@ func (in *SettingsInput) validate() error {
 }
 
 // UpdateSettings applies a settings update to project id as user
-// (developer; secrets admin; another plan owner).
+// (developer; secrets and httpsRedirect admin; another plan owner).
 func (s *Service) UpdateSettings(ctx context.Context, user, id string, in SettingsInput) (*Project, error) {
 	if err := in.validate(); err != nil {
 		return nil, err
@@ -317,6 +318,9 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	if in.AutoDeploy != nil {
 		upd.AutoDeploy = *in.AutoDeploy
 	}
+	if in.HTTPSRedirect != nil {
+		upd.KeepHTTP = !*in.HTTPSRedirect
+	}
 	if in.WebhookSecret != nil {
 		upd.WebhookSecret = ""
 		if *in.WebhookSecret != "" {
@@ -328,7 +332,7 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	upd.UpdatedAt = s.now()
 	res, err := s.d.DB.NewUpdate().Model(&upd).
 		Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
-			"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "updated_at").
+			"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
 		Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
 	s.changed(owner)
 	if err != nil {
@@ -341,6 +345,9 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
 	if upd.PlanName != cur.PlanName && s.d.ProjectPlanChanged != nil {
 		s.d.ProjectPlanChanged(id)
+	}
+	if upd.KeepHTTP != cur.KeepHTTP && s.d.HTTPSRedirectChanged != nil {
+		s.d.HTTPSRedirectChanged(id)
 	}
 	out, err := upd.toProject()
 	if err != nil {

@@ -168,6 +168,15 @@ func (s *Service) ProjectBySlug(ctx context.Context, slug string) (*ProjectPlan,
 	return &ProjectPlan{ID: row.ID, OwnerID: row.OwnerID, Slug: row.Slug, Plan: plan}, nil
 }
 
+// KeepHTTPSlugs are the slugs of the ACTIVE projects whose httpsRedirect is
+// false: the ingress serves their hosts on plain HTTP as well as HTTPS.
+func (s *Service) KeepHTTPSlugs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("slug").
+		Where("keep_http AND status = ?", StatusActive).Order("slug").Scan(ctx, &out)
+	return out, wrap("keep-HTTP slugs", err)
+}
+
 // activeWithPlan scans the ACTIVE project q selects into row and returns its
 // effective plan. No such project is ErrNotFound; what names the lookup in
 // other errors.

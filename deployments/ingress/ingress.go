@@ -320,6 +320,11 @@ func (r *Router) Resolve(host string) (Route, bool) {
 	return r.Lookup(slug)
 }
 
+// Slug returns the slug host names (as a request names it): the slug of
+// <slug>.<apps-domain>, or of a custom hostname (SetHosts); "" for any
+// other host. The slug need not be routed.
+func (r *Router) Slug(host string) string { return r.slugOf(host) }
+
 // Lookup returns the route of slug.
 func (r *Router) Lookup(slug string) (Route, bool) {
 	rt := (*r.table.Load())[strings.ToLower(slug)]

@@ -348,6 +348,11 @@ func TestCustomHostsFollowTheSlugsRoute(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code)
 	_, ok = r.Resolve("idle.example.org")
 	assert.False(t, ok)
+	// Slug names the slug whether or not it is routed.
+	for host, want := range map[string]string{"IDLE.example.org.": "idle", "idle.apps.test:80": "idle",
+		"shop.example.com": "gamma", "stranger.example.org": "", "apps.test": ""} {
+		assert.Equal(t, want, r.Slug(host), host)
+	}
 
 	// A resync replaces every slug's names.
 	r.ReplaceHosts(map[string]string{"new.example.net": "alpha"})

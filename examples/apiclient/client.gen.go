@@ -1309,6 +1309,9 @@ type Project struct {
 	// HasWebhookSecret A webhook secret is set (the secret itself is write-only)
 	HasWebhookSecret bool `json:"hasWebhookSecret"`
 
+	// HttpsRedirect Plain HTTP to the app's hosts redirects (308) to HTTPS once the ingress holds a certificate for the host (default true); false serves plain HTTP too
+	HttpsRedirect bool `json:"httpsRedirect"`
+
 	// Id Project id (UUID)
 	Id string `json:"id"`
 
@@ -1406,6 +1409,9 @@ type ProjectSettings struct {
 
 	// EnvVars The full set of env vars (replaces the stored set), at most 100, 256 KiB in total
 	EnvVars []EnvVarInput `json:"envVars"`
+
+	// HttpsRedirect Redirect plain HTTP to HTTPS once a certificate is held (true, the default), or serve plain HTTP too (false). Changing it needs admin
+	HttpsRedirect *bool `json:"httpsRedirect,omitempty"`
 
 	// IsPrivate The repository is private
 	IsPrivate *bool `json:"isPrivate,omitempty"`

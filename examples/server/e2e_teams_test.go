@@ -266,6 +266,13 @@ var teamRouteTable = []teamRoute{
 		b["webhookSecret"] = fmt.Sprint("hook-secret-", w.next())
 		return "PATCH", "/projects/" + w.project + "/settings", b
 	}},
+	{"https redirect", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
+		var p struct{ HTTPSRedirect bool }
+		w.ts.doJSON(t, http.StatusOK, "GET", "/projects/"+w.project, w.ownerTok, nil, &p)
+		b := settingsBody(w, "pro", "********").(map[string]any)
+		b["httpsRedirect"] = !p.HTTPSRedirect
+		return "PATCH", "/projects/" + w.project + "/settings", b
+	}},
 	{"delete deployment", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
 		return "DELETE", "/deployments/" + w.deploy(t), nil
 	}},

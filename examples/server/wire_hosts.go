@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
@@ -28,6 +29,10 @@ type hostRoutes struct {
 	certificate func(ctx context.Context, host string) string
 
 	mu sync.Mutex // one reload or project update at a time: the later one reads the later state
+
+	// keepHTTP holds the slugs of the projects whose httpsRedirect is false
+	// (projects.KeepHTTPSlugs), reloaded with the custom domains.
+	keepHTTP atomic.Pointer[map[string]bool]
 }
 
 var _ deployments.HostRouter = (*hostRoutes)(nil)
@@ -54,7 +59,8 @@ func (h *hostRoutes) RouteHosts(ctx context.Context, projectID, slug string) ([]
 	return out, nil
 }
 
-// sync reloads every active custom domain into the ingress.
+// sync reloads every active custom domain into the ingress, and the
+// projects that keep plain HTTP.
 func (h *hostRoutes) sync(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -62,8 +68,24 @@ func (h *hostRoutes) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	keep, err := h.e.projects.KeepHTTPSlugs(ctx)
+	if err != nil {
+		return err
+	}
 	h.router.ReplaceHosts(all)
+	set := make(map[string]bool, len(keep))
+	for _, s := range keep {
+		set[s] = true
+	}
+	h.keepHTTP.Store(&set)
 	return nil
+}
+
+// keepsHTTP reports whether host (as a request names it) belongs to a
+// project whose httpsRedirect is false: certs.Config.KeepHTTP.
+func (h *hostRoutes) keepsHTTP(host string) bool {
+	m := h.keepHTTP.Load()
+	return m != nil && (*m)[h.router.Slug(host)]
 }
 
 // routeHosts wires hostRoutes on router: the deployments' DNS step uses it,
@@ -93,8 +115,9 @@ func (a *App) routeHosts(router *ingress.Router) *hostRoutes {
 	return h
 }
 
-// activeChanged is the domains module's ActiveChanged: reload the custom
-// domains into this process's ingress, if it has one.
+// activeChanged is the domains module's ActiveChanged (and the projects
+// module's HTTPSRedirectChanged): reload the custom domains and the
+// projects that keep plain HTTP into this process's ingress, if it has one.
 func (a *App) activeChanged(ctx context.Context, projectID string) {
 	if a.hosts == nil {
 		return

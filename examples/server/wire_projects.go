@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
@@ -32,6 +33,11 @@ func (a *App) buildProjects(ctx context.Context) error {
 			if a.edges.bandwidth != nil {
 				a.edges.bandwidth.PlanChanged()
 			}
+		},
+		HTTPSRedirectChanged: func(id string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a.activeChanged(ctx, id)
 		},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,

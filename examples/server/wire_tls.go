@@ -28,8 +28,9 @@ var errNotServed = errors.New("no LIVE app is served at this host")
 // issuing on demand only for a host the router resolves (the apps-domain
 // host of a project that is LIVE here, or one of its active custom domains).
 // The plain listener then answers ACME challenges and redirects to HTTPS
-// once a certificate exists; the DNS step's log tells each host's
-// certificate state.
+// once a certificate exists, except for the hosts of projects whose
+// httpsRedirect is false (hostRoutes.keepsHTTP); the DNS step's log tells
+// each host's certificate state.
 func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *hostRoutes, log *slog.Logger) error {
 	c := a.Cfg
 	if c.IngressTLSAddr == "" {
@@ -59,6 +60,7 @@ func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *h
 			}
 			return nil
 		},
+		KeepHTTP:      hosts.keepsHTTP,
 		OnCertificate: a.certificateChanged,
 		Logger:        log,
 	})
