@@ -1028,6 +1028,9 @@ type Domain struct {
 	// Hostname The hostname, normalised: lower case, international names in their ASCII (Punycode) form
 	Hostname string `json:"hostname"`
 
+	// Hsts HTTPS answers for this hostname carry Strict-Transport-Security (max-age one year; never on plain HTTP). Off by default: once browsers saw it they refuse plain HTTP to the hostname for that long
+	Hsts bool `json:"hsts"`
+
 	// Id Domain id (UUID)
 	Id string `json:"id"`
 
@@ -1616,6 +1619,12 @@ type TwoFactorSetup struct {
 	Secret string `json:"secret"`
 }
 
+// UpdateDomainRequest defines model for UpdateDomainRequest.
+type UpdateDomainRequest struct {
+	// Hsts Send Strict-Transport-Security (max-age one year) on the hostname's HTTPS answers. Browsers that saw it refuse plain HTTP to the hostname for that long: turn it on once HTTPS works
+	Hsts *bool `json:"hsts,omitempty"`
+}
+
 // UpdatePlanRequest defines model for UpdatePlanRequest.
 type UpdatePlanRequest struct {
 	// BuildTimeoutMins Build time limit in minutes (0: the runtime default)
@@ -2111,6 +2120,9 @@ type CreateDeployHookJSONRequestBody = CreateDeployHookRequest
 
 // CreateDomainJSONRequestBody defines body for CreateDomain for application/json ContentType.
 type CreateDomainJSONRequestBody = CreateDomainRequest
+
+// UpdateDomainJSONRequestBody defines body for UpdateDomain for application/json ContentType.
+type UpdateDomainJSONRequestBody = UpdateDomainRequest
 
 // UpdateProjectSettingsJSONRequestBody defines body for UpdateProjectSettings for application/json ContentType.
 type UpdateProjectSettingsJSONRequestBody = ProjectSettings
@@ -3312,6 +3324,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
 	GetDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateDomainWithBody Change a custom domain's settings
+	//
+	// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+	UpdateDomainWithBody(ctx context.Context, id string, domainId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateDomain Change a custom domain's settings
+	//
+	// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+	UpdateDomain(ctx context.Context, id string, domainId string, body UpdateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// VerifyDomain Check the domain's DNS records now
 	//
@@ -5683,6 +5713,44 @@ func (c *Client) DeleteDomain(ctx context.Context, id string, domainId string, r
 // Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
 func (c *Client) GetDomain(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetDomainRequest(c.Server, id, domainId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateDomainWithBody Change a custom domain's settings
+//
+// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+func (c *Client) UpdateDomainWithBody(ctx context.Context, id string, domainId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateDomainRequestWithBody(c.Server, id, domainId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateDomain Change a custom domain's settings
+//
+// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+func (c *Client) UpdateDomain(ctx context.Context, id string, domainId string, body UpdateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateDomainRequest(c.Server, id, domainId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -10369,6 +10437,60 @@ func NewGetDomainRequest(server string, id string, domainId string) (*http.Reque
 	return req, nil
 }
 
+// NewUpdateDomainRequest calls the generic UpdateDomain builder with application/json body
+func NewUpdateDomainRequest(server string, id string, domainId string, body UpdateDomainJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateDomainRequestWithBody(server, id, domainId, "application/json", bodyReader)
+}
+
+// NewUpdateDomainRequestWithBody constructs an http.Request for the UpdateDomain method, with any body, and a specified content type
+func NewUpdateDomainRequestWithBody(server string, id string, domainId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "domainId", domainId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/projects/%s/domains/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewVerifyDomainRequest constructs an http.Request for the VerifyDomain method
 func NewVerifyDomainRequest(server string, id string, domainId string) (*http.Request, error) {
 	var err error
@@ -12533,6 +12655,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /projects/{id}/domains/{domainId} (the `GetDomain` operationId).
 	GetDomainWithResponse(ctx context.Context, id string, domainId string, reqEditors ...RequestEditorFn) (*GetDomainResponse, error)
+
+	// UpdateDomainWithBodyWithResponse Change a custom domain's settings
+	//
+	// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+	UpdateDomainWithBodyWithResponse(ctx context.Context, id string, domainId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDomainResponse, error)
+
+	// UpdateDomainWithResponse Change a custom domain's settings
+	//
+	// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+	UpdateDomainWithResponse(ctx context.Context, id string, domainId string, body UpdateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDomainResponse, error)
 
 	// VerifyDomainWithResponse Check the domain's DNS records now
 	//
@@ -17476,6 +17616,54 @@ func (r GetDomainResponse) ContentType() string {
 	return ""
 }
 
+type UpdateDomainResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Domain
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateDomainResponse) GetJSON200() *Domain {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UpdateDomainResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateDomainResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateDomainResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateDomainResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateDomainResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type VerifyDomainResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -20515,6 +20703,36 @@ func (c *ClientWithResponses) GetDomainWithResponse(ctx context.Context, id stri
 		return nil, err
 	}
 	return ParseGetDomainResponse(rsp)
+}
+
+// UpdateDomainWithBodyWithResponse Change a custom domain's settings
+//
+// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+func (c *ClientWithResponses) UpdateDomainWithBodyWithResponse(ctx context.Context, id string, domainId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDomainResponse, error) {
+	rsp, err := c.UpdateDomainWithBody(ctx, id, domainId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateDomainResponse(rsp)
+}
+
+// UpdateDomainWithResponse Change a custom domain's settings
+//
+// hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). A field left out keeps its value. Needs admin.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /projects/{id}/domains/{domainId} (the `UpdateDomain` operationId).
+func (c *ClientWithResponses) UpdateDomainWithResponse(ctx context.Context, id string, domainId string, body UpdateDomainJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDomainResponse, error) {
+	rsp, err := c.UpdateDomain(ctx, id, domainId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateDomainResponse(rsp)
 }
 
 // VerifyDomainWithResponse Check the domain's DNS records now
@@ -24660,6 +24878,39 @@ func ParseGetDomainResponse(rsp *http.Response) (*GetDomainResponse, error) {
 	}
 
 	response := &GetDomainResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Domain
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateDomainResponse parses an HTTP response from a UpdateDomainWithResponse call
+func ParseUpdateDomainResponse(rsp *http.Response) (*UpdateDomainResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateDomainResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

@@ -623,6 +623,8 @@ func (e *statusEnv) plansAndDomains(t *testing.T, token, project string) {
 	want(t, "get domain", gd, err, http.StatusOK)
 	vd, err := c.VerifyDomainWithResponse(ctx, project, dom.JSON201.Id)
 	want(t, "verify domain", vd, err, http.StatusOK)
+	ud, err := c.UpdateDomainWithResponse(ctx, project, dom.JSON201.Id, apiclient.UpdateDomainRequest{Hsts: &yes})
+	want(t, "update domain", ud, err, http.StatusOK)
 	dd, err := c.DeleteDomainWithResponse(ctx, project, dom.JSON201.Id)
 	want(t, "delete domain", dd, err, http.StatusNoContent)
 	body.Name = "short-lived"

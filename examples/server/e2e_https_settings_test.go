@@ -114,6 +114,25 @@ func (w *httpsWorld) get(t *testing.T, tls bool, addr, host, path string) (*http
 	return res, readAll(t, res)
 }
 
+// setHSTS turns the site's domain's hsts on or off.
+func (w *httpsWorld) setHSTS(t *testing.T, s httpsSite, on bool) {
+	t.Helper()
+	var d domains.Domain
+	w.ts.doJSON(t, http.StatusOK, "PATCH", "/projects/"+s.project.ID+"/domains/"+s.domain, w.alice, map[string]any{"hsts": on}, &d)
+	if d.HSTS != on {
+		t.Fatalf("hsts after PATCH: %+v", d)
+	}
+}
+
+// wantHSTS fails unless res carries Strict-Transport-Security exactly when want.
+func wantHSTS(t *testing.T, what string, res *http.Response, want bool) {
+	t.Helper()
+	got := res.Header.Values("Strict-Transport-Security")
+	if (want && (len(got) != 1 || got[0] != "max-age=31536000")) || (!want && len(got) != 0) {
+		t.Fatalf("%s: Strict-Transport-Security %q, want it: %v", what, got, want)
+	}
+}
+
 // wantRedirect fails unless res is a 308 to host's HTTPS URL on port.
 func wantRedirect(t *testing.T, what string, res *http.Response, host, port, path string) {
 	t.Helper()
@@ -134,7 +153,9 @@ func wantApp(t *testing.T, what string, res *http.Response, got, body string) {
 // two projects with a custom domain each and a certificate each. The one
 // whose httpsRedirect is false answers plain HTTP with the app (its
 // apps-domain host too), the other redirects; turning it back on
-// redirects at once.
+// redirects at once. The domain that opted in to HSTS carries
+// Strict-Transport-Security on its HTTPS answers, never on plain HTTP; the
+// other domain never.
 func TestHTTPSSettingsE2E(t *testing.T) {
 	dns := dnstest.Start(t)
 	eachDB(t, func(t *testing.T, dbURL string) {
@@ -144,21 +165,32 @@ func TestHTTPSSettingsE2E(t *testing.T) {
 		keep := w.site(t, "keep", "keep."+suffix, "<h1>keep</h1>\n")
 		shop := w.site(t, "shop", "shop."+suffix, "<h1>shop</h1>\n")
 		w.setRedirect(t, keep, false)
+		w.setHSTS(t, keep, true)
 		_, tlsPort, _ := net.SplitHostPort(ts.IngressTLS)
 
 		for _, s := range []httpsSite{keep, shop} { // the first HTTPS request of each obtains its certificate
 			res, got := w.get(t, true, ts.IngressTLS, s.host, "/")
 			wantApp(t, "HTTPS "+s.host, res, got, s.body)
+			wantHSTS(t, "HTTPS "+s.host, res, s == keep)
 		}
 		if n := w.p.Orders(); n != 2 {
 			t.Fatalf("%d orders, want 2", n)
 		}
 		res, got := w.get(t, false, ts.Ingress, keep.host, "/")
 		wantApp(t, "plain HTTP to the project that keeps HTTP", res, got, "<h1>keep</h1>")
+		wantHSTS(t, "plain HTTP to the HSTS domain", res, false)
 		res, got = w.get(t, false, ts.Ingress, keep.project.Slug+".apps.example.test", "/")
 		wantApp(t, "plain HTTP to its apps-domain host", res, got, "<h1>keep</h1>")
 		res, _ = w.get(t, false, ts.Ingress, shop.host, "/x?y=1")
 		wantRedirect(t, "plain HTTP to the other project", res, shop.host, tlsPort, "/x?y=1")
+		wantHSTS(t, "the redirect", res, false)
+
+		w.setHSTS(t, shop, true) // on and off again: at once each time
+		res, _ = w.get(t, true, ts.IngressTLS, shop.host, "/")
+		wantHSTS(t, "HTTPS once shop's domain opted in", res, true)
+		w.setHSTS(t, shop, false)
+		res, _ = w.get(t, true, ts.IngressTLS, shop.host, "/")
+		wantHSTS(t, "HTTPS once shop's domain opted out", res, false)
 
 		w.setRedirect(t, keep, true)
 		res, _ = w.get(t, false, ts.Ingress, keep.host, "/")

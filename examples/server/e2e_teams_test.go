@@ -191,7 +191,8 @@ func (w *teamWorld) ids2(t *testing.T, path string) []string {
 func (w *teamWorld) snapshot(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, path := range []string{"/projects/" + w.project, "/teams/" + w.team, "/teams/" + w.team + "/members"} {
+	for _, path := range []string{"/projects/" + w.project, "/teams/" + w.team, "/teams/" + w.team + "/members",
+		"/projects/" + w.project + "/domains?limit=100"} { // whole bodies: a refused PATCH changes no field
 		_, body, _ := w.ts.do(t, "GET", path, w.ownerTok, nil)
 		b.Write(body)
 	}
@@ -288,6 +289,9 @@ var teamRouteTable = []teamRoute{
 	{"verify domain", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
 		return "POST", "/projects/" + w.project + "/domains/" + w.domain(t) + "/verify", nil
 	}},
+	{"domain hsts", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
+		return "PATCH", "/projects/" + w.project + "/domains/" + w.domain(t), map[string]any{"hsts": true}
+	}},
 	{"delete domain", "admin", 204, func(t *testing.T, w *teamWorld) (string, string, any) {
 		return "DELETE", "/projects/" + w.project + "/domains/" + w.domain(t), nil
 	}},
@@ -329,6 +333,7 @@ func TestTeamsE2E(t *testing.T) {
 		ts := startServer(t, dbURL, func(c *Config) {
 			c.DNSResolvers = []string{dns.DNS}
 			c.AppsDomain = "apps.example.test"
+			c.MaxDomainsPerProject = 100 // each domain row of the table adds one per caller
 		})
 		w := newTeamWorld(t, ts)
 		for _, r := range teamRouteTable {

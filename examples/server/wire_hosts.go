@@ -33,6 +33,9 @@ type hostRoutes struct {
 	// keepHTTP holds the slugs of the projects whose httpsRedirect is false
 	// (projects.KeepHTTPSlugs), reloaded with the custom domains.
 	keepHTTP atomic.Pointer[map[string]bool]
+	// hsts holds the active custom domains that opted in to HSTS
+	// (domains.HSTSHostnames), reloaded with them.
+	hsts atomic.Pointer[map[string]bool]
 }
 
 var _ deployments.HostRouter = (*hostRoutes)(nil)
@@ -59,12 +62,16 @@ func (h *hostRoutes) RouteHosts(ctx context.Context, projectID, slug string) ([]
 	return out, nil
 }
 
-// sync reloads every active custom domain into the ingress, and the
-// projects that keep plain HTTP.
+// sync reloads every active custom domain into the ingress, those that
+// opted in to HSTS, and the projects that keep plain HTTP.
 func (h *hostRoutes) sync(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	all, err := h.e.domains.ActiveRoutes(ctx)
+	if err != nil {
+		return err
+	}
+	hsts, err := h.e.domains.HSTSHostnames(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,12 +80,24 @@ func (h *hostRoutes) sync(ctx context.Context) error {
 		return err
 	}
 	h.router.ReplaceHosts(all)
-	set := make(map[string]bool, len(keep))
-	for _, s := range keep {
-		set[s] = true
-	}
-	h.keepHTTP.Store(&set)
+	h.hsts.Store(setOf(hsts))
+	h.keepHTTP.Store(setOf(keep))
 	return nil
+}
+
+func setOf(names []string) *map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return &set
+}
+
+// sendsHSTS reports whether host (lower case, no port) is an active custom
+// domain that opted in to HSTS: certs.Config.HSTS.
+func (h *hostRoutes) sendsHSTS(host string) bool {
+	m := h.hsts.Load()
+	return m != nil && (*m)[host]
 }
 
 // keepsHTTP reports whether host (as a request names it) belongs to a

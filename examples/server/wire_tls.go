@@ -61,6 +61,7 @@ func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *h
 			return nil
 		},
 		KeepHTTP:      hosts.keepsHTTP,
+		HSTS:          hosts.sendsHSTS,
 		OnCertificate: a.certificateChanged,
 		Logger:        log,
 	})

@@ -19,9 +19,10 @@
 // The module owns the custom_domains and custom_domain_claims tables. It
 // reaches projects and mail only through the interfaces it declares
 // (Projects, Notifier). The DNS step and the ingress ask it which hostnames
-// are active (ActiveHostnames, ProjectForHost) and can be told when that
-// changes (Deps.ActiveChanged); certificates are the ingress's, which
-// records their state here (SetCertificate).
+// are active (ActiveHostnames, ProjectForHost) and which opted in to HSTS
+// (HSTSHostnames), and can be told when that changes (Deps.ActiveChanged);
+// certificates are the ingress's, which records their state here
+// (SetCertificate).
 package domains
 
 import (
@@ -121,8 +122,8 @@ type Deps struct {
 	LookupTimeout time.Duration
 	// ActiveChanged, when set, is called after a project's set of active
 	// hostnames changed (a domain activated, deactivated, deleted or moved
-	// away, the project's domains deleted), so the host can route or unroute
-	// them at once (the DNS step). It runs on the changing goroutine: keep it
+	// away, the project's domains deleted), or an active domain's hsts, so
+	// the host can route or unroute them at once (the DNS step). It runs on the changing goroutine: keep it
 	// short. Optional.
 	ActiveChanged func(ctx context.Context, projectID string)
 	// Log receives the module's messages. Default: discard.
@@ -217,6 +218,7 @@ type domainRow struct {
 	LastError     string     `bun:"last_error,notnull"`
 	CertStatus    string     `bun:"cert_status,notnull,type:varchar(16)"`
 	CertExpiresAt *time.Time `bun:"cert_expires_at"`
+	HSTS          bool       `bun:"hsts,notnull,default:false"` // Strict-Transport-Security on its HTTPS answers
 	VerifiedAt    *time.Time `bun:"verified_at"`
 	CheckedAt     time.Time  `bun:"checked_at,notnull"` // last check, or creation
 	CreatedAt     time.Time  `bun:"created_at,notnull"`
@@ -248,6 +250,10 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex((*claimRow)(nil), "custom_domain_claims_host_project", true, "hostname", "project_id"),
 			db.CreateIndex((*claimRow)(nil), "custom_domain_claims_project", false, "project_id", "created_at"),
 		),
+	}, {
+		// HSTS opt-in per domain.
+		ID: "0002_hsts",
+		Up: db.AddColumn("custom_domains", "hsts", "BOOLEAN NOT NULL DEFAULT FALSE"),
 	}}}
 }
 

@@ -468,3 +468,66 @@ func TestProjectGoneAndPlanDowngrade(t *testing.T) {
 		wantStatus(t, e.get(t, asAlice, pc, d.ID), domains.StatusError, `the plan "free" of this project does not include custom domains`)
 	})
 }
+
+// HSTS is off by default; PATCH turns it on and off, a field left out
+// keeps it, a bad body is a 4xx that changes nothing, another account's
+// ids are 404; HSTSHostnames lists the active domains that opted in, and
+// a change of an active domain is told to ActiveChanged.
+func TestHSTSOptIn(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb)
+		ctx := context.Background()
+		p := e.projects.add(aliceID, "shop", "hobby", true)
+		pb := e.projects.add(bobID, "blog", "hobby", true)
+		d, _ := e.add(t, asAlice, p, "www.example.com", 201)
+		pending, _ := e.add(t, asAlice, p, "pending.example.com", 201)
+		if d.HSTS {
+			t.Fatalf("a new domain has hsts: %+v", d)
+		}
+		e.activate(t, asAlice, p, d)
+		e.wantChanges(t, p)
+		patch := func(who, project, id string, body any) (int, *domains.Domain) {
+			resp := e.api.Patch("/projects/"+project+"/domains/"+id, who, body)
+			if resp.Code != 200 {
+				return resp.Code, nil
+			}
+			return resp.Code, decode[*domains.Domain](t, resp.Body.Bytes())
+		}
+		for _, bad := range []any{map[string]any{"hsts": "yes"}, map[string]any{"hostname": "x.example.com"}, []any{}} {
+			if code, _ := patch(asAlice, p, d.ID, bad); code != 400 && code != 422 {
+				t.Fatalf("PATCH %v: %d", bad, code)
+			}
+		}
+		for _, c := range []struct{ project, id string }{{p, d.ID}, {pb, d.ID}, {pb, "not-a-uuid"}} {
+			if code, _ := patch(asBob, c.project, c.id, map[string]any{"hsts": true}); code != 404 {
+				t.Fatalf("bob PATCH %s/%s: %d", c.project, c.id, code)
+			}
+		}
+		if hs, err := e.svc.HSTSHostnames(ctx); err != nil || len(hs) != 0 || e.get(t, asAlice, p, d.ID).HSTS {
+			t.Fatalf("refused PATCHes changed hsts: %v %v", hs, err)
+		}
+		e.wantChanges(t, p)
+		if code, got := patch(asAlice, p, d.ID, map[string]any{"hsts": true}); code != 200 || !got.HSTS || !e.get(t, asAlice, p, d.ID).HSTS {
+			t.Fatalf("hsts true: %d %+v", code, got)
+		}
+		e.wantChanges(t, p, p)
+		if code, got := patch(asAlice, p, d.ID, map[string]any{}); code != 200 || !got.HSTS {
+			t.Fatalf("left out: %d %+v", code, got)
+		}
+		if code, got := patch(asAlice, p, pending.ID, map[string]any{"hsts": true}); code != 200 || !got.HSTS {
+			t.Fatalf("hsts on a pending domain: %d %+v", code, got)
+		}
+		e.wantChanges(t, p, p) // unchanged, and not active: not told
+		if hs, err := e.svc.HSTSHostnames(ctx); err != nil || !slices.Equal(hs, []string{"www.example.com"}) {
+			t.Fatalf("HSTSHostnames: %v %v", hs, err)
+		}
+		if code, got := patch(asAlice, p, d.ID, map[string]any{"hsts": false}); code != 200 || got.HSTS {
+			t.Fatalf("hsts false: %d %+v", code, got)
+		}
+		e.wantChanges(t, p, p, p)
+		if hs, err := e.svc.HSTSHostnames(ctx); err != nil || len(hs) != 0 {
+			t.Fatalf("HSTSHostnames after false: %v %v", hs, err)
+		}
+	})
+}

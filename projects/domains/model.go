@@ -28,6 +28,7 @@ type Domain struct {
 	Records              []Record   `json:"records" doc:"The DNS records to create"`
 	CertificateStatus    string     `json:"certificateStatus" enum:"none,pending,issued,error" doc:"The HTTPS certificate's status (none until the ingress has issued one)"`
 	CertificateExpiresAt *time.Time `json:"certificateExpiresAt,omitempty" doc:"When the certificate expires"`
+	HSTS                 bool       `json:"hsts" doc:"HTTPS answers for this hostname carry Strict-Transport-Security (max-age one year; never on plain HTTP). Off by default: once browsers saw it they refuse plain HTTP to the hostname for that long"`
 	VerifiedAt           *time.Time `json:"verifiedAt,omitempty" doc:"When ownership was proven"`
 	CheckedAt            time.Time  `json:"checkedAt" doc:"When the records were last checked (or the domain added)"`
 	CreatedAt            time.Time  `json:"createdAt"`
@@ -52,7 +53,7 @@ func (s *Service) out(r *domainRow) *Domain {
 	d := &Domain{
 		ID: r.ID, ProjectID: r.ProjectID, Hostname: r.Hostname, UnicodeHostname: Display(r.Hostname),
 		Status: r.Status, LastError: r.LastError, Records: s.records(r.Hostname, r.Slug, r.Token),
-		CertificateStatus: r.CertStatus, CertificateExpiresAt: utc(r.CertExpiresAt), VerifiedAt: utc(r.VerifiedAt),
+		CertificateStatus: r.CertStatus, CertificateExpiresAt: utc(r.CertExpiresAt), HSTS: r.HSTS, VerifiedAt: utc(r.VerifiedAt),
 		CheckedAt: r.CheckedAt.UTC(), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 	return d

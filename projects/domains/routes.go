@@ -35,6 +35,9 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("verify-domain", http.MethodPost, "/projects/{id}/domains/{domainId}/verify", "Check the domain's DNS records now",
 		"Answers the domain with what was found: pending until the TXT record holds its token (lastError says what is missing), "+
 			"verified once it does, active once its routing records point at Keelson. Keelson also checks every domain periodically."), s.verify)
+	huma.Register(api, op("update-domain", http.MethodPatch, "/projects/{id}/domains/{domainId}", "Change a custom domain's settings",
+		"hsts: HTTPS answers for the hostname carry Strict-Transport-Security: max-age=31536000 (never plain HTTP answers). "+
+			"A field left out keeps its value. Needs admin."), s.update)
 	del := op("delete-domain", http.MethodDelete, "/projects/{id}/domains/{domainId}", "Remove a custom domain", "")
 	del.DefaultStatus = http.StatusNoContent
 	huma.Register(api, del, s.delete)
@@ -52,6 +55,19 @@ type CreateDomainRequest struct {
 }
 
 func (CreateDomainRequest) SchemaName() string { return "CreateDomainRequest" }
+
+type updateIn struct {
+	ID       string `path:"id" maxLength:"36" doc:"Project id"`
+	DomainID string `path:"domainId" maxLength:"36" doc:"Domain id"`
+	Body     UpdateDomainRequest
+}
+
+// UpdateDomainRequest is the body of PATCH /projects/{id}/domains/{domainId}.
+type UpdateDomainRequest struct {
+	HSTS *bool `json:"hsts,omitempty" doc:"Send Strict-Transport-Security (max-age one year) on the hostname's HTTPS answers. Browsers that saw it refuse plain HTTP to the hostname for that long: turn it on once HTTPS works"`
+}
+
+func (UpdateDomainRequest) SchemaName() string { return "UpdateDomainRequest" }
 
 type domainOut struct {
 	Body *Domain
@@ -107,6 +123,14 @@ func (s *Service) get(ctx context.Context, in *domainIn) (*domainOut, error) {
 
 func (s *Service) verify(ctx context.Context, in *domainIn) (*domainOut, error) {
 	d, err := s.Verify(ctx, caller(ctx), in.ID, in.DomainID)
+	if err != nil {
+		return nil, err
+	}
+	return &domainOut{Body: d}, nil
+}
+
+func (s *Service) update(ctx context.Context, in *updateIn) (*domainOut, error) {
+	d, err := s.Update(ctx, caller(ctx), in.ID, in.DomainID, in.Body)
 	if err != nil {
 		return nil, err
 	}

@@ -298,6 +298,31 @@ func (s *Service) Verify(ctx context.Context, ownerID, projectID, domainID strin
 	return s.checkNow(ctx, row)
 }
 
+// Update applies in to a domain of the project (admin: DomainsWrite) and
+// returns it; a field left out keeps its value.
+func (s *Service) Update(ctx context.Context, caller, projectID, domainID string, in UpdateDomainRequest) (*Domain, error) {
+	row, err := s.row(ctx, caller, projectID, domainID, platform.DomainsWrite)
+	if err != nil {
+		return nil, err
+	}
+	if in.HSTS == nil || *in.HSTS == row.HSTS {
+		return s.out(row), nil
+	}
+	row.HSTS, row.UpdatedAt = *in.HSTS, s.now()
+	res, err := s.d.DB.NewUpdate().Model(row).Column("hsts", "updated_at").Where("id = ?", row.ID).Exec(ctx)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, platform.NotFound("domain not found") // deleted or moved meanwhile
+	}
+	s.d.Log.InfoContext(ctx, "domains: hsts changed", "hostname", row.Hostname, "hsts", row.HSTS)
+	if row.Status == StatusActive {
+		s.activeChanged(ctx, projectID)
+	}
+	return s.out(row), nil
+}
+
 // Delete removes a domain of the owner's project.
 func (s *Service) Delete(ctx context.Context, ownerID, projectID, domainID string) error {
 	row, err := s.row(ctx, ownerID, projectID, domainID, platform.DomainsWrite)
@@ -351,6 +376,14 @@ func (s *Service) ActiveRoutes(ctx context.Context) (map[string]string, error) {
 		out[r.Hostname] = r.Slug
 	}
 	return out, nil
+}
+
+// HSTSHostnames are the active custom domains that opted in to HSTS, sorted.
+func (s *Service) HSTSHostnames(ctx context.Context) ([]string, error) {
+	var hs []string
+	err := s.d.DB.NewSelect().Model((*domainRow)(nil)).Column("hostname").
+		Where("status = ? AND hsts", StatusActive).Order("hostname").Scan(ctx, &hs)
+	return hs, db.Translate(err)
 }
 
 // SetCertificate records the state of hostname's certificate (the ingress
