@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments/ingress/certs/acmetest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/projects/domains"
 	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 )
@@ -149,13 +151,55 @@ func wantApp(t *testing.T, what string, res *http.Response, got, body string) {
 	}
 }
 
+// restart stops the server and starts it again on the same database with
+// new listeners: before any TLS handshake on the new ingress, plain HTTP
+// for the hosts whose certificates the database holds redirects as soon as
+// the apps are routed again (never the app's answer first); then HTTPS
+// serves them from the stored certificates, with HSTS where opted in, and
+// no new order.
+func (w *httpsWorld) restart(t *testing.T, hsts, other httpsSite) {
+	t.Helper()
+	cfg := w.ts.App.Cfg
+	w.ts.stop()
+	httpL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tlsL.Close() })
+	cfg.IngressAddr, cfg.IngressTLSAddr = httpL.Addr().String(), tlsL.Addr().String()
+	ts := startServerWith(t, cfg, httpL, tlsL)
+	w.ts = ts
+	_, tlsPort, _ := net.SplitHostPort(ts.IngressTLS)
+	for _, s := range []httpsSite{other, hsts} {
+		var res *http.Response
+		platformtest.Eventually(t, 2*time.Minute, s.host+" to be routed again", func() bool {
+			res, _ = w.get(t, false, ts.Ingress, s.host, "/")
+			return res.StatusCode != http.StatusNotFound
+		})
+		wantRedirect(t, "plain HTTP after the restart, before any handshake", res, s.host, tlsPort, "/")
+	}
+	for _, s := range []httpsSite{other, hsts} {
+		res, got := w.get(t, true, ts.IngressTLS, s.host, "/")
+		wantApp(t, "HTTPS after the restart", res, got, s.body)
+		wantHSTS(t, "HTTPS after the restart", res, s == hsts)
+	}
+	if n := w.p.Orders(); n != 2 {
+		t.Fatalf("%d orders after the restart, want still 2", n)
+	}
+}
+
 // TestHTTPSSettingsE2E: against a real ACME CA (Pebble) and DNS server,
 // two projects with a custom domain each and a certificate each. The one
 // whose httpsRedirect is false answers plain HTTP with the app (its
 // apps-domain host too), the other redirects; turning it back on
 // redirects at once. The domain that opted in to HSTS carries
 // Strict-Transport-Security on its HTTPS answers, never on plain HTTP; the
-// other domain never.
+// other domain never. After a restart, plain HTTP redirects before any
+// handshake loaded a certificate.
 func TestHTTPSSettingsE2E(t *testing.T) {
 	dns := dnstest.Start(t)
 	eachDB(t, func(t *testing.T, dbURL string) {
@@ -195,5 +239,6 @@ func TestHTTPSSettingsE2E(t *testing.T) {
 		w.setRedirect(t, keep, true)
 		res, _ = w.get(t, false, ts.Ingress, keep.host, "/")
 		wantRedirect(t, "plain HTTP once httpsRedirect is true again", res, keep.host, tlsPort, "/")
+		w.restart(t, keep, shop)
 	})
 }

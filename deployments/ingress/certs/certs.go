@@ -13,6 +13,10 @@
 //     certificate while the others wait for it;
 //   - renewal ahead of expiry, when a third of a certificate's lifetime is
 //     left (renewLoop);
+//   - plain HTTP redirected to HTTPS for a host whose certificate is held,
+//     in memory or in the database (Holds: a restarted ingress redirects
+//     before any handshake), unless Config.KeepHTTP keeps it; HSTS for the
+//     hosts Config.HSTS names (HTTPSHandler);
 //   - a static certificate (the apps domain's wildcard, issued by the
 //     operator) served instead of ordering one for the names it covers.
 package certs
@@ -24,6 +28,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -104,6 +109,8 @@ type Manager struct {
 	log     *slog.Logger
 
 	obtained, failed, refused atomic.Uint64
+
+	stored heldCache // whether the database holds a host's certificate, for redirects
 
 	mu    sync.Mutex
 	names map[string]bool // hosts a certificate was sought for: renewLoop's
@@ -276,7 +283,7 @@ func (m *Manager) TLSConfig() *tls.Config {
 // Handler wraps the plain-HTTP ingress: it answers every request under
 // /.well-known/acme-challenge/ itself (the challenge of this or another
 // ingress sharing the database, or 404: never the app's), and redirects a
-// host with a certificate to HTTPS unless KeepHTTP says otherwise.
+// host with a certificate (Holds) to HTTPS unless KeepHTTP says otherwise.
 func (m *Manager) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
@@ -286,7 +293,7 @@ func (m *Manager) Handler(next http.Handler) http.Handler {
 			return
 		}
 		host := hostOnly(r.Host)
-		if m.HasCertificate(host) && (m.cfg.KeepHTTP == nil || !m.cfg.KeepHTTP(host)) {
+		if (m.cfg.KeepHTTP == nil || !m.cfg.KeepHTTP(host)) && m.Holds(r.Context(), host) {
 			http.Redirect(w, r, m.httpsURL(host, r.URL.RequestURI()), http.StatusPermanentRedirect)
 			return
 		}
@@ -313,6 +320,42 @@ func (m *Manager) httpsURL(host, uri string) string {
 		host = net.JoinHostPort(host, fmt.Sprint(p))
 	}
 	return "https://" + host + uri
+}
+
+// Holds reports whether a valid certificate for host is held: in this
+// ingress's memory (HasCertificate), or, for a host Allowed, in the
+// database (another ingress obtained it, or this one before a restart,
+// and no handshake has loaded it here yet). The database's answer is
+// remembered (heldCache), so plain HTTP costs a query per host at most
+// every storedMissTTL; a host not Allowed is never looked up, so a flood
+// of made-up Host headers costs none.
+func (m *Manager) Holds(ctx context.Context, host string) bool {
+	if m.HasCertificate(host) {
+		return true
+	}
+	now := time.Now()
+	if ok, known := m.stored.get(host, now); known {
+		return ok
+	}
+	if m.cfg.Allowed(ctx, host) != nil {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	exp, err := m.storedExpiry(lctx, host)
+	switch {
+	case err == nil:
+		until := now.Add(storedHitTTL)
+		if exp.Before(until) {
+			until = exp
+		}
+		m.stored.put(host, true, until)
+		return true
+	case !errors.Is(err, fs.ErrNotExist) && ctx.Err() == nil:
+		m.log.Warn("certs: look up a stored certificate", "host", host, "err", err)
+	}
+	m.stored.put(host, false, now.Add(storedMissTTL))
+	return false
 }
 
 // HasCertificate reports whether this ingress holds a valid certificate
@@ -344,15 +387,23 @@ func (m *Manager) Expiry(ctx context.Context, host string) (time.Time, bool) {
 			return c.Leaf.NotAfter, true
 		}
 	}
+	exp, err := m.storedExpiry(ctx, host)
+	return exp, err == nil
+}
+
+// storedExpiry returns when the certificate the database holds for host
+// expires; an error wrapping fs.ErrNotExist when it holds none that is
+// valid.
+func (m *Manager) storedExpiry(ctx context.Context, host string) (time.Time, error) {
 	pemBytes, err := m.storage.Load(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), host))
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, err
 	}
 	leaf, err := firstCert(pemBytes)
 	if err != nil || time.Now().After(leaf.NotAfter) {
-		return time.Time{}, false
+		return time.Time{}, fmt.Errorf("certs: %s: no valid stored certificate: %w", host, fs.ErrNotExist)
 	}
-	return leaf.NotAfter, true
+	return leaf.NotAfter, nil
 }
 
 // Close stops renewals and releases the locks this Manager holds.

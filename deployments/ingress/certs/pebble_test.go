@@ -202,7 +202,43 @@ func TestOnDemandCertificatesFromPebble(t *testing.T) {
 		if res, _ = get(t, https, "https://"+host+"/"); res.StatusCode != http.StatusOK || p.Orders() != 1 {
 			t.Fatalf("again: %d, orders %d", res.StatusCode, p.Orders())
 		}
+		restartedRedirects(t, bdb, p, a, host)
 	})
+}
+
+// restartedRedirects: a new ingress on the same database (a restart, or
+// another replica) redirects plain HTTP for host before any handshake
+// loaded the certificate into it, and serves a routed host without a
+// certificate (its apps-domain host) plain.
+func restartedRedirects(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, a *app, host string) {
+	t.Helper()
+	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	if err := router.Set("shop", "d1", a.addr); err != nil {
+		t.Fatal(err)
+	}
+	router.SetHosts("shop", []string{host})
+	httpL, tlsL := listen(t), listen(t)
+	e := startEdge(t, bdb, p, router, httpL, tlsL)
+	if e.mgr.HasCertificate(host) {
+		t.Fatal("a new ingress holds the certificate in memory before any handshake")
+	}
+	plainC := client(nil, e.httpAddr)
+	for range 2 { // the second from the remembered answer
+		res, _ := get(t, plainC, "http://"+host+"/x")
+		if want := fmt.Sprintf("https://%s:%d/x", host, port(tlsL)); res.StatusCode != http.StatusPermanentRedirect || res.Header.Get("Location") != want {
+			t.Fatalf("a new ingress's redirect: %d %q, want %q", res.StatusCode, res.Header.Get("Location"), want)
+		}
+	}
+	if res, body := get(t, plainC, "http://shop.apps.example.test/"); res.StatusCode != http.StatusOK || body != "shop proto=http" {
+		t.Fatalf("a routed host without a certificate: %d %q", res.StatusCode, body)
+	}
+	if e.mgr.HasCertificate(host) || p.Orders() != 1 {
+		t.Fatalf("the redirect loaded the certificate or ordered one (orders %d)", p.Orders())
+	}
 }
 
 // TestTwoIngressesOrderOneCertificate: two ingresses in two processes

@@ -81,6 +81,58 @@ func (l *limiter) prune(now time.Time) {
 	}
 }
 
+// How long Holds remembers the database's answer for a host: a
+// certificate found until it expires or storedHitTTL passes, none found
+// for storedMissTTL (another ingress's new certificate then redirects here
+// within that; this ingress's own does at once, from memory).
+const (
+	storedHitTTL  = 10 * time.Minute
+	storedMissTTL = 30 * time.Second
+	maxStored     = 10000 // entries kept; past it the expired ones go, then all
+)
+
+// heldCache remembers, per host, whether the database holds a valid
+// certificate, until a time.
+type heldCache struct {
+	mu sync.Mutex
+	m  map[string]heldEntry
+}
+
+type heldEntry struct {
+	ok    bool
+	until time.Time
+}
+
+func (c *heldCache) get(host string, now time.Time) (ok, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, found := c.m[host]
+	if !found || !now.Before(e.until) {
+		return false, false
+	}
+	return e.ok, true
+}
+
+func (c *heldCache) put(host string, ok bool, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]heldEntry{}
+	}
+	if len(c.m) >= maxStored {
+		now := time.Now()
+		for h, e := range c.m {
+			if !now.Before(e.until) {
+				delete(c.m, h)
+			}
+		}
+		if len(c.m) >= maxStored {
+			clear(c.m)
+		}
+	}
+	c.m[host] = heldEntry{ok: ok, until: until}
+}
+
 // firstCert parses the first certificate of a PEM bundle.
 func firstCert(b []byte) (*x509.Certificate, error) {
 	for {
