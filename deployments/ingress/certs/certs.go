@@ -5,7 +5,8 @@
 //
 //   - on-demand issuance behind Config.Allowed (the ingress: an active custom
 //     domain or the apps-domain host of a project that is LIVE), then a
-//     per-host and a global rate limit;
+//     per-host and a global rate limit on orders (a certificate the
+//     database holds loads without counting);
 //   - HTTP-01 (Handler answers /.well-known/acme-challenge/ before any app
 //     routing) and TLS-ALPN-01 (TLSConfig) challenges, both enabled;
 //   - Storage: certificates, the ACME account, challenge state and locks in
@@ -110,7 +111,7 @@ type Manager struct {
 
 	obtained, failed, refused atomic.Uint64
 
-	stored heldCache // whether the database holds a host's certificate, for redirects
+	held heldCache // whether the database holds a host's certificate (stored)
 
 	mu    sync.Mutex
 	names map[string]bool // hosts a certificate was sought for: renewLoop's
@@ -252,7 +253,12 @@ func (m *Manager) needsRenewal(name string) bool {
 }
 
 // decide is certmagic's on-demand decision: the host's rule, then the rate
-// limits. It runs at a handshake for a name with no certificate in memory.
+// limits. It runs at a handshake for a name with no certificate in memory,
+// before certmagic loads one from storage or orders one, and before it
+// renews one held in memory. Loading a stored certificate places no order,
+// so it passes the limits without a token (else a restarted ingress could
+// serve only GlobalBurst of its hosts at once, then one per GlobalEvery);
+// a renewal is an order and takes one.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	name = strings.ToLower(name)
 	if err := m.cfg.Allowed(ctx, name); err != nil {
@@ -260,7 +266,8 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 		m.log.Debug("certs: no certificate for this host", "host", name, "reason", err)
 		return err
 	}
-	if !m.limit.allow(name, time.Now()) {
+	load := !m.HasCertificate(name) && m.stored(ctx, name)
+	if !load && !m.limit.allow(name, time.Now()) {
 		m.refused.Add(1)
 		m.log.Warn("certs: certificate requests for this host are rate limited", "host", name)
 		return fmt.Errorf("certs: %s: too many certificate requests; try again later", name)
@@ -333,12 +340,18 @@ func (m *Manager) Holds(ctx context.Context, host string) bool {
 	if m.HasCertificate(host) {
 		return true
 	}
-	now := time.Now()
-	if ok, known := m.stored.get(host, now); known {
+	if ok, known := m.held.get(host, time.Now()); known {
 		return ok
 	}
-	if m.cfg.Allowed(ctx, host) != nil {
-		return false
+	return m.cfg.Allowed(ctx, host) == nil && m.stored(ctx, host)
+}
+
+// stored reports whether the database holds a valid certificate for host,
+// remembering the answer (heldCache).
+func (m *Manager) stored(ctx context.Context, host string) bool {
+	now := time.Now()
+	if ok, known := m.held.get(host, now); known {
+		return ok
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -349,12 +362,12 @@ func (m *Manager) Holds(ctx context.Context, host string) bool {
 		if exp.Before(until) {
 			until = exp
 		}
-		m.stored.put(host, true, until)
+		m.held.put(host, true, until)
 		return true
 	case !errors.Is(err, fs.ErrNotExist) && ctx.Err() == nil:
 		m.log.Warn("certs: look up a stored certificate", "host", host, "err", err)
 	}
-	m.stored.put(host, false, now.Add(storedMissTTL))
+	m.held.put(host, false, now.Add(storedMissTTL))
 	return false
 }
 

@@ -78,22 +78,22 @@ func listen(t *testing.T) net.Listener {
 func port(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 
 // startEdge serves router on httpL and tlsL with a Manager over bdb and p
-// (renew, when given, checks for renewals that often).
-func startEdge(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, router *ingress.Router, httpL, tlsL net.Listener, renew ...time.Duration) *edge {
+// (tweak, when given, adjusts its Config).
+func startEdge(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, router *ingress.Router, httpL, tlsL net.Listener, tweak ...func(*certs.Config)) *edge {
 	t.Helper()
-	var every time.Duration
-	if len(renew) == 1 {
-		every = renew[0]
-	}
-	mgr, err := certs.New(context.Background(), certs.Config{
-		DB: bdb, DirectoryURL: p.DirectoryURL, Roots: p.APIRoots, Email: "ops@example.test", HTTPSPort: port(tlsL), RenewCheckEvery: every,
+	cfg := certs.Config{
+		DB: bdb, DirectoryURL: p.DirectoryURL, Roots: p.APIRoots, Email: "ops@example.test", HTTPSPort: port(tlsL),
 		Allowed: func(_ context.Context, host string) error {
 			if _, ok := router.Resolve(host); !ok {
 				return errors.New("no app is served at this host")
 			}
 			return nil
 		},
-	})
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	mgr, err := certs.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +203,53 @@ func TestOnDemandCertificatesFromPebble(t *testing.T) {
 			t.Fatalf("again: %d, orders %d", res.StatusCode, p.Orders())
 		}
 		restartedRedirects(t, bdb, p, a, host)
+	})
+}
+
+// TestRestartLoadsStoredCertificatesPastTheLimits: certificates one
+// ingress obtained are served by a new ingress on the same database (a
+// restart) even past its order limits, which loading a stored certificate
+// does not count against; a host without one still is limited.
+func TestRestartLoadsStoredCertificatesPastTheLimits(t *testing.T) {
+	dns := dnstest.Start(t)
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		httpL, tlsL := listen(t), listen(t)
+		p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL)})
+		router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(router.Close)
+		a := startApp(t, "shop")
+		if err := router.Set("shop", "d1", a.addr); err != nil {
+			t.Fatal(err)
+		}
+		suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + ".example.org"
+		hosts := []string{"a." + suffix, "b." + suffix, "c." + suffix, "d." + suffix}
+		router.SetHosts("shop", hosts)
+		for _, h := range hosts {
+			dns.AddA(h, "127.0.0.1")
+		}
+		roots := p.IssuingRoots(t)
+		first := startEdge(t, bdb, p, router, httpL, tlsL)
+		for _, h := range hosts[:2] {
+			if res, _ := get(t, client(roots, first.tlsAddr), "https://"+h+"/"); res.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %d", h, res.StatusCode)
+			}
+		}
+		tight := func(c *certs.Config) {
+			c.Limits = certs.Limits{HostBurst: 1, HostEvery: time.Hour, GlobalBurst: 1, GlobalEvery: time.Hour}
+		}
+		second := startEdge(t, bdb, p, router, listen(t), listen(t), tight)
+		https := client(roots, second.tlsAddr)
+		for _, h := range hosts[:3] { // two stored, then one order: the only token
+			if res, _ := get(t, https, "https://"+h+"/"); res.StatusCode != http.StatusOK {
+				t.Fatalf("%s on the new ingress: %d", h, res.StatusCode)
+			}
+		}
+		if _, err := https.Get("https://" + hosts[3] + "/"); err == nil || p.Orders() != 3 {
+			t.Fatalf("a fourth host past the limits: %v (orders %d, want 3)", err, p.Orders())
+		}
 	})
 }
 
@@ -408,7 +455,7 @@ func TestRenewalAheadOfExpiry(t *testing.T) {
 	}
 	host := "renewed.apps.example.test"
 	dns.AddA(host, "127.0.0.1")
-	e := startEdge(t, bdb, p, router, httpL, tlsL, time.Second)
+	e := startEdge(t, bdb, p, router, httpL, tlsL, func(c *certs.Config) { c.RenewCheckEvery = time.Second })
 	roots := p.IssuingRoots(t)
 	first := handshakeLeaf(t, e.tlsAddr, host, roots)
 	platformtest.Eventually(t, time.Minute, "a renewal", func() bool { return e.mgr.Stats().Obtained >= 2 })
