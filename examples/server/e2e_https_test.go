@@ -94,6 +94,10 @@ func TestCustomDomainHTTPSE2E(t *testing.T) {
 		m.want(t, 1, "keelson_tls_certificates_obtained_total")
 		m.want(t, 0, "keelson_tls_certificate_failures_total")
 		m.want(t, 1, "keelson_tls_handshakes_refused_total")
+		m.want(t, 1, "keelson_tls_certificates_held")
+		if exp := m.value("keelson_tls_certificate_earliest_expiry_timestamp_seconds"); exp != float64(got.CertificateExpiresAt.Unix()) {
+			t.Fatalf("earliest expiry %v, want the domain's certificate's %v", exp, got.CertificateExpiresAt)
+		}
 	})
 }
 

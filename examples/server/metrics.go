@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -164,8 +165,21 @@ func (m *serverMetrics) countDeployments(store *deployments.Store, queue interfa
 }
 
 // countCertificates exposes the ingress's certificate figures (HTTPS on).
-func (m *serverMetrics) countCertificates(stats func() certs.Stats) error {
+func (m *serverMetrics) countCertificates(stats func() certs.Stats, held func() (int, time.Time)) error {
 	return m.register(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "keelson_tls_certificates_held",
+			Help: "Valid certificates this ingress serves from memory (those of the hosts it served over HTTPS, and the static one).",
+		}, func() float64 { n, _ := held(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "keelson_tls_certificate_earliest_expiry_timestamp_seconds",
+			Help: "When the first of those expires (Unix time; NaN when none): alert when it comes within days, a renewal keeps failing.",
+		}, func() float64 {
+			if _, t := held(); !t.IsZero() {
+				return float64(t.Unix())
+			}
+			return math.NaN()
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "keelson_tls_certificates_obtained_total",
 			Help: "Certificates (and renewals) this ingress obtained from the ACME CA.",

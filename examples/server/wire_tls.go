@@ -69,7 +69,7 @@ func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *h
 		return &ConfigError{"KEELSON_INGRESS_TLS_CERT_FILE", err.Error()}
 	}
 	if a.metrics != nil {
-		if err := a.metrics.countCertificates(mgr.Stats); err != nil {
+		if err := a.metrics.countCertificates(mgr.Stats, mgr.Held); err != nil {
 			_ = mgr.Close(ctx)
 			return err
 		}

@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,8 @@ type Manager struct {
 	names map[string]bool // hosts a certificate was sought for: renewLoop's
 	stop  context.CancelFunc
 	done  chan struct{}
+
+	staticNames []string // the static certificate's names (Held)
 }
 
 // Stats are a Manager's counts since it was built, for metrics.
@@ -130,6 +133,33 @@ type Stats struct {
 // Stats returns the counts so far.
 func (m *Manager) Stats() Stats {
 	return Stats{Obtained: m.obtained.Load(), Failed: m.failed.Load(), Refused: m.refused.Load()}
+}
+
+// Held counts the valid certificates this ingress serves from memory (the
+// ones it sought for hosts it still serves, and the static one) and
+// returns the earliest expiry among them (zero when none), for metrics: a
+// renewal that keeps failing shows as an expiry coming closer.
+func (m *Manager) Held() (n int, earliest time.Time) {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.names)+1)
+	for h := range m.names {
+		names = append(names, h)
+	}
+	m.mu.Unlock()
+	names = append(names, m.staticNames...)
+	seen := map[string]bool{}
+	for _, h := range names {
+		for _, c := range m.cache.AllMatchingCertificates(h) {
+			if c.Leaf == nil || c.Expired() || seen[c.Hash()] {
+				continue
+			}
+			seen[c.Hash()] = true
+			if n++; earliest.IsZero() || c.Leaf.NotAfter.Before(earliest) {
+				earliest = c.Leaf.NotAfter
+			}
+		}
+	}
+	return n, earliest
 }
 
 // event counts certmagic's outcomes and tells OnCertificate.
@@ -197,6 +227,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		if _, err := m.magic.CacheUnmanagedCertificatePEMFile(ctx, cfg.StaticCertFile, cfg.StaticKeyFile, nil); err != nil {
 			m.cache.Stop()
 			return nil, fmt.Errorf("certs: static certificate %s: %w", cfg.StaticCertFile, err)
+		}
+		if pemBytes, err := os.ReadFile(cfg.StaticCertFile); err == nil {
+			if leaf, err := firstCert(pemBytes); err == nil {
+				m.staticNames = leaf.DNSNames
+			}
 		}
 	}
 	lctx, stop := context.WithCancel(context.Background())

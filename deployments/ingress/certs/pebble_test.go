@@ -183,6 +183,9 @@ func TestOnDemandCertificatesFromPebble(t *testing.T) {
 		if !e.mgr.HasCertificate(host) || !strings.HasPrefix(e.mgr.Status(context.Background(), host), "ready, expires ") {
 			t.Fatalf("status: %s", e.mgr.Status(context.Background(), host))
 		}
+		if n, exp := e.mgr.Held(); n != 1 || !exp.Equal(leaf.NotAfter) {
+			t.Fatalf("Held: %d, %s; want 1, %s", n, exp, leaf.NotAfter)
+		}
 
 		// Plain HTTP: a challenge path is answered here (404), never proxied;
 		// anything else redirects to HTTPS now that the certificate exists.
@@ -283,8 +286,8 @@ func restartedRedirects(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, a *app, h
 	if res, body := get(t, plainC, "http://shop.apps.example.test/"); res.StatusCode != http.StatusOK || body != "shop proto=http" {
 		t.Fatalf("a routed host without a certificate: %d %q", res.StatusCode, body)
 	}
-	if e.mgr.HasCertificate(host) || p.Orders() != 1 {
-		t.Fatalf("the redirect loaded the certificate or ordered one (orders %d)", p.Orders())
+	if n, _ := e.mgr.Held(); e.mgr.HasCertificate(host) || n != 0 || p.Orders() != 1 {
+		t.Fatalf("the redirect loaded the certificate (held %d) or ordered one (orders %d)", n, p.Orders())
 	}
 }
 
