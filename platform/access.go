@@ -1,6 +1,9 @@
 package platform
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // MemberRole is what a user may do on a team's projects, and on a personal
 // project (whose owner is its "owner"). Roles are ordered: each holds what
@@ -86,6 +89,16 @@ var minRoles = map[Permission]MemberRole{
 	SecretsWrite: MemberAdmin, ProjectsDelete: MemberAdmin, ProjectsCreate: MemberAdmin,
 	DeploymentsDelete: MemberAdmin, DomainsWrite: MemberAdmin, HooksWrite: MemberAdmin, MembersWrite: MemberAdmin,
 	PlansWrite: MemberOwner, TeamsWrite: MemberOwner,
+}
+
+// Permissions lists every permission, sorted: the scopes an API token may carry.
+func Permissions() []Permission {
+	out := make([]Permission, 0, len(minRoles))
+	for p := range minRoles {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // MinRole is the lowest role that holds p; an unknown permission needs owner.

@@ -91,8 +91,8 @@ func AddBearerScheme(api huma.API) {
 		oa.Components.SecuritySchemes = map[string]*huma.SecurityScheme{}
 	}
 	oa.Components.SecuritySchemes[SecurityScheme] = &huma.SecurityScheme{
-		Type: "http", Scheme: "bearer", BearerFormat: "JWT",
-		Description: "Access token from POST /auth/login or POST /auth/refresh.",
+		Type: "http", Scheme: "bearer",
+		Description: "Access token (a JWT) from POST /auth/login or POST /auth/refresh, or an API token (kls_...) from POST /auth/tokens.",
 	}
 }
 
@@ -108,6 +108,7 @@ func BearerToken(header string) (string, bool) {
 
 // RequireAuth is Huma middleware that admits only callers with a valid bearer
 // token and puts their Principal in the request context. Failures answer 401.
+// An API token is admitted only where TokenRules allows it (403 otherwise).
 func RequireAuth(api huma.API, a Authenticator) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
 		tok, ok := BearerToken(ctx.Header("Authorization"))
@@ -127,6 +128,12 @@ func RequireAuth(api huma.API, a Authenticator) func(huma.Context, func(huma.Con
 			}
 			writeErr(api, ctx, pe)
 			return
+		}
+		if p.IsToken() {
+			if e := tokenRefusal(ctx.Context(), p); e != nil {
+				writeErr(api, ctx, e)
+				return
+			}
 		}
 		next(huma.WithValue(ctx, principalKey{}, p))
 	}

@@ -74,11 +74,8 @@ func (s *Service) get(ctx context.Context, idb bun.IDB, userID, id string, withD
 	if err != nil {
 		return nil, "", err
 	}
-	if role == "" {
-		return nil, "", notFound()
-	}
-	if !role.Allows(perm) {
-		return nil, "", platform.Denied(role, perm)
+	if err := platform.Grant(ctx, row.TeamID, role, perm, notFound()); err != nil {
+		return nil, "", err // an API token also needs perm among its scopes, and its team
 	}
 	return row, role, nil
 }
@@ -99,10 +96,10 @@ func (s *Service) Authorize(ctx context.Context, userID, projectID string, perm 
 // and their teams'.
 func (s *Service) Accounts(ctx context.Context, userID string) ([]string, error) {
 	if s.d.Teams == nil {
-		return []string{userID}, nil
+		return platform.TokenAccounts(ctx, []string{userID}), nil
 	}
 	teams, err := s.d.Teams.TeamsOf(ctx, userID)
-	return append([]string{userID}, teams...), wrap("teams of user", err)
+	return platform.TokenAccounts(ctx, append([]string{userID}, teams...)), wrap("teams of user", err)
 }
 
 // TeamProjects counts the projects teamID owns that are not DELETED.
@@ -115,20 +112,15 @@ func (s *Service) TeamProjects(ctx context.Context, teamID string) (int, error) 
 // createOwner is the account a new project of userID belongs to: userID,
 // or teamID when the caller may create projects there.
 func (s *Service) createOwner(ctx context.Context, userID, teamID string) (string, error) {
-	if teamID == "" {
-		return userID, nil
+	if teamID == "" { // a team-bound API token cannot reach the personal account
+		return userID, platform.Grant(ctx, "", platform.MemberOwner, platform.ProjectsCreate,
+			platform.Forbidden("this API token is bound to a team: name it as teamId"))
 	}
 	role, err := s.roleOf(ctx, userID, &projectRow{OwnerID: teamID, TeamID: teamID})
 	if err != nil {
 		return "", err
 	}
-	if role == "" {
-		return "", platform.NotFound("team not found")
-	}
-	if !role.Allows(platform.ProjectsCreate) {
-		return "", platform.Denied(role, platform.ProjectsCreate)
-	}
-	return teamID, nil
+	return teamID, platform.Grant(ctx, teamID, role, platform.ProjectsCreate, platform.NotFound("team not found"))
 }
 
 // TransferInput is the body of POST /projects/{id}/transfer.
@@ -210,12 +202,14 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 // owner. A developer sending back the plan name a GET showed keeps the
 // stored choice.
 func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRole, cur *projectRow, in *SettingsInput) error {
-	if in.HTTPSRedirect != nil && *in.HTTPSRedirect == cur.KeepHTTP && !role.Allows(platform.DomainsWrite) {
-		return platform.Denied(role, platform.DomainsWrite)
+	if in.HTTPSRedirect != nil && *in.HTTPSRedirect == cur.KeepHTTP {
+		if denied := platform.Grant(ctx, cur.TeamID, role, platform.DomainsWrite, nil); denied != nil {
+			return denied
+		}
 	}
-	if !role.Allows(platform.SecretsWrite) {
+	if denied := platform.Grant(ctx, cur.TeamID, role, platform.SecretsWrite, nil); denied != nil {
 		if in.WebhookSecret != nil {
-			return platform.Denied(role, platform.SecretsWrite)
+			return denied
 		}
 		stored, err := decodeEnv(cur.EnvVars)
 		if err != nil {
@@ -230,17 +224,18 @@ func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRol
 		}
 		for _, e := range in.EnvVars {
 			if e.IsSecret != secrets[e.Key] || (e.IsSecret && e.Value != Mask) {
-				return platform.Denied(role, platform.SecretsWrite)
+				return denied
 			}
 			if e.IsSecret {
 				left--
 			}
 		}
 		if left != 0 { // a secret was left out: removed
-			return platform.Denied(role, platform.SecretsWrite)
+			return denied
 		}
 	}
-	if role.Allows(platform.PlansWrite) || in.PlanName == cur.PlanName {
+	denied := platform.Grant(ctx, cur.TeamID, role, platform.PlansWrite, nil)
+	if denied == nil || in.PlanName == cur.PlanName {
 		return nil
 	}
 	shown := cur.PlanName
@@ -252,7 +247,7 @@ func (s *Service) checkSettingsRole(ctx context.Context, role platform.MemberRol
 		shown = acct.Name
 	}
 	if in.PlanName != shown {
-		return platform.Denied(role, platform.PlansWrite)
+		return denied
 	}
 	in.PlanName = cur.PlanName
 	return nil

@@ -109,7 +109,7 @@ func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (
 	if err != nil {
 		return listPage{}, err
 	}
-	if len(accounts) > 1 {
+	if len(accounts) != 1 || accounts[0] != owner { // teams, or a team-bound API token
 		return s.teamList(ctx, accounts, in)
 	}
 	if p, ok := s.lists.Get(owner, q); ok {

@@ -45,6 +45,9 @@ func (s *Service) List(ctx context.Context, userID string, page platform.PagePar
 	}
 	q := s.d.DB.NewSelect().TableExpr("teams AS t").ColumnExpr("t.*, m.role").
 		Join("JOIN team_members AS m ON m.team_id = t.id").Where("m.user_id = ?", userID)
+	if p, _ := platform.PrincipalFrom(ctx); p.IsToken() && p.TeamID != "" {
+		q = q.Where("t.id = ?", p.TeamID) // a team-bound API token sees its team only
+	}
 	if after != nil {
 		q = q.Where("(t.created_at < ? OR (t.created_at = ? AND t.id < ?))", after.Time, after.Time, after.ID)
 	}
@@ -185,11 +188,14 @@ func (s *Service) change(ctx context.Context, c memberChange) (old platform.Memb
 		if err != nil {
 			return err
 		}
-		if mine == "" {
-			return notFound()
+		if mine == "" || (c.self && c.caller == c.target) {
+			// Leaving needs no permission (tokens cannot leave: TokenRules).
+			err = platform.Grant(ctx, c.teamID, mine, platform.MembersRead, notFound())
+		} else {
+			err = platform.Grant(ctx, c.teamID, mine, c.perm, notFound())
 		}
-		if !(c.self && c.caller == c.target) && !mine.Allows(c.perm) {
-			return platform.Denied(mine, c.perm)
+		if err != nil {
+			return err
 		}
 		if old, err = memberRole(ctx, tx, c.teamID, c.target); err != nil {
 			return err

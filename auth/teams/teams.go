@@ -27,7 +27,9 @@
 //     when they are removed. A mail that fails is logged, never an error.
 //
 // It reaches accounts, mail, rate limits, plans and projects only through
-// the interfaces of Deps. It is not API tokens or the audit log (later work).
+// the interfaces of Deps. It is not API tokens (auth/apitokens) or the audit log.
+// An API token reaches a team's routes with the scopes of platform.Grant;
+// creating, leaving and joining teams need a signed-in session.
 package teams
 
 import (
@@ -303,11 +305,9 @@ func (s *Service) access(ctx context.Context, idb bun.IDB, teamID, userID string
 	if err != nil {
 		return "", err
 	}
-	if role == "" {
-		return "", notFound()
-	}
-	if !role.Allows(perm) {
-		return "", platform.Denied(role, perm)
+	// An API token also needs perm among its scopes, and to be bound to no other team.
+	if err := platform.Grant(ctx, teamID, role, perm, notFound()); err != nil {
+		return "", err
 	}
 	return role, nil
 }

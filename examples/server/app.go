@@ -20,6 +20,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/codehost"
@@ -68,6 +69,7 @@ type App struct {
 
 	// The module services, built in phase one of NewApp (build*).
 	Auth        *auth.Service
+	APITokens   *apitokens.Service
 	OAuth       *oauth.Service
 	Plans       *plans.Service
 	Teams       *teams.Service
@@ -165,6 +167,9 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.API = humago.New(a.mux, platform.APIConfig("Keelson API", Version))
+	// Before any operation registers: where API tokens may go, and the
+	// client's address they record.
+	a.API.UseMiddleware(a.clientAddr, platform.TokenRules(a.API, tokenRule))
 	describeAPI(a.API.OpenAPI(), cfg.PublicURL)
 	if err := apidocs.Register(a.API, apidocs.Options{}); err != nil {
 		return nil, err
@@ -182,6 +187,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}{
 		{"auth", a.buildAuth},
 		{"oauth", a.buildOAuth},
+		{"apitokens", a.buildAPITokens},
 		{"plans", a.buildPlans},
 		{"teams", a.buildTeams},
 		{"projects", a.buildProjects},

@@ -74,6 +74,8 @@ type Config struct {
 	DNSResolvers []string
 	// MaxDomainsPerProject is KEELSON_MAX_DOMAINS_PER_PROJECT (default 20).
 	MaxDomainsPerProject int
+	// MaxAPITokens is KEELSON_MAX_API_TOKENS: API tokens per account (default 50).
+	MaxAPITokens int
 	// DomainCheckInterval is KEELSON_DOMAIN_CHECK_INTERVAL: how often each
 	// custom domain is checked again (default 10m).
 	DomainCheckInterval time.Duration
@@ -331,6 +333,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_HOST_MAX_APPS", c.HostMaxApps, 0},
 		{"KEELSON_BUILD_PIDS_LIMIT", c.BuildPidsLimit, 16},
 		{"KEELSON_MAX_DOMAINS_PER_PROJECT", c.MaxDomainsPerProject, 1},
+		{"KEELSON_MAX_API_TOKENS", c.MaxAPITokens, 1},
 	} {
 		if n.val < n.min || n.val > 1_000_000 {
 			return &ConfigError{n.name, fmt.Sprintf("%d is not a number from %d to 1000000", n.val, n.min)}

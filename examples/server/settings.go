@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
@@ -126,6 +127,9 @@ var settings = []setting{
 	{name: "KEELSON_DOMAIN_CHECK_INTERVAL", def: domains.DefaultCheckInterval.String(),
 		doc:   "how often every custom domain's DNS records are checked again: an active domain whose records no longer point at Keelson stops being served (its owner is mailed) until they do again",
 		parse: duration(func(c *Config) *time.Duration { return &c.DomainCheckInterval })},
+	{name: "KEELSON_MAX_API_TOKENS", def: strconv.Itoa(apitokens.DefaultMaxPerUser),
+		doc:   "API tokens one account may hold (`POST /auth/tokens` answers 403 past it). See [API tokens](API_TOKENS.md)",
+		parse: number(func(c *Config) *int { return &c.MaxAPITokens })},
 	{name: "KEELSON_INVITE_TTL", def: "168h0m0s",
 		doc:   "how long a team invitation link stays valid (at most 90 days); it also works only once, and only for the invited, verified address. See [Teams](BEHAVIOUR.md#teams)",
 		parse: duration(func(c *Config) *time.Duration { return &c.InviteTTL })},

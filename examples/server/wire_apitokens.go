@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/apitokens"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/httpx"
+)
+
+// buildAPITokens builds the API tokens module on the auth module (its
+// routes take sessions only; creators are auth's accounts) and makes
+// a.Authn accept both: every module built after it (plans, teams,
+// projects, deployments, ...) authenticates API tokens too, and
+// tokenRule, on the whole API, says where they may go. The teams module,
+// built after it, answers the creator's role for a team-bound token (an edge).
+func (a *App) buildAPITokens(context.Context) error {
+	svc, err := apitokens.New(apitokens.Deps{
+		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: tokenTeams{a.edges},
+		MaxPerUser: a.Cfg.MaxAPITokens, Log: a.Log.With("module", "apitokens"),
+	})
+	if err != nil {
+		return err
+	}
+	a.add(svc)
+	a.APITokens = svc
+	a.Authn = bearerAuthn{sessions: a.Auth, tokens: svc}
+	return nil
+}
+
+// bearerAuthn sends API tokens (by their prefix) to the tokens module and
+// every other bearer token to the auth module's sessions.
+type bearerAuthn struct {
+	sessions platform.Authenticator
+	tokens   platform.Authenticator
+}
+
+func (b bearerAuthn) Authenticate(ctx context.Context, token string) (platform.Principal, error) {
+	if platform.IsAPIToken(token) {
+		return b.tokens.Authenticate(ctx, token)
+	}
+	return b.sessions.Authenticate(ctx, token)
+}
+
+// tokenUsers adapts the auth module to apitokens.Users.
+type tokenUsers struct{ s *auth.Service }
+
+func (u tokenUsers) UserByID(ctx context.Context, id string) (*apitokens.User, error) {
+	x, err := u.s.UserByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &apitokens.User{ID: x.ID, Email: x.Email, Role: x.Role}, nil
+}
+
+// tokenTeams answers apitokens.Teams through the teams module (an edge).
+type tokenTeams struct{ e *edges }
+
+func (t tokenTeams) MemberRole(ctx context.Context, teamID, userID string) (platform.MemberRole, error) {
+	return t.e.teams.MemberRole(ctx, teamID, userID)
+}
+
+// tokenRoutes are the operations API tokens may use, with the scope a
+// token needs for the route as a whole; "" marks a project- or team-scoped
+// route, whose permission the module asks for through platform.Grant
+// (projects.Authorize). Every other operation refuses tokens (tokenRule):
+// a new route is closed to tokens until it is listed here.
+var tokenRoutes = map[string]platform.Permission{
+	"create-project": platform.ProjectsCreate, "list-projects": platform.ProjectsRead, "get-usage": platform.ProjectsRead,
+	"get-project": "", "update-project-settings": "", "transfer-project": "", "get-project-delete-status": "", "delete-project": "",
+	"create-deployment": "", "list-deployments": platform.DeploymentsRead, "get-deployment": "", "get-deployment-status": "",
+	"delete-deployment": "", "cancel-deployment": "", "redeploy-deployment": "", "rollback-deployment": "",
+	"stream-deployment-logs": "", "create-deployment-log-token": "",
+	"create-domain": "", "list-domains": "", "get-domain": "", "verify-domain": "", "delete-domain": "",
+	"create-deploy-hook": "", "list-deploy-hooks": "", "delete-deploy-hook": "",
+	"list-teams": platform.MembersRead, "get-team": "", "update-team": "", "delete-team": "", "list-team-members": "",
+	"update-team-member": "", "remove-team-member": "", "create-team-invitation": "", "list-team-invitations": "",
+	"revoke-team-invitation": "",
+}
+
+// tokenRule is the server's platform.TokenRules: account routes (every
+// /auth/ route: password, email, 2FA, sessions, OAuth, the tokens
+// themselves) and every other bearer route not in tokenRoutes refuse API
+// tokens.
+func tokenRule(op *huma.Operation) platform.TokenRule {
+	if strings.HasPrefix(op.Path, "/auth/") {
+		return platform.TokenRule{Refuse: "API tokens cannot use account routes (password, email, 2FA, sessions, code-host login, API tokens): sign in"}
+	}
+	if scope, ok := tokenRoutes[op.OperationID]; ok {
+		return platform.TokenRule{Scope: scope}
+	}
+	if len(op.Security) == 0 {
+		return platform.TokenRule{} // no bearer authentication here (health, deploy-hook URLs, webhooks)
+	}
+	return platform.TokenRule{Refuse: "API tokens cannot use " + op.Method + " " + op.Path + ": it needs a signed-in session"}
+}
+
+// clientAddr puts the client's address in the context (platform.ClientAddr):
+// the TCP peer, or past trusted proxies the rightmost X-Forwarded-For
+// address that is not one. API tokens record it as their last use.
+func (a *App) clientAddr(ctx huma.Context, next func(huma.Context)) {
+	var xff []string
+	ctx.EachHeader(func(name, value string) {
+		if strings.EqualFold(name, "X-Forwarded-For") {
+			xff = append(xff, value)
+		}
+	})
+	client := httpx.ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), a.Cfg.TrustedProxies)
+	if ip, err := netip.ParseAddr(client); err == nil {
+		client = ip.String()
+	}
+	next(huma.WithContext(ctx, platform.WithClientAddr(ctx.Context(), client)))
+}
