@@ -1,8 +1,11 @@
 package apitokens
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/keelson-dev/keelson/platform"
 )
 
 func TestTokenFormat(t *testing.T) {
@@ -45,5 +48,16 @@ func TestCheckScopes(t *testing.T) {
 func TestDepsValidate(t *testing.T) {
 	if _, err := New(Deps{}); err == nil || !strings.Contains(err.Error(), "DB is required") {
 		t.Fatalf("New(Deps{}): %v", err)
+	}
+}
+
+// The scopes field's description lists every permission (the client and the
+// API document show it), so a new permission cannot be left out of it.
+func TestScopesDocListsEveryPermission(t *testing.T) {
+	f, _ := reflect.TypeOf(CreateRequest{}).FieldByName("Scopes")
+	for _, p := range platform.Permissions() {
+		if !strings.Contains(f.Tag.Get("doc"), " "+string(p)) {
+			t.Errorf("CreateRequest.Scopes' doc does not list %s", p)
+		}
 	}
 }

@@ -82,3 +82,22 @@ func (e *statusEnv) teamTransfer(t *testing.T, owner *apiclient.ClientWithRespon
 	del, err := owner.DeleteProjectWithResponse(ctx, p.JSON201.Id)
 	want(t, "delete project", del, err, http.StatusAccepted)
 }
+
+// apiTokens drives the API token routes through the generated client: a
+// token made, listed (used once first) and revoked.
+func (e *statusEnv) apiTokens(t *testing.T) {
+	ctx := context.Background()
+	c := e.rec.client(t, e.ts, e.ts.signup(t, "token-maker@example.com"))
+	made, err := c.CreateApiTokenWithResponse(ctx, apiclient.CreateAPITokenRequest{Name: "ci", Scopes: []string{"projects:read"}})
+	want(t, "create API token", made, err, http.StatusCreated)
+	used := e.rec.client(t, e.ts, made.JSON201.Token)
+	ps, err := used.ListProjectsWithResponse(ctx, nil)
+	want(t, "list projects with an API token", ps, err, http.StatusOK)
+	list, err := c.ListApiTokensWithResponse(ctx)
+	want(t, "list API tokens", list, err, http.StatusOK)
+	if n := len(*list.JSON200); n != 1 || (*list.JSON200)[0].LastUsedAt == nil {
+		t.Fatalf("listed tokens: %+v", *list.JSON200)
+	}
+	del, err := c.DeleteApiTokenWithResponse(ctx, made.JSON201.Id)
+	want(t, "revoke API token", del, err, http.StatusNoContent)
+}

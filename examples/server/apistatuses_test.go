@@ -73,6 +73,7 @@ func TestDeclaredResponses(t *testing.T) {
 	env.hooksAndDeletion(t, user, project)
 	env.teams(t)
 	env.hostsRoutes(t)
+	env.apiTokens(t)
 	env.placeholders(t)
 	env.rec.check(t)
 }

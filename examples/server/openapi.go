@@ -20,6 +20,7 @@ var tagDescriptions = map[string]string{
 	"Deploy hooks": "Secret per-project URLs that deploy the project's branch head when POSTed to.",
 	"Domains":      "A project's custom domains: the DNS records to create, ownership and routing checks.",
 	"Teams":        "Teams that share projects: members and their roles, invitations by mail.",
+	"API tokens":   "Scoped tokens for automation (kls_...), made and revoked by a signed-in account; see docs/API_TOKENS.md.",
 
 	"Env vars (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",
 	"Logstore (placeholder)":        "Placeholder CRUD routes (SPEC 4.7); no behaviour, unstable.",
