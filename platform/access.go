@@ -47,7 +47,7 @@ type Permission string
 
 // Permissions of the project-scoped and team routes.
 const (
-	// ProjectsRead: read a project, its settings (secret values masked), its usage.
+	// ProjectsRead: read a project, its settings (secret values masked).
 	ProjectsRead Permission = "projects:read"
 	// ProjectsWrite: change settings and env vars that are not secret.
 	ProjectsWrite Permission = "projects:write"

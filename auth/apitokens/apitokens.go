@@ -24,6 +24,8 @@
 //     answer 401. The last use (time and client address) is written at most
 //     once per TouchEvery per token, not on every request.
 //   - An account holds at most MaxPerUser tokens (403 past it).
+//   - A token never acts as a site ADMIN: its principal has the USER role,
+//     whatever its creator's.
 //   - API tokens cannot use account routes (password, email, 2FA, sessions,
 //     tokens): the host's TokenRules refuses them on every /auth/ route.
 package apitokens
@@ -42,10 +44,7 @@ import (
 )
 
 // User is what the module needs to know of a token's creator.
-type User struct {
-	ID, Email string
-	Role      platform.Role
-}
+type User struct{ ID, Email string }
 
 // Users looks accounts up (the auth module).
 type Users interface {

@@ -239,7 +239,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	for _, sc := range strings.Fields(row.Scopes) {
 		scopes = append(scopes, platform.Permission(sc))
 	}
-	return platform.Principal{UserID: u.ID, Email: u.Email, Role: u.Role, TokenID: row.ID, Scopes: scopes, TeamID: row.TeamID}, nil
+	return platform.Principal{UserID: u.ID, Email: u.Email, Role: platform.RoleUser, TokenID: row.ID, Scopes: scopes, TeamID: row.TeamID}, nil
 }
 
 // touch records the token's use when the last one written is older than

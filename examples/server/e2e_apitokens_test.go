@@ -88,7 +88,13 @@ func TestAPITokensE2E(t *testing.T) {
 		read := newAPIToken(t, ts, dev, map[string]any{"name": "reader", "scopes": []string{"projects:read"}})
 		expect(t, ts, http.StatusForbidden, "POST", "/deployments", read.Token, map[string]any{"projectId": w.project}, "deployments:write")
 		expect(t, ts, http.StatusOK, "GET", "/projects/"+projB.ID, read.Token, nil)
-		boundRead := newAPIToken(t, ts, dev, map[string]any{"name": "team reader", "scopes": []string{"projects:read", "members:read"}, "teamId": w.team})
+		boundRead := newAPIToken(t, ts, dev, map[string]any{"name": "team reader", "scopes": []string{"projects:read", "members:read", "deployments:read"}, "teamId": w.team})
+		var trigB struct{ DeploymentID string }
+		ts.doJSON(t, http.StatusCreated, "POST", "/deployments", dev, map[string]any{"projectId": projB.ID}, &trigB)
+		t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trigB.DeploymentID+"/cancel", dev, nil) })
+		if got := listIDs(t, ts, "/deployments?limit=100", boundRead.Token); !slices.Contains(got, trig.DeploymentID) || slices.Contains(got, trigB.DeploymentID) {
+			t.Fatalf("team-bound token lists deployments %v (team A's %s, not team B's %s)", got, trig.DeploymentID, trigB.DeploymentID)
+		}
 		if got := listIDs(t, ts, "/projects?limit=100", boundRead.Token); !slices.Contains(got, w.project) || slices.Contains(got, projB.ID) {
 			t.Fatalf("team-bound token lists %v (team A's %s, not team B's %s)", got, w.project, projB.ID)
 		}

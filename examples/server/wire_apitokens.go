@@ -54,7 +54,7 @@ func (u tokenUsers) UserByID(ctx context.Context, id string) (*apitokens.User, e
 	if err != nil {
 		return nil, err
 	}
-	return &apitokens.User{ID: x.ID, Email: x.Email, Role: x.Role}, nil
+	return &apitokens.User{ID: x.ID, Email: x.Email}, nil
 }
 
 // tokenTeams answers apitokens.Teams through the teams module (an edge).
@@ -70,7 +70,7 @@ func (t tokenTeams) MemberRole(ctx context.Context, teamID, userID string) (plat
 // (projects.Authorize). Every other operation refuses tokens (tokenRule):
 // a new route is closed to tokens until it is listed here.
 var tokenRoutes = map[string]platform.Permission{
-	"create-project": platform.ProjectsCreate, "list-projects": platform.ProjectsRead, "get-usage": platform.ProjectsRead,
+	"create-project": platform.ProjectsCreate, "list-projects": platform.ProjectsRead,
 	"get-project": "", "update-project-settings": "", "transfer-project": "", "get-project-delete-status": "", "delete-project": "",
 	"create-deployment": "", "list-deployments": platform.DeploymentsRead, "get-deployment": "", "get-deployment-status": "",
 	"delete-deployment": "", "cancel-deployment": "", "redeploy-deployment": "", "rollback-deployment": "",
