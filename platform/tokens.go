@@ -68,12 +68,16 @@ func MissingScope(perm Permission) *Error {
 
 // Grant decides the access of the caller in ctx to a resource of team teamID
 // ("" for a personal one) on which they hold role: hidden (a 404, usually)
-// when they hold no role or their API token is bound to another team;
-// Denied when role lacks perm; MissingScope when their token does. A call
-// without a principal (background work) is decided by role alone.
+// when they hold no role or their API token is bound to another team (a nil
+// hidden: a plain 404); Denied when role lacks perm; MissingScope when their
+// token does. A call without a principal (background work) is decided by
+// role alone.
 func Grant(ctx context.Context, teamID string, role MemberRole, perm Permission, hidden error) error {
 	p, _ := PrincipalFrom(ctx)
 	if role == "" || (p.IsToken() && p.TeamID != "" && p.TeamID != teamID) {
+		if hidden == nil {
+			return NotFound("not found")
+		}
 		return hidden
 	}
 	if !role.Allows(perm) {
