@@ -84,16 +84,15 @@ type Deps struct {
 const DefaultMaxPerUser = 50
 
 func (d Deps) validate() error {
-	var errs []error
-	for name, missing := range map[string]bool{"DB": d.DB == nil, "Auth": d.Auth == nil, "Users": d.Users == nil, "Teams": d.Teams == nil} {
-		if missing {
-			errs = append(errs, errors.New(name+" is required"))
-		}
-	}
+	var p platform.Problems
+	p.Require("DB", d.DB != nil)
+	p.Require("Auth", d.Auth != nil)
+	p.Require("Users", d.Users != nil)
+	p.Require("Teams", d.Teams != nil)
 	if d.MaxPerUser < 0 || d.TouchEvery < 0 {
-		errs = append(errs, errors.New("MaxPerUser and TouchEvery must not be negative"))
+		p = append(p, errors.New("MaxPerUser and TouchEvery must not be negative"))
 	}
-	return errors.Join(errs...)
+	return errors.Join(p...)
 }
 
 func (d Deps) withDefaults() Deps {
