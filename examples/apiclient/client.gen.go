@@ -693,6 +693,31 @@ type APIError_Message struct {
 	union json.RawMessage
 }
 
+// APIToken defines model for APIToken.
+type APIToken struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt Absent: never expires
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+
+	// Id Token id (UUID), for DELETE /auth/tokens/{id}
+	Id string `json:"id"`
+
+	// LastUsedAddr Client address of that use
+	LastUsedAddr *string `json:"lastUsedAddr,omitempty"`
+
+	// LastUsedAt Last use, written at most once a minute; absent: never used
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+
+	// Prefix The token's first characters (kls_ and its id part), to recognise it; not secret
+	Prefix string   `json:"prefix"`
+	Scopes []string `json:"scopes"`
+
+	// TeamId The team the token is bound to; absent: none
+	TeamId *string `json:"teamId,omitempty"`
+}
+
 // AcceptTeamInvitationRequest defines model for AcceptTeamInvitationRequest.
 type AcceptTeamInvitationRequest struct {
 	// Token The token of the mailed link
@@ -733,6 +758,21 @@ type ConnectTicket struct {
 type CordonRequest struct {
 	// Reason Why, for the other admins (shown on the host)
 	Reason *string `json:"reason,omitempty"`
+}
+
+// CreateAPITokenRequest defines model for CreateAPITokenRequest.
+type CreateAPITokenRequest struct {
+	// ExpiresAt When the token stops working (RFC 3339, in the future); absent: never
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+
+	// Name What the token is for, e.g. "CI deploys"
+	Name string `json:"name"`
+
+	// Scopes Permissions the token may use, e.g. ["deployments:write"]: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write
+	Scopes []string `json:"scopes"`
+
+	// TeamId Bind the token to this team's projects (the caller must be a member whose role holds every scope); absent: every project the caller can reach
+	TeamId *string `json:"teamId,omitempty"`
 }
 
 // CreateDeployHookRequest defines model for CreateDeployHookRequest.
@@ -842,6 +882,34 @@ type CreateTeamInvitationRequest struct {
 
 // CreateTeamInvitationRequestRole Role the invitee gets on accepting
 type CreateTeamInvitationRequestRole string
+
+// CreatedAPIToken defines model for CreatedAPIToken.
+type CreatedAPIToken struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt Absent: never expires
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+
+	// Id Token id (UUID), for DELETE /auth/tokens/{id}
+	Id string `json:"id"`
+
+	// LastUsedAddr Client address of that use
+	LastUsedAddr *string `json:"lastUsedAddr,omitempty"`
+
+	// LastUsedAt Last use, written at most once a minute; absent: never used
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+
+	// Prefix The token's first characters (kls_ and its id part), to recognise it; not secret
+	Prefix string   `json:"prefix"`
+	Scopes []string `json:"scopes"`
+
+	// TeamId The team the token is bound to; absent: none
+	TeamId *string `json:"teamId,omitempty"`
+
+	// Token The token (kls_...), shown only in this answer; send it as Authorization: Bearer
+	Token string `json:"token"`
+}
 
 // CreatedDeployHook defines model for CreatedDeployHook.
 type CreatedDeployHook struct {
@@ -2058,6 +2126,9 @@ type AuthRegisterJSONRequestBody = RegisterRequest
 // AuthResetPasswordJSONRequestBody defines body for AuthResetPassword for application/json ContentType.
 type AuthResetPasswordJSONRequestBody = ResetPasswordRequest
 
+// CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
+type CreateApiTokenJSONRequestBody = CreateAPITokenRequest
+
 // AuthVerifyEmailJSONRequestBody defines body for AuthVerifyEmail for application/json ContentType.
 type AuthVerifyEmailJSONRequestBody = VerifyEmailRequest
 
@@ -2715,6 +2786,34 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /auth/reset-password (the `AuthResetPassword` operationId).
 	AuthResetPassword(ctx context.Context, body AuthResetPasswordJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListApiTokens List the caller's API tokens, newest first (never their secrets)
+	//
+	// Corresponds with GET /auth/tokens (the `ListApiTokens` operationId).
+	ListApiTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApiTokenWithBody Create an API token; its secret is answered only here
+	//
+	// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApiToken Create an API token; its secret is answered only here
+	//
+	// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+	CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteApiToken Revoke an API token: it stops working at once
+	//
+	// Corresponds with DELETE /auth/tokens/{id} (the `DeleteApiToken` operationId).
+	DeleteApiToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AuthVerifyEmailWithBody Redeem a mailed email link (verification or email change)
 	//
@@ -4194,6 +4293,74 @@ func (c *Client) AuthResetPasswordWithBody(ctx context.Context, contentType stri
 // Corresponds with POST /auth/reset-password (the `AuthResetPassword` operationId).
 func (c *Client) AuthResetPassword(ctx context.Context, body AuthResetPasswordJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAuthResetPasswordRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListApiTokens List the caller's API tokens, newest first (never their secrets)
+//
+// Corresponds with GET /auth/tokens (the `ListApiTokens` operationId).
+func (c *Client) ListApiTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApiTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApiTokenWithBody Create an API token; its secret is answered only here
+//
+// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+func (c *Client) CreateApiTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApiTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApiToken Create an API token; its secret is answered only here
+//
+// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+func (c *Client) CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApiTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteApiToken Revoke an API token: it stops working at once
+//
+// Corresponds with DELETE /auth/tokens/{id} (the `DeleteApiToken` operationId).
+func (c *Client) DeleteApiToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteApiTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -7410,6 +7577,107 @@ func NewAuthResetPasswordRequestWithBody(server string, contentType string, body
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListApiTokensRequest constructs an http.Request for the ListApiTokens method
+func NewListApiTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/auth/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateApiTokenRequest calls the generic CreateApiToken builder with application/json body
+func NewCreateApiTokenRequest(server string, body CreateApiTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateApiTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateApiTokenRequestWithBody constructs an http.Request for the CreateApiToken method, with any body, and a specified content type
+func NewCreateApiTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/auth/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteApiTokenRequest constructs an http.Request for the DeleteApiToken method
+func NewDeleteApiTokenRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/auth/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -11947,6 +12215,38 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /auth/reset-password (the `AuthResetPassword` operationId).
 	AuthResetPasswordWithResponse(ctx context.Context, body AuthResetPasswordJSONRequestBody, reqEditors ...RequestEditorFn) (*AuthResetPasswordResponse, error)
 
+	// ListApiTokensWithResponse List the caller's API tokens, newest first (never their secrets)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /auth/tokens (the `ListApiTokens` operationId).
+	ListApiTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListApiTokensResponse, error)
+
+	// CreateApiTokenWithBodyWithResponse Create an API token; its secret is answered only here
+	//
+	// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error)
+
+	// CreateApiTokenWithResponse Create an API token; its secret is answered only here
+	//
+	// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithResponse(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error)
+
+	// DeleteApiTokenWithResponse Revoke an API token: it stops working at once
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /auth/tokens/{id} (the `DeleteApiToken` operationId).
+	DeleteApiTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteApiTokenResponse, error)
+
 	// AuthVerifyEmailWithBodyWithResponse Redeem a mailed email link (verification or email change)
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -14220,6 +14520,143 @@ func (r AuthResetPasswordResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AuthResetPasswordResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListApiTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]APIToken
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApiTokensResponse) GetJSON200() *[]APIToken {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListApiTokensResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApiTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApiTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApiTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApiTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateApiTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *CreatedAPIToken
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateApiTokenResponse) GetJSON201() *CreatedAPIToken {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateApiTokenResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateApiTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateApiTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateApiTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateApiTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteApiTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteApiTokenResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteApiTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteApiTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteApiTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteApiTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -19450,6 +19887,62 @@ func (c *ClientWithResponses) AuthResetPasswordWithResponse(ctx context.Context,
 	return ParseAuthResetPasswordResponse(rsp)
 }
 
+// ListApiTokensWithResponse List the caller's API tokens, newest first (never their secrets)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /auth/tokens (the `ListApiTokens` operationId).
+func (c *ClientWithResponses) ListApiTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListApiTokensResponse, error) {
+	rsp, err := c.ListApiTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApiTokensResponse(rsp)
+}
+
+// CreateApiTokenWithBodyWithResponse Create an API token; its secret is answered only here
+//
+// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+func (c *ClientWithResponses) CreateApiTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error) {
+	rsp, err := c.CreateApiTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApiTokenResponse(rsp)
+}
+
+// CreateApiTokenWithResponse Create an API token; its secret is answered only here
+//
+// Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). Needs a signed-in session: API tokens cannot manage tokens.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /auth/tokens (the `CreateApiToken` operationId).
+func (c *ClientWithResponses) CreateApiTokenWithResponse(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error) {
+	rsp, err := c.CreateApiToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApiTokenResponse(rsp)
+}
+
+// DeleteApiTokenWithResponse Revoke an API token: it stops working at once
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /auth/tokens/{id} (the `DeleteApiToken` operationId).
+func (c *ClientWithResponses) DeleteApiTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteApiTokenResponse, error) {
+	rsp, err := c.DeleteApiToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteApiTokenResponse(rsp)
+}
+
 // AuthVerifyEmailWithBodyWithResponse Redeem a mailed email link (verification or email change)
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -22324,6 +22817,101 @@ func ParseAuthResetPasswordResponse(rsp *http.Response) (*AuthResetPasswordRespo
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListApiTokensResponse parses an HTTP response from a ListApiTokensWithResponse call
+func ParseListApiTokensResponse(rsp *http.Response) (*ListApiTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApiTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []APIToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateApiTokenResponse parses an HTTP response from a CreateApiTokenWithResponse call
+func ParseCreateApiTokenResponse(rsp *http.Response) (*CreateApiTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateApiTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest CreatedAPIToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteApiTokenResponse parses an HTTP response from a DeleteApiTokenWithResponse call
+func ParseDeleteApiTokenResponse(rsp *http.Response) (*DeleteApiTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteApiTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest APIError
