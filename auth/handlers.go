@@ -61,15 +61,7 @@ type ipKey struct{}
 // TCP peer, unless the peer is a trusted proxy (TrustedProxies); then the
 // rightmost X-Forwarded-For address that is not a trusted proxy.
 func (s *Service) clientIP(ctx huma.Context, next func(huma.Context)) {
-	// Every X-Forwarded-For line, in order: a proxy may add its own line
-	// after the client's instead of appending to it.
-	var xff []string
-	ctx.EachHeader(func(name, value string) {
-		if strings.EqualFold(name, "X-Forwarded-For") {
-			xff = append(xff, value)
-		}
-	})
-	client := httpx.ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), s.d.TrustedProxies)
+	client := httpx.ClientAddr(ctx.RemoteAddr(), httpx.ForwardedFor(ctx.EachHeader), s.d.TrustedProxies)
 	if a, err := netip.ParseAddr(client); err == nil {
 		client = httpx.AddrKey(a)
 	}

@@ -103,13 +103,7 @@ func tokenRule(op *huma.Operation) platform.TokenRule {
 // the TCP peer, or past trusted proxies the rightmost X-Forwarded-For
 // address that is not one. API tokens record it as their last use.
 func (a *App) clientAddr(ctx huma.Context, next func(huma.Context)) {
-	var xff []string
-	ctx.EachHeader(func(name, value string) {
-		if strings.EqualFold(name, "X-Forwarded-For") {
-			xff = append(xff, value)
-		}
-	})
-	client := httpx.ClientAddr(ctx.RemoteAddr(), strings.Join(xff, ","), a.Cfg.TrustedProxies)
+	client := httpx.ClientAddr(ctx.RemoteAddr(), httpx.ForwardedFor(ctx.EachHeader), a.Cfg.TrustedProxies)
 	if ip, err := netip.ParseAddr(client); err == nil {
 		client = ip.String()
 	}

@@ -83,6 +83,19 @@ func Trusted(a netip.Addr, prefixes []netip.Prefix) bool {
 	return false
 }
 
+// ForwardedFor joins every X-Forwarded-For line of a request, in order (a
+// proxy may add its own line after the client's instead of appending to it),
+// for ClientAddr; each walks the headers, as huma.Context.EachHeader does.
+func ForwardedFor(each func(func(name, value string))) string {
+	var xff []string
+	each(func(name, value string) {
+		if strings.EqualFold(name, "X-Forwarded-For") {
+			xff = append(xff, value)
+		}
+	})
+	return strings.Join(xff, ",")
+}
+
 // RequestClient is the client address of r (see ClientAddr): every
 // X-Forwarded-For line, in order, is read (a proxy may add its own line after
 // the client's instead of appending to it).
