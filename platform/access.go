@@ -3,6 +3,7 @@ package platform
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // MemberRole is what a user may do on a team's projects, and on a personal
@@ -99,6 +100,23 @@ func Permissions() []Permission {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Implies reports whether holding p also allows q: p itself, and the read
+// permission of p's resource, so that a token that may change something may
+// also read it, and the answer of its change (teams are read with
+// members:read). secrets:write and plans:write imply nothing more.
+func (p Permission) Implies(q Permission) bool {
+	if p == q {
+		return true
+	}
+	res, _, _ := strings.Cut(string(p), ":")
+	if res == "teams" {
+		res = "members"
+	}
+	read := Permission(res + ":read")
+	_, known := minRoles[read]
+	return known && q == read
 }
 
 // MinRole is the lowest role that holds p; an unknown permission needs owner.

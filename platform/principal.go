@@ -38,14 +38,14 @@ type Principal struct {
 // IsToken reports whether the call came with an API token, not a session.
 func (p Principal) IsToken() bool { return p.TokenID != "" }
 
-// Allows reports whether p's scopes (if any) include perm. A session allows
-// every permission; its role decides.
+// Allows reports whether p's scopes (if any) include perm, or imply it
+// (Permission.Implies). A session allows every permission; its role decides.
 func (p Principal) Allows(perm Permission) bool {
 	if !p.IsToken() {
 		return true
 	}
 	for _, s := range p.Scopes {
-		if s == perm {
+		if s.Implies(perm) {
 			return true
 		}
 	}

@@ -17,7 +17,7 @@ import (
 // CreateRequest is the body of POST /auth/tokens.
 type CreateRequest struct {
 	Name      string     `json:"name" minLength:"1" maxLength:"100" doc:"What the token is for, e.g. \"CI deploys\""`
-	Scopes    []string   `json:"scopes" minItems:"1" maxItems:"32" doc:"Permissions the token may use, e.g. [\"deployments:write\"]: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write"`
+	Scopes    []string   `json:"scopes" minItems:"1" maxItems:"32" doc:"Permissions the token may use, e.g. [\"deployments:write\"]; any scope on a resource also reads it: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write"`
 	ExpiresAt *time.Time `json:"expiresAt,omitempty" doc:"When the token stops working (RFC 3339, in the future); absent: never"`
 	TeamID    string     `json:"teamId,omitempty" maxLength:"36" doc:"Bind the token to this team's projects (the caller must be a member whose role holds every scope); absent: every project the caller can reach"`
 }

@@ -277,3 +277,30 @@ func checkTokenCap(t *testing.T, ts *testServer, session string) {
 	expect(t, ts, http.StatusForbidden, "POST", "/auth/tokens", session, map[string]any{"name": "one more", "scopes": []string{"projects:read"}},
 		"TOKEN_LIMIT", "8 per account")
 }
+
+// roleAPITokens makes, for each role of the team world and the outsider, an
+// API token with every scope, not bound to a team.
+func roleAPITokens(t *testing.T, w *teamWorld) map[string]string {
+	out := map[string]string{}
+	for who, session := range w.tokens {
+		out[who] = newAPIToken(t, w.ts, session, map[string]any{"name": "all of " + who, "scopes": allScopes()}).Token
+	}
+	return out
+}
+
+// checkScopeNarrows walks the team's route table with an owner's token
+// holding teams:write only: every route but the rename and the team's reads
+// (members:read, which it implies) is refused with 403 naming the scope it
+// needs, and changes nothing.
+func checkScopeNarrows(t *testing.T, w *teamWorld) {
+	tok := newAPIToken(t, w.ts, w.ownerTok, map[string]any{"name": "rename only", "scopes": []string{"teams:write"}, "teamId": w.team})
+	for _, r := range teamRouteTable {
+		if r.name == "rename team" || r.name == "read team" || r.name == "list members" {
+			w.tryRoute(t, r, tok.Token, r.want, r.name+" with a teams:write token")
+			continue
+		}
+		if got := w.tryRoute(t, r, tok.Token, http.StatusForbidden, r.name+" with a teams:write token"); !strings.Contains(string(got), "SCOPE_MISSING") {
+			t.Fatalf("%s with a teams:write token: %s, want SCOPE_MISSING", r.name, got)
+		}
+	}
+}

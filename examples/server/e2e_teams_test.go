@@ -248,7 +248,7 @@ var teamRouteTable = []teamRoute{
 		return "GET", "/teams/" + w.team + "/members", nil
 	}},
 	{"settings", "developer", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
-		return "PATCH", "/projects/" + w.project + "/settings", settingsBody(w, "pro", "********")
+		return "PATCH", "/projects/" + w.project + "/settings", settingsBody(w, w.planOf(t), "********")
 	}},
 	{"deploy", "developer", 201, func(t *testing.T, w *teamWorld) (string, string, any) {
 		return "POST", "/deployments", map[string]any{"projectId": w.project}
@@ -260,10 +260,10 @@ var teamRouteTable = []teamRoute{
 		return "POST", "/deployments/" + w.deploy(t) + "/cancel", nil
 	}},
 	{"secret env var", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
-		return "PATCH", "/projects/" + w.project + "/settings", settingsBody(w, "pro", fmt.Sprintf("new-secret-%06d", w.next()))
+		return "PATCH", "/projects/" + w.project + "/settings", settingsBody(w, w.planOf(t), fmt.Sprintf("new-secret-%06d", w.next()))
 	}},
 	{"webhook secret", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
-		b := settingsBody(w, "pro", "********").(map[string]any)
+		b := settingsBody(w, w.planOf(t), "********").(map[string]any)
 		b["webhookSecret"] = fmt.Sprint("hook-secret-", w.next())
 		return "PATCH", "/projects/" + w.project + "/settings", b
 	}},
@@ -333,44 +333,72 @@ func TestTeamsE2E(t *testing.T) {
 		ts := startServer(t, dbURL, func(c *Config) {
 			c.DNSResolvers = []string{dns.DNS}
 			c.AppsDomain = "apps.example.test"
-			c.MaxDomainsPerProject = 100 // each domain row of the table adds one per caller
+			c.MaxDomainsPerProject = 100 // the table is walked three times, each domain row adding one per caller
 		})
 		w := newTeamWorld(t, ts)
-		for _, r := range teamRouteTable {
-			for _, who := range append([]string{"outsider"}, teamRoles...) {
-				method, path, body := r.req(t, w)
-				allowed := who != "outsider" && roleRank(who) >= roleRank(r.min)
-				want := r.want
-				switch {
-				case who == "outsider":
-					want = http.StatusNotFound
-				case !allowed:
-					want = http.StatusForbidden
-				}
-				before := ""
-				if !allowed {
-					before = w.snapshot(t)
-				}
-				status, got, _ := ts.do(t, method, path, w.tokens[who], body)
-				if status != want {
-					t.Fatalf("%s as %s (%s %s): %d %s, want %d", r.name, who, method, path, status, got, want)
-				}
-				var trig struct{ DeploymentID string }
-				if json.Unmarshal(got, &trig) == nil && trig.DeploymentID != "" {
-					t.Cleanup(func() { ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", w.tokens["admin"], nil) })
-				}
-				if !allowed {
-					if after := w.snapshot(t); after != before {
-						t.Fatalf("%s as %s was refused but changed what is stored:\nbefore %s\nafter  %s", r.name, who, before, after)
-					}
-				}
-			}
-		}
+		walkTeamTable(t, w, w.tokens, "")
+		// The same table with API tokens holding every scope: a token never
+		// does more than its creator's role, and a scope it lacks refuses.
+		walkTeamTable(t, w, roleAPITokens(t, w), "with an API token")
+		checkScopeNarrows(t, w)
 		checkTeamCreateRoles(t, w)
 		checkInvitations(t, w)
 		checkRemovedMember(t, w)
 		checkLastOwner(t, w)
 	})
+}
+
+// planOf is the project's plan as the owner reads it (the table's "project
+// plan" route flips it), so a settings update that is not about the plan
+// sends it back unchanged.
+func (w *teamWorld) planOf(t *testing.T) string {
+	var p struct{ PlanName string }
+	w.ts.doJSON(t, http.StatusOK, "GET", "/projects/"+w.project, w.ownerTok, nil, &p)
+	return p.PlanName
+}
+
+// walkTeamTable sends every route of the table as each caller (by role, and
+// "outsider"): 2xx to each role that holds it, 403 to a lower one, 404 to
+// the outsider, with what the owner sees unchanged after every refusal.
+func walkTeamTable(t *testing.T, w *teamWorld, callers map[string]string, how string) {
+	for _, r := range teamRouteTable {
+		for _, who := range append([]string{"outsider"}, teamRoles...) {
+			allowed := who != "outsider" && roleRank(who) >= roleRank(r.min)
+			want := r.want
+			switch {
+			case who == "outsider":
+				want = http.StatusNotFound
+			case !allowed:
+				want = http.StatusForbidden
+			}
+			w.tryRoute(t, r, callers[who], want, r.name+" as "+who+" "+how)
+		}
+	}
+}
+
+// tryRoute sends route r with token and fails unless it answers want; a
+// refusal must leave what the owner sees unchanged.
+func (w *teamWorld) tryRoute(t *testing.T, r teamRoute, token string, want int, what string) []byte {
+	t.Helper()
+	method, path, body := r.req(t, w)
+	before := ""
+	if want >= 400 {
+		before = w.snapshot(t)
+	}
+	status, got, _ := w.ts.do(t, method, path, token, body)
+	if status != want {
+		t.Fatalf("%s (%s %s): %d %s, want %d", what, method, path, status, got, want)
+	}
+	var trig struct{ DeploymentID string }
+	if json.Unmarshal(got, &trig) == nil && trig.DeploymentID != "" {
+		t.Cleanup(func() { w.ts.do(t, "POST", "/deployments/"+trig.DeploymentID+"/cancel", w.tokens["admin"], nil) })
+	}
+	if want >= 400 {
+		if after := w.snapshot(t); after != before {
+			t.Fatalf("%s was refused but changed what is stored:\nbefore %s\nafter  %s", what, before, after)
+		}
+	}
+	return got
 }
 
 // checkTeamCreateRoles: creating a project in a team needs admin; a non-member gets 404.
