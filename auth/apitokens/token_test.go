@@ -61,3 +61,23 @@ func TestScopesDocListsEveryPermission(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseToken: any string is either refused or a well-formed token whose
+// lookup part is its first characters after the prefix and whose checksum
+// holds; parsing never panics.
+func FuzzParseToken(f *testing.F) {
+	tok, _, _ := newToken()
+	for _, s := range []string{tok, tok[:len(tok)-1] + "0", "kls_", "", strings.Repeat("z", TokenLen), "kls_" + strings.Repeat("\xff", TokenLen-4)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		lookup, ok := parseToken(s)
+		if !ok {
+			return
+		}
+		cut := len(s) - checksumLen
+		if len(s) != TokenLen || !platform.IsAPIToken(s) || lookup != s[4:4+lookupLen] || checksum(s[:cut]) != s[cut:] {
+			t.Fatalf("accepted %q (lookup %q)", s, lookup)
+		}
+	})
+}
