@@ -106,6 +106,7 @@ func TestAPITokensE2E(t *testing.T) {
 		}
 		checkTokenList(t, ts, dev, deploy, read)
 		checkSecretScope(t, w)
+		checkBoundCreate(t, w)
 		checkRefusedEverywhere(t, ts, newAPIToken(t, ts, w.ownerTok, map[string]any{"name": "all", "scopes": allScopes()}))
 
 		// Revoked: 401 at once; a second revocation is a 404.
@@ -302,5 +303,19 @@ func checkScopeNarrows(t *testing.T, w *teamWorld) {
 		if got := w.tryRoute(t, r, tok.Token, http.StatusForbidden, r.name+" with a teams:write token"); !strings.Contains(string(got), "SCOPE_MISSING") {
 			t.Fatalf("%s with a teams:write token: %s, want SCOPE_MISSING", r.name, got)
 		}
+	}
+}
+
+// checkBoundCreate: a team-bound token with projects:create creates projects
+// in its team only (403 naming teamId for a personal one).
+func checkBoundCreate(t *testing.T, w *teamWorld) {
+	tok := newAPIToken(t, w.ts, w.ownerTok, map[string]any{"name": "creator", "scopes": []string{"projects:create"}, "teamId": w.team})
+	body := map[string]any{"name": "by-token", "repoUrl": w.repo, "framework": "go", "port": 8080}
+	expect(t, w.ts, http.StatusForbidden, "POST", "/projects", tok.Token, body, "bound to a team", "teamId")
+	body["teamId"] = w.team
+	var p struct{ ID, TeamID string }
+	w.ts.doJSON(t, http.StatusCreated, "POST", "/projects", tok.Token, body, &p)
+	if p.TeamID != w.team {
+		t.Fatalf("created by a team-bound token: %+v", p)
 	}
 }
