@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/netip"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -104,8 +103,5 @@ func tokenRule(op *huma.Operation) platform.TokenRule {
 // address that is not one. API tokens record it as their last use.
 func (a *App) clientAddr(ctx huma.Context, next func(huma.Context)) {
 	client := httpx.ClientAddr(ctx.RemoteAddr(), httpx.ForwardedFor(ctx.EachHeader), a.Cfg.TrustedProxies)
-	if ip, err := netip.ParseAddr(client); err == nil {
-		client = ip.String()
-	}
 	next(huma.WithContext(ctx, platform.WithClientAddr(ctx.Context(), client)))
 }
