@@ -257,6 +257,13 @@ func (s *Service) touch(ctx context.Context, row *tokenRow, now time.Time) {
 	}
 }
 
+// TeamDeleted deletes the tokens bound to a deleted team (teams.Dependents):
+// they could reach nothing any more.
+func (s *Service) TeamDeleted(ctx context.Context, teamID string) error {
+	_, err := s.d.DB.NewDelete().Model((*tokenRow)(nil)).Where("team_id = ?", teamID).Exec(ctx)
+	return translate("team deleted", err)
+}
+
 // dropUser deletes the tokens of a deleted account, so none outlives it.
 func (s *Service) dropUser(ctx context.Context, userID string) {
 	if _, err := s.d.DB.NewDelete().Model((*tokenRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {

@@ -124,6 +124,11 @@ func (s *Service) Delete(ctx context.Context, userID, id string) error {
 		return db.Translate(err)
 	}
 	s.d.Log.InfoContext(ctx, "team deleted", "team_id", id, "user_id", userID)
+	if s.d.Dependents != nil {
+		if err := s.d.Dependents.TeamDeleted(ctx, id); err != nil {
+			s.d.Log.ErrorContext(ctx, "team deleted, but not what other modules keep of it", "team_id", id, "err", err)
+		}
+	}
 	return nil
 }
 

@@ -85,6 +85,12 @@ type Projects interface {
 	TeamProjects(ctx context.Context, teamID string) (int, error)
 }
 
+// Dependents are told after a team is deleted, so that what other modules
+// keep of it goes too (the API tokens bound to it).
+type Dependents interface {
+	TeamDeleted(ctx context.Context, teamID string) error
+}
+
 // Deps are what the module needs from its host.
 type Deps struct {
 	// DB holds the module's tables (see Migrations). Required.
@@ -102,6 +108,8 @@ type Deps struct {
 	Mailer Mailer
 	// Limiter bounds invitation mail. Optional: without it, none.
 	Limiter Limiter
+	// Dependents are told of a deleted team. Optional.
+	Dependents Dependents
 	// FrontendURL is where invitation links point: <FrontendURL>/invite?token=. Required.
 	FrontendURL string
 	// InviteTTL is how long an invitation stays valid. Default 7 days.

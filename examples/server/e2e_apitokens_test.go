@@ -107,6 +107,7 @@ func TestAPITokensE2E(t *testing.T) {
 		checkTokenList(t, ts, dev, deploy, read)
 		checkSecretScope(t, w)
 		checkBoundCreate(t, w)
+		checkTeamDeleted(t, ts, dev)
 		checkRefusedEverywhere(t, ts, newAPIToken(t, ts, w.ownerTok, map[string]any{"name": "all", "scopes": allScopes()}))
 
 		// Revoked: 401 at once; a second revocation is a 404.
@@ -318,4 +319,17 @@ func checkBoundCreate(t *testing.T, w *teamWorld) {
 	if p.TeamID != w.team {
 		t.Fatalf("created by a team-bound token: %+v", p)
 	}
+}
+
+// checkTeamDeleted: the tokens bound to a deleted team are deleted with it.
+func checkTeamDeleted(t *testing.T, ts *testServer, session string) {
+	var team struct{ ID string }
+	ts.doJSON(t, http.StatusCreated, "POST", "/teams", session, map[string]any{"name": "short-lived"}, &team)
+	tok := newAPIToken(t, ts, session, map[string]any{"name": "bound", "scopes": []string{"members:read"}, "teamId": team.ID})
+	expect(t, ts, http.StatusOK, "GET", "/teams/"+team.ID, tok.Token, nil)
+	ts.doJSON(t, http.StatusNoContent, "DELETE", "/teams/"+team.ID, session, nil, nil)
+	if slices.Contains(listIDs(t, ts, "/auth/tokens", session), tok.ID) {
+		t.Fatalf("a deleted team's token is still listed")
+	}
+	expect(t, ts, http.StatusUnauthorized, "GET", "/teams", tok.Token, nil)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
@@ -19,7 +20,7 @@ import (
 func (a *App) buildTeams(context.Context) error {
 	svc, err := teams.New(teams.Deps{
 		DB: a.DB, Auth: a.Authn, Users: teamUsers{a.Auth}, Plans: teamPlans{a.Plans},
-		Projects: teamProjects{a.edges}, Mailer: teamMailer{a.Mailer}, Limiter: a.Auth,
+		Projects: teamProjects{a.edges}, Mailer: teamMailer{a.Mailer}, Limiter: a.Auth, Dependents: a.APITokens,
 		FrontendURL: a.Cfg.FrontendURL, InviteTTL: a.Cfg.InviteTTL, Log: a.Log.With("module", "teams"),
 	})
 	if err != nil {
@@ -89,6 +90,7 @@ func accountPlan(ctx context.Context, p *plans.Service, t *teams.Service, accoun
 }
 
 var (
-	_ teams.Limiter = (*auth.Service)(nil)
-	_ plans.Teams   = planTeams{}
+	_ teams.Limiter    = (*auth.Service)(nil)
+	_ teams.Dependents = (*apitokens.Service)(nil)
+	_ plans.Teams      = planTeams{}
 )
