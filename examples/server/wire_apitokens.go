@@ -74,7 +74,7 @@ var tokenRoutes = map[string]platform.Permission{
 	"create-deployment": "", "list-deployments": platform.DeploymentsRead, "get-deployment": "", "get-deployment-status": "",
 	"delete-deployment": "", "cancel-deployment": "", "redeploy-deployment": "", "rollback-deployment": "",
 	"stream-deployment-logs": "", "create-deployment-log-token": "",
-	"create-domain": "", "list-domains": "", "get-domain": "", "verify-domain": "", "delete-domain": "",
+	"create-domain": "", "list-domains": "", "get-domain": "", "verify-domain": "", "update-domain": "", "delete-domain": "",
 	"create-deploy-hook": "", "list-deploy-hooks": "", "delete-deploy-hook": "",
 	"list-teams": platform.MembersRead, "get-team": "", "update-team": "", "delete-team": "", "list-team-members": "",
 	"update-team-member": "", "remove-team-member": "", "create-team-invitation": "", "list-team-invitations": "",
