@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -117,6 +118,8 @@ type Deps struct {
 	// Teams tells whether a team exists, for PUT /plans/{id}/teams/{teamId}.
 	// Optional: without it that route answers 404 for every team.
 	Teams Teams
+	// Audit records every plan write and assignment in its transaction. Optional.
+	Audit audit.Recorder
 	// Clock defaults to platform.SystemClock.
 	Clock platform.Clock
 	// Logger defaults to a logger that discards.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -61,23 +62,39 @@ func (s *Service) AccountPlan(ctx context.Context, userID string) (*Plan, error)
 
 // AssignAccountPlan puts userID on the plan with planID.
 func (s *Service) AssignAccountPlan(ctx context.Context, userID, planID string) error {
-	if !platform.ValidID(userID) {
+	return s.assign(ctx, userID, planID, "account")
+}
+
+// assign puts account (a user, or a team: kind names which) on planID.
+func (s *Service) assign(ctx context.Context, account, planID, kind string) error {
+	if !platform.ValidID(account) {
 		return platform.Invalid("userId: must be a UUID")
 	}
-	defer s.accountPlanChanged(userID)
+	defer s.accountPlanChanged(account)
 	return db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := planGet(ctx, tx, planID); err != nil {
+		plan, err := planGet(ctx, tx, planID)
+		if err != nil {
 			if isNotFound(err) {
 				return platform.NotFound("plan not found")
 			}
 			return wrap("assign", err)
 		}
-		row := &assignmentRow{UserID: userID, PlanID: planID, AssignedAt: s.now()}
-		_, err := tx.NewInsert().Model(row).
+		row := &assignmentRow{UserID: account, PlanID: planID, AssignedAt: s.now()}
+		_, err = tx.NewInsert().Model(row).
 			On("CONFLICT (user_id) DO UPDATE").Set("plan_id = EXCLUDED.plan_id, assigned_at = EXCLUDED.assigned_at").
 			Exec(ctx)
-		return wrap("assign", translate(err))
+		if err != nil {
+			return wrap("assign", translate(err))
+		}
+		return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "plan.assign", ResourceType: kind, ResourceID: account,
+			OwnerID: account, Summary: "put on plan " + plan.Name})
 	})
+}
+
+// recordPlan writes the audit row of a write to plan row, in tx.
+func (s *Service) recordPlan(ctx context.Context, tx bun.IDB, row *planRow, verb string) error {
+	return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "plan." + verb, ResourceType: "plan", ResourceID: row.ID,
+		Summary: verb + "d plan " + row.Name})
 }
 
 // AssignTeamPlan puts team teamID on the plan with planID: its quotas and
@@ -92,7 +109,7 @@ func (s *Service) AssignTeamPlan(ctx context.Context, teamID, planID string) err
 		}
 		return wrap("team", err)
 	}
-	return s.AssignAccountPlan(ctx, teamID, planID)
+	return s.assign(ctx, teamID, planID, "team")
 }
 
 // TeamPlan returns the plan of team teamID: the one assigned to it, else
@@ -175,7 +192,12 @@ func (s *Service) Create(ctx context.Context, in PlanInput) (*Plan, error) {
 	now := s.now()
 	row := &planRow{ID: platform.NewID(), CreatedAt: now, UpdatedAt: now}
 	apply(row, in)
-	_, err := s.d.DB.NewInsert().Model(row).Exec(ctx)
+	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		return s.recordPlan(ctx, tx, row, "create")
+	})
 	s.plansChanged()
 	if err = translate(err); err != nil {
 		if isConflict(err) {
@@ -284,7 +306,7 @@ func (s *Service) Update(ctx context.Context, id string, p PlanPatch) (*Plan, er
 			return translate(err)
 		}
 		out = row
-		return nil
+		return s.recordPlan(ctx, tx, row, "update")
 	})
 	if err != nil {
 		if isNotFound(err) {
@@ -336,7 +358,7 @@ func (s *Service) Delete(ctx context.Context, id string) (*Plan, error) {
 			return translate(err)
 		}
 		deleted = row
-		return nil
+		return s.recordPlan(ctx, tx, row, "delete")
 	})
 	if err != nil {
 		if isNotFound(err) {

@@ -80,6 +80,8 @@ const (
 	MembersWrite Permission = "members:write"
 	// TeamsWrite: rename or delete the team.
 	TeamsWrite Permission = "teams:write"
+	// AuditRead: read the team's audit log.
+	AuditRead Permission = "audit:read"
 )
 
 // minRoles is the one table of who may do what (README "Teams").
@@ -89,6 +91,7 @@ var minRoles = map[Permission]MemberRole{
 	ProjectsWrite: MemberDeveloper, DeploymentsWrite: MemberDeveloper,
 	SecretsWrite: MemberAdmin, ProjectsDelete: MemberAdmin, ProjectsCreate: MemberAdmin,
 	DeploymentsDelete: MemberAdmin, DomainsWrite: MemberAdmin, HooksWrite: MemberAdmin, MembersWrite: MemberAdmin,
+	AuditRead:  MemberAdmin,
 	PlansWrite: MemberOwner, TeamsWrite: MemberOwner,
 }
 

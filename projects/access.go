@@ -176,6 +176,9 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return platform.Conflict("the project changed meanwhile (deleted or moved); try again")
 		}
+		if err := s.record(ctx, tx, row, "project.transfer", "moved to account "+to); err != nil {
+			return err
+		}
 		return s.takeSlot(ctx, tx, to, plan)
 	})
 	s.changed(row.OwnerID)

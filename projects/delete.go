@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -28,15 +29,22 @@ func (s *Service) Delete(ctx context.Context, user, id string) (*DeleteStatus, e
 	owner := row.OwnerID
 	now := s.now()
 	if row.Status == StatusActive || row.Status == StatusFailed {
-		res, err := s.d.DB.NewUpdate().Model((*projectRow)(nil)).
-			Set("status = ?", StatusDeleting).Set("error_message = ''").
-			Set("teardown_at = ?", now).Set("updated_at = ?", now).
-			Where("id = ? AND status IN (?, ?)", id, StatusActive, StatusFailed).Exec(ctx)
+		var n int64
+		err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+			res, err := tx.NewUpdate().Model((*projectRow)(nil)).
+				Set("status = ?", StatusDeleting).Set("error_message = ''").
+				Set("teardown_at = ?", now).Set("updated_at = ?", now).
+				Where("id = ? AND status IN (?, ?)", id, StatusActive, StatusFailed).Exec(ctx)
+			if n, _ = res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			return s.record(ctx, tx, row, "project.delete", "deleted "+strconv.Quote(row.Name))
+		})
 		s.changed(owner)
 		if err != nil {
 			return nil, wrap("delete", err)
 		}
-		if n, _ := res.RowsAffected(); n > 0 {
+		if n > 0 {
 			s.d.Logger.InfoContext(ctx, "project deletion started", "project_id", id, "owner_id", owner, "retry", row.Status == StatusFailed)
 			s.startTeardown(id, owner)
 			return &DeleteStatus{ID: id, Status: StatusDeleting}, nil

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
@@ -186,6 +187,8 @@ type Deps struct {
 	// cache listens on it. The host sets it when plans has such triggers; in
 	// process it calls AccountPlanChanged and PlansChanged.
 	PlanChannel string
+	// Audit records every change in its transaction. Optional.
+	Audit audit.Recorder
 	// Clock defaults to platform.SystemClock.
 	Clock platform.Clock
 	// Logger defaults to a logger that discards. Values of env vars and
@@ -302,6 +305,12 @@ func (s *Service) Close(ctx context.Context) error {
 	s.list.close()
 	s.create.close()
 	return nil
+}
+
+// record writes the audit row of a change to project r, in tx.
+func (s *Service) record(ctx context.Context, tx bun.IDB, r *projectRow, action, summary string) error {
+	return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: action, ResourceType: "project", ResourceID: r.ID,
+		OwnerID: r.OwnerID, ProjectID: r.ID, Summary: summary})
 }
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }

@@ -3,11 +3,13 @@ package projects
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/projects/internal/auditsum"
 	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
 )
@@ -119,6 +121,9 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 				return err
 			}
 			if err := s.create.insertProject(ctx, s.d.DB, tx, row); err != nil {
+				return err
+			}
+			if err := s.record(ctx, tx, row, "project.create", "created "+strconv.Quote(row.Name)); err != nil {
 				return err
 			}
 			return s.takeSlot(ctx, tx, owner, plan)
@@ -330,17 +335,22 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 		}
 	}
 	upd.UpdatedAt = s.now()
-	res, err := s.d.DB.NewUpdate().Model(&upd).
-		Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
-			"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
-		Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model(&upd).
+			Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
+				"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
+			Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 { // deleted between the read and the write
+			return platform.Conflict("project is being deleted; its settings cannot change")
+		}
+		return s.record(ctx, tx, &upd, "project.update", settingsSummary(cur, &upd, env))
+	})
 	s.changed(owner)
 	if err != nil {
 		return nil, wrap("update settings", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		// Deleted between the read and the write.
-		return nil, platform.Conflict("project is being deleted; its settings cannot change")
 	}
 	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
 	if upd.PlanName != cur.PlanName && s.d.ProjectPlanChanged != nil {
@@ -354,6 +364,25 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 		return nil, err
 	}
 	return out, s.fillPlanName(ctx, owner, out)
+}
+
+// settingsSummary names what changed from cur to upd (env: upd's env
+// vars), values left out.
+func settingsSummary(cur, upd *projectRow, env []storedEnv) string {
+	old, _ := decodeEnv(cur.EnvVars)
+	envMap := func(es []storedEnv) map[string]string {
+		m := make(map[string]string, len(es))
+		for _, e := range es {
+			m[e.K] = e.V
+		}
+		return m
+	}
+	return auditsum.Settings([]auditsum.Field{{"region", cur.Region, upd.Region}, {"planName", cur.PlanName, upd.PlanName},
+		{"startCommand", cur.StartCommand, upd.StartCommand}, {"buildCommand", cur.BuildCommand, upd.BuildCommand},
+		{"autoDeployBranch", cur.AutoDeployBranch, upd.AutoDeployBranch}, {"codehostRepositoryId", cur.CodehostRepositoryID, upd.CodehostRepositoryID},
+		{"isPrivate", strconv.FormatBool(cur.IsPrivate), strconv.FormatBool(upd.IsPrivate)},
+		{"autoDeploy", strconv.FormatBool(cur.AutoDeploy), strconv.FormatBool(upd.AutoDeploy)},
+		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}}, envMap(old), envMap(env))
 }
 
 func setStr(dst *string, v *string) {

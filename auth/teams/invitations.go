@@ -100,8 +100,10 @@ func (s *Service) Invite(ctx context.Context, userID, teamID, email string, role
 		if _, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("team_id = ? AND email = ?", teamID, email).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewInsert().Model(row).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, teamID, "invitation.create", "invitation", row.ID, "invited "+email+" as "+string(role))
 	})
 	if err != nil {
 		return nil, db.Translate(err)
@@ -173,14 +175,23 @@ func (s *Service) Revoke(ctx context.Context, userID, teamID, id string) error {
 	if !platform.ValidID(id) {
 		return platform.NotFound("invitation not found")
 	}
-	res, err := s.d.DB.NewDelete().Model((*inviteRow)(nil)).Where("id = ? AND team_id = ?", id, teamID).Exec(ctx)
-	if err != nil {
-		return db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return platform.NotFound("invitation not found")
-	}
-	return nil
+	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		row := new(inviteRow)
+		if err := tx.NewSelect().Model(row).Where("id = ? AND team_id = ?", id, teamID).Scan(ctx); err != nil {
+			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+				return platform.NotFound("invitation not found")
+			}
+			return err
+		}
+		res, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("id = ?", id).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 { // accepted meanwhile
+			return platform.NotFound("invitation not found")
+		}
+		return s.record(ctx, tx, teamID, "invitation.revoke", "invitation", id, "revoked the invitation of "+row.Email)
+	}))
 }
 
 var errNoInvite = platform.NotFound("invitation not found: it was used, revoked, or has expired")
@@ -236,8 +247,10 @@ func (s *Service) join(ctx context.Context, row *inviteRow, userID string) error
 			return platform.Conflict("you are already a member of this team (as " + string(role) + ")")
 		}
 		m := &memberRow{TeamID: row.TeamID, UserID: userID, Role: row.Role, CreatedAt: s.now()}
-		_, err = tx.NewInsert().Model(m).Exec(ctx)
-		return err
+		if _, err = tx.NewInsert().Model(m).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row.TeamID, "member.join", "member", userID, "joined as "+row.Role+" (invitation "+row.ID+")")
 	})
 	return db.Translate(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -23,8 +24,10 @@ func (s *Service) Create(ctx context.Context, userID, name string) (*Team, error
 			return err
 		}
 		m := &memberRow{TeamID: row.ID, UserID: userID, Role: string(platform.MemberOwner), CreatedAt: now}
-		_, err := tx.NewInsert().Model(m).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(m).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row.ID, "team.create", "team", row.ID, "created team "+strconv.Quote(name))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("teams: create: %w", db.Translate(err))
@@ -92,8 +95,14 @@ func (s *Service) Rename(ctx context.Context, userID, id, name string) (*Team, e
 	if _, err := s.access(ctx, s.d.DB, id, userID, platform.TeamsWrite); err != nil {
 		return nil, err
 	}
-	if _, err := s.d.DB.NewUpdate().Model((*teamRow)(nil)).Set("name = ?", name).Set("updated_at = ?", s.now()).
-		Where("id = ?", id).Exec(ctx); err != nil {
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewUpdate().Model((*teamRow)(nil)).Set("name = ?", name).Set("updated_at = ?", s.now()).
+			Where("id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, id, "team.update", "team", id, "renamed the team to "+strconv.Quote(name))
+	})
+	if err != nil {
 		return nil, db.Translate(err)
 	}
 	return s.Get(ctx, userID, id)
@@ -117,8 +126,10 @@ func (s *Service) Delete(ctx context.Context, userID, id string) error {
 				return err
 			}
 		}
-		_, err := tx.NewDelete().Model((*teamRow)(nil)).Where("id = ?", id).Exec(ctx)
-		return err
+		if _, err := tx.NewDelete().Model((*teamRow)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, id, "team.delete", "team", id, "deleted the team")
 	})
 	if err != nil {
 		return db.Translate(err)
@@ -224,9 +235,24 @@ func (s *Service) change(ctx context.Context, c memberChange) (old platform.Memb
 		} else {
 			_, err = q.Exec(ctx)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		action, summary := c.audit(old)
+		return s.record(ctx, tx, c.teamID, action, "member", c.target, summary)
 	})
 	return old, db.Translate(err)
+}
+
+// audit names the change for the audit log: its action and summary.
+func (c memberChange) audit(old platform.MemberRole) (action, summary string) {
+	switch {
+	case c.newRole != "":
+		return "member.role", fmt.Sprintf("role of user %s: %s -> %s", c.target, old, c.newRole)
+	case c.self && c.caller == c.target:
+		return "member.leave", fmt.Sprintf("left the team (was %s)", old)
+	}
+	return "member.remove", fmt.Sprintf("removed user %s (was %s)", c.target, old)
 }
 
 // SetRole changes a member's role (admin; the owner role: owner).

@@ -26,8 +26,8 @@
 //   - Members are told by mail when they join, when their role changes and
 //     when they are removed. A mail that fails is logged, never an error.
 //
-// It reaches accounts, mail, rate limits, plans and projects only through
-// the interfaces of Deps. It is not API tokens (auth/apitokens) or the audit log.
+// It reaches accounts, mail, rate limits, plans, projects and the audit log
+// only through the interfaces of Deps. It is not API tokens (auth/apitokens).
 // An API token reaches a team's routes with the scopes of platform.Grant;
 // creating, leaving and joining teams need a signed-in session.
 package teams
@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -118,6 +119,9 @@ type Deps struct {
 	// Default 20 per hour. (Mails to one address are bounded by the
 	// Limiter's per-address budget, whichever module sends them.)
 	TeamInviteLimit Limit
+	// Audit records every change in the change's transaction. Optional:
+	// without it nothing is recorded.
+	Audit audit.Recorder
 	// Log receives the module's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default platform.SystemClock.
@@ -187,6 +191,12 @@ func (s *Service) Start(context.Context) error { return nil }
 
 // Close does nothing.
 func (s *Service) Close(context.Context) error { return nil }
+
+// record writes the audit row of a change to teamID's resource, in tx.
+func (s *Service) record(ctx context.Context, tx bun.IDB, teamID, action, resType, resID, summary string) error {
+	return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: action, ResourceType: resType, ResourceID: resID,
+		OwnerID: teamID, Summary: summary})
+}
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
+	"github.com/keelson-dev/keelson/auth/auditlog"
 	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/codehost"
@@ -73,6 +74,7 @@ type App struct {
 	OAuth       *oauth.Service
 	Plans       *plans.Service
 	Teams       *teams.Service
+	AuditLog    *auditlog.Service
 	Projects    *projects.Service
 	Deployments *deployments.Service
 	Codehost    *codehost.Service
@@ -113,6 +115,7 @@ type App struct {
 // service is built and before any route is registered or module started,
 // so the adapters reading them never see them empty.
 type edges struct {
+	auditlog    *auditlog.Service
 	teams       *teams.Service
 	projects    *projects.Service
 	deployments *deployments.Service
@@ -186,6 +189,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		fn   func(context.Context) error
 	}{
 		{"auth", a.buildAuth},
+		{"auditlog", a.buildAuditLog},
 		{"oauth", a.buildOAuth},
 		{"apitokens", a.buildAPITokens},
 		{"plans", a.buildPlans},
@@ -204,7 +208,7 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}
 	// Phase two: bind the edges that point at later modules.
-	*a.edges = edges{teams: a.Teams, projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
+	*a.edges = edges{auditlog: a.AuditLog, teams: a.Teams, projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
 		bandwidth: a.Bandwidth}
 
 	// Then every module's routes are registered, all migrations run, and
@@ -263,7 +267,7 @@ func (a *App) handler(mux *http.ServeMux) http.Handler {
 	}
 	h := httpx.Middleware(a.Log, httpx.LimitBodies(budget,
 		httpx.CORS(httpx.CORSConfig{Origin: a.Cfg.FrontendURL},
-			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, mux))))
+			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.auditAddr(mux)))))
 	routes := mux // what labels a request's route in the metrics
 	if !a.Cfg.ServesAPI() {
 		// A worker (KEELSON_ROLE=worker) answers health checks only; the

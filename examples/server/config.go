@@ -82,6 +82,9 @@ type Config struct {
 	// InviteTTL is KEELSON_INVITE_TTL: how long a team invitation stays
 	// valid (default 7 days).
 	InviteTTL time.Duration
+	// AuditRetention is KEELSON_AUDIT_RETENTION: how long audit-log rows
+	// are kept (default 365 days).
+	AuditRetention time.Duration
 	// AllowPrivateRepoHosts (KEELSON_ALLOW_PRIVATE_REPO_HOSTS) lets https repos
 	// live on hosts that resolve to private addresses (a code host on the LAN).
 	AllowPrivateRepoHosts bool
@@ -306,6 +309,7 @@ func (c Config) validateLimits() error {
 		{"KEELSON_DOMAIN_CHECK_INTERVAL", c.DomainCheckInterval, 7 * 24 * time.Hour},
 		{"KEELSON_INVITE_TTL", c.InviteTTL, 90 * 24 * time.Hour},
 		{"KEELSON_HOST_DOWN_AFTER", c.HostDownAfter, 24 * time.Hour},
+		{"KEELSON_AUDIT_RETENTION", c.AuditRetention, 100 * 365 * 24 * time.Hour},
 	} {
 		if d.val <= 0 || d.val > d.max {
 			return &ConfigError{d.name, fmt.Sprintf("%s must be more than 0 and at most %s", d.val, d.max)}

@@ -19,6 +19,7 @@ func (a *App) buildPlans(ctx context.Context) error {
 		Usage:   planUsage{a.edges},
 		Changes: planChanges{a.edges},
 		Teams:   planTeams{a.edges},
+		Audit:   a.AuditLog,
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		Sealer:       a.Sealer,
 		Plans:        planSource{a.Plans, a.Teams},
 		Teams:        a.Teams,
+		Audit:        a.AuditLog,
 		OwnerChanges: ownerChanges{a.edges},
 		Teardown:     projectTeardown{e: a.edges, shutdown: a.ShutdownCtx},
 		Deployments:  deploymentCounter{a.edges},

@@ -20,7 +20,7 @@ import (
 func (a *App) buildTeams(context.Context) error {
 	svc, err := teams.New(teams.Deps{
 		DB: a.DB, Auth: a.Authn, Users: teamUsers{a.Auth}, Plans: teamPlans{a.Plans},
-		Projects: teamProjects{a.edges}, Mailer: teamMailer{a.Mailer}, Limiter: a.Auth, Dependents: a.APITokens,
+		Projects: teamProjects{a.edges}, Audit: a.AuditLog, Mailer: teamMailer{a.Mailer}, Limiter: a.Auth, Dependents: a.APITokens,
 		FrontendURL: a.Cfg.FrontendURL, InviteTTL: a.Cfg.InviteTTL, Log: a.Log.With("module", "teams"),
 	})
 	if err != nil {
