@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/deployments/internal/opt"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
@@ -125,21 +126,6 @@ type StatusView struct {
 	Region        string   `json:"region"`
 }
 
-func strOrNil(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 func buildSeconds(d *Deployment) *float64 {
 	if d.Steps.Get(StepBuild) == nil || d.Steps.Get(StepBuild).Status != StepSucceeded {
 		return nil
@@ -151,36 +137,28 @@ func buildSeconds(d *Deployment) *float64 {
 func utcSteps(steps Steps) []Step {
 	out := make([]Step, len(steps))
 	for i, s := range steps {
-		out[i] = Step{Name: s.Name, Status: s.Status, StartedAt: utcPtr(s.StartedAt), FinishedAt: utcPtr(s.FinishedAt)}
+		out[i] = Step{Name: s.Name, Status: s.Status, StartedAt: opt.UTC(s.StartedAt), FinishedAt: opt.UTC(s.FinishedAt)}
 	}
 	return out
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 // ViewOf renders d for the API.
 func ViewOf(d *Deployment) View {
 	return View{
 		ID: d.ID, ProjectID: d.ProjectID, Status: d.Status, Steps: utcSteps(d.Steps),
-		CommitSHA: strOrNil(d.CommitSHA), Reason: d.Reason, DeployedURL: strOrNil(d.DeployedURL),
-		ErrorMessage: strOrNil(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
-		WorkflowName: d.WorkflowName, SupersededBy: strOrNil(d.SupersededBy), ReplacedAt: timeOrNil(d.ReplacedAt),
-		RollbackOf: strOrNil(d.RollbackOf), BuildKept: d.BuildKept,
-		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), FinishedAt: timeOrNil(d.FinishedAt),
+		CommitSHA: opt.Str(d.CommitSHA), Reason: d.Reason, DeployedURL: opt.Str(d.DeployedURL),
+		ErrorMessage: opt.Str(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
+		WorkflowName: d.WorkflowName, SupersededBy: opt.Str(d.SupersededBy), ReplacedAt: opt.Time(d.ReplacedAt),
+		RollbackOf: opt.Str(d.RollbackOf), BuildKept: d.BuildKept,
+		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), FinishedAt: opt.Time(d.FinishedAt),
 	}
 }
 
 // StatusViewOf renders d's status for the API.
 func StatusViewOf(d *Deployment) StatusView {
 	return StatusView{
-		ID: d.ID, Status: d.Status, Steps: utcSteps(d.Steps), DeployedURL: strOrNil(d.DeployedURL),
-		ErrorMessage: strOrNil(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
+		ID: d.ID, Status: d.Status, Steps: utcSteps(d.Steps), DeployedURL: opt.Str(d.DeployedURL),
+		ErrorMessage: opt.Str(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
 	}
 }
 
