@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/bearernotify"
 	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -191,7 +192,7 @@ func Migrations() db.MigrationSet {
 	}, {
 		// Postgres: tell every replica's bearer cache (bearer_cache.go).
 		ID: "0004_bearer_notify",
-		Up: bearerTriggers,
+		Up: bearernotify.Triggers, // Postgres only
 	}, {
 		// ADMIN only for an address verified as the sign-up's own (issue 23).
 		ID: "0005_email_via_change",
