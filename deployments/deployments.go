@@ -10,6 +10,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/uptrace/bun"
 )
 
@@ -74,6 +75,9 @@ type Deps struct {
 	// Hosts routes a project's custom domains with its apps-domain host in
 	// the DNS step. Optional: nil serves the apps-domain host only.
 	Hosts HostRouter
+	// Audit records deployments asked for, cancelled and deleted by a
+	// person, in their transaction. Optional.
+	Audit audit.Recorder
 }
 
 // EngineDeps are what Deps.NewEngine gets: the parts New built, behind the
@@ -161,6 +165,7 @@ func New(d Deps) (*Service, error) {
 	}
 	d = d.withDefaults()
 	store := newStore(d.DB, d.Clock)
+	store.audit = d.Audit
 	logs := NewLogs(store, d.Logs)
 	acts, err := NewActivities(d.activitiesConfig(store, logs, d.Runtime))
 	if err != nil {

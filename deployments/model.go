@@ -2,10 +2,10 @@ package deployments
 
 import (
 	"database/sql/driver"
-	"encoding/json"
-	"fmt"
+	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/internal/jsoncol"
 	"github.com/uptrace/bun"
 )
 
@@ -181,30 +181,21 @@ type usage struct {
 }
 
 // Value stores steps as JSON text (the same on both dialects).
-func (s Steps) Value() (driver.Value, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
-}
+func (s Steps) Value() (driver.Value, error) { return jsoncol.Value(s) }
 
 // Scan reads steps stored by Value.
-func (s *Steps) Scan(src any) error {
-	var b []byte
-	switch v := src.(type) {
-	case nil:
-		*s = nil
-		return nil
-	case string:
-		b = []byte(v)
-	case []byte:
-		b = v
-	default:
-		return fmt.Errorf("deployments: cannot scan %T into Steps", src)
-	}
-	return json.Unmarshal(b, s)
-}
+func (s *Steps) Scan(src any) error { return jsoncol.Scan(src, s, "Steps") }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (Step) SchemaName() string { return "DeploymentStep" }
+
+// auditAction names a new deployment's audit action by why it started.
+func (d *Deployment) auditAction() string {
+	switch {
+	case d.RollbackOf != "":
+		return "deployment.rollback"
+	case strings.HasPrefix(d.Reason, "redeploy of "):
+		return "deployment.redeploy"
+	}
+	return "deployment.create"
+}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/internal/opt"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
@@ -238,18 +239,11 @@ func sameState(a, b *State) bool {
 	}
 	for i := range a.Steps {
 		x, y := a.Steps[i], b.Steps[i]
-		if x.Name != y.Name || x.Status != y.Status || !eqTime(x.StartedAt, y.StartedAt) || !eqTime(x.FinishedAt, y.FinishedAt) {
+		if x.Name != y.Name || x.Status != y.Status || !opt.EqualTime(x.StartedAt, y.StartedAt) || !opt.EqualTime(x.FinishedAt, y.FinishedAt) {
 			return false
 		}
 	}
 	return true
-}
-
-func eqTime(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Equal(*b)
 }
 
 // Cancel stops the owner's non-terminal deployment and returns it as it ended
@@ -262,16 +256,17 @@ func (s *Service) Cancel(ctx context.Context, ownerID, id string) (*Deployment, 
 	if d.Status.Terminal() {
 		return nil, platform.Conflict(fmt.Sprintf("deployment is already %s", d.Status))
 	}
-	if err := s.cancel(ctx, d); err != nil {
+	if err := s.cancel(ctx, d, "deployment.cancel"); err != nil {
 		return nil, err
 	}
 	return s.store.DeploymentGet(ctx, id)
 }
 
-func (s *Service) cancel(ctx context.Context, d *Deployment) error {
+// cancel stops d, with its audit row of action ("" for none).
+func (s *Service) cancel(ctx context.Context, d *Deployment, action string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cancelTO)
 	defer cancel()
-	if err := s.store.DeploymentRequestCancel(ctx, d.ID); err != nil {
+	if err := s.store.requestCancel(ctx, d, action); err != nil {
 		return err
 	}
 	return s.engine.Cancel(ctx, d)
@@ -319,13 +314,14 @@ func (s *Service) Delete(ctx context.Context, ownerID, id string) error {
 	if err != nil {
 		return err
 	}
-	return s.remove(ctx, d)
+	return s.remove(ctx, d, "deployment.delete")
 }
 
-func (s *Service) remove(ctx context.Context, d *Deployment) error {
+// remove deletes d, with its audit row of action ("" for none).
+func (s *Service) remove(ctx context.Context, d *Deployment, action string) error {
 	d.BuildKept = false // deleted: its build goes too
 	if !d.Status.Terminal() {
-		if err := s.cancel(ctx, d); err != nil {
+		if err := s.cancel(ctx, d, ""); err != nil {
 			return err
 		}
 	}
@@ -335,7 +331,7 @@ func (s *Service) remove(ctx context.Context, d *Deployment) error {
 	if err := s.logs.Flush(ctx); err != nil {
 		return err
 	}
-	if err := s.store.DeploymentDelete(ctx, d.ID); err != nil {
+	if err := s.store.deleteDeployment(ctx, d, action); err != nil {
 		return err
 	}
 	s.logs.Forget(d.ID)
@@ -354,7 +350,7 @@ func (s *Service) TeardownProject(ctx context.Context, projectID string) error {
 	// Newest first: queued deployments are cancelled before the running one
 	// ends and could let the next of them start.
 	for i := len(ds) - 1; i >= 0; i-- {
-		if err := s.remove(ctx, ds[i]); err != nil {
+		if err := s.remove(ctx, ds[i], ""); err != nil {
 			errs = append(errs, fmt.Errorf("deployment %s: %w", ds[i].ID, err))
 		}
 	}

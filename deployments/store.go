@@ -8,6 +8,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -19,6 +20,7 @@ import (
 type Store struct {
 	db    bun.IDB
 	clock platform.Clock // stamps updated_at; deployments.New sets its Deps.Clock
+	audit audit.Recorder // Deps.Audit: records changes a person asked for (auditAction)
 	// The log lines' SQL (Log* methods): deployment_logs and each
 	// deployment's log_bytes.
 	*logstream.SQL
@@ -69,8 +71,10 @@ func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth
 		if err != nil {
 			return err
 		}
-		_, err = tx.NewInsert().Model(d).Exec(ctx)
-		return err
+		if _, err = tx.NewInsert().Model(d).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, d, d.auditAction())
 	})
 	if errors.Is(err, errQuota) {
 		return used, err
@@ -239,24 +243,48 @@ func (s *Store) DeploymentUpdate(ctx context.Context, d *Deployment, from []Stat
 // DeploymentRequestCancel records that the deployment's cancellation was asked,
 // so a restart does not resume it.
 func (s *Store) DeploymentRequestCancel(ctx context.Context, id string) error {
-	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("cancel_requested = ?", true).
-		Set("updated_at = ?", s.now()).Where("id = ?", id).Exec(ctx)
-	return db.Translate(err)
+	return s.requestCancel(ctx, &Deployment{ID: id}, "")
+}
+
+// requestCancel is DeploymentRequestCancel with d's audit row of action ("": none).
+func (s *Store) requestCancel(ctx context.Context, d *Deployment, action string) error {
+	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		_, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("cancel_requested = ?", true).
+			Set("updated_at = ?", s.now()).Where("id = ?", d.ID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		return s.record(ctx, tx, d, action)
+	}))
 }
 
 // DeploymentDelete removes the deployment, its log lines and its build slot. Deleting an absent one is not an error.
 func (s *Store) DeploymentDelete(ctx context.Context, id string) error {
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewDelete().Model((*LogLine)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
+	return s.deleteDeployment(ctx, &Deployment{ID: id}, "")
+}
+
+// deleteDeployment is DeploymentDelete with d's audit row of action ("": none).
+func (s *Store) deleteDeployment(ctx context.Context, d *Deployment, action string) error {
+	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, m := range []any{(*LogLine)(nil), (*BuildSlot)(nil)} {
+			if _, err := tx.NewDelete().Model(m).Where("deployment_id = ?", d.ID).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.NewDelete().Model((*Deployment)(nil)).Where("id = ?", d.ID).Exec(ctx); err != nil {
 			return err
 		}
-		if _, err := tx.NewDelete().Model((*BuildSlot)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
-			return err
-		}
-		_, err := tx.NewDelete().Model((*Deployment)(nil)).Where("id = ?", id).Exec(ctx)
-		return err
-	})
-	return db.Translate(err)
+		return s.record(ctx, tx, d, action)
+	}))
+}
+
+// record writes d's audit row of action ("": none) in tx.
+func (s *Store) record(ctx context.Context, tx bun.IDB, d *Deployment, action string) error {
+	if action == "" {
+		return nil
+	}
+	return audit.Record(ctx, s.audit, tx, audit.Entry{Action: action, ResourceType: "deployment", ResourceID: d.ID,
+		OwnerID: d.OwnerID, ProjectID: d.ProjectID, Summary: d.Reason})
 }
 
 // UsageDeleteProject forgets the monthly counts of a deleted project.

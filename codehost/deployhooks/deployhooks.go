@@ -19,20 +19,23 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
 
 // Projects is what deploy hooks need from the projects module.
 type Projects interface {
-	// Authorize returns nil when userID's role on project projectID holds
-	// perm; an error wrapping platform.ErrNotFound when they hold none (or
-	// it does not exist), a 403 *platform.Error when their role is lower.
-	Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error
+	// Authorize answers the project's owner account (a user or a team) when
+	// userID's role on project projectID holds perm; an error wrapping
+	// platform.ErrNotFound when they hold none (or it does not exist), a 403
+	// *platform.Error when their role is lower.
+	Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) (ownerID string, err error)
 }
 
 // Deployer starts a deployment of a project's branch head as userID (the
@@ -56,6 +59,8 @@ type Deps struct {
 	PublicURL string
 	// MaxPerProject caps the hooks of one project. Default 20.
 	MaxPerProject int
+	// Audit records creates and deletes in their transaction. Optional.
+	Audit audit.Recorder
 	// Log receives the module's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default platform.SystemClock.
@@ -154,7 +159,8 @@ func (r *hookRow) out() Hook {
 // with its URL, the only time the URL is available. The hook deploys as
 // ownerID, the caller, for as long as they may deploy the project.
 func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (*Hook, string, error) {
-	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite); err != nil {
+	account, err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite)
+	if err != nil {
 		return nil, "", err
 	}
 	tok, err := newToken()
@@ -177,8 +183,10 @@ func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (
 		if int(n) >= s.d.MaxPerProject {
 			return platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject))
 		}
-		_, err = tx.NewInsert().Model(row).Exec(ctx)
-		return err
+		if _, err = tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, account, row, "hook.create", "created deploy hook")
 	})
 	if err != nil {
 		return nil, "", db.Translate(err)
@@ -189,7 +197,7 @@ func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (
 
 // List returns the hooks of the project (hooks:read), oldest first.
 func (s *Service) List(ctx context.Context, ownerID, projectID string) ([]Hook, error) {
-	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksRead); err != nil {
+	if _, err := s.checkOwner(ctx, ownerID, projectID, platform.HooksRead); err != nil {
 		return nil, err
 	}
 	var rows []hookRow
@@ -206,21 +214,37 @@ func (s *Service) List(ctx context.Context, ownerID, projectID string) ([]Hook, 
 
 // Delete revokes a hook of the project (hooks:write).
 func (s *Service) Delete(ctx context.Context, ownerID, projectID, hookID string) error {
-	if err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite); err != nil {
+	account, err := s.checkOwner(ctx, ownerID, projectID, platform.HooksWrite)
+	if err != nil {
 		return err
 	}
 	if !platform.ValidID(hookID) {
 		return platform.NotFound("deploy hook not found")
 	}
-	res, err := s.d.DB.NewDelete().Model((*hookRow)(nil)).
-		Where("id = ? AND project_id = ?", hookID, projectID).Exec(ctx)
-	if err != nil {
-		return db.Translate(err)
+	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		row := new(hookRow)
+		if err := tx.NewSelect().Model(row).Where("id = ? AND project_id = ?", hookID, projectID).Scan(ctx); err != nil {
+			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
+				return platform.NotFound("deploy hook not found")
+			}
+			return err
+		}
+		if res, err := tx.NewDelete().Model((*hookRow)(nil)).Where("id = ?", hookID).Exec(ctx); err != nil {
+			return err
+		} else if n, _ := res.RowsAffected(); n == 0 { // deleted meanwhile
+			return platform.NotFound("deploy hook not found")
+		}
+		return s.record(ctx, tx, account, row, "hook.delete", "deleted deploy hook")
+	}))
+}
+
+// record writes the audit row of a change to hook row of account's project, in tx.
+func (s *Service) record(ctx context.Context, tx bun.IDB, account string, row *hookRow, action, summary string) error {
+	if row.Name != "" {
+		summary += " " + strconv.Quote(row.Name)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return platform.NotFound("deploy hook not found")
-	}
-	return nil
+	return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: action, ResourceType: "hook", ResourceID: row.ID,
+		OwnerID: account, ProjectID: row.ProjectID, Summary: summary + " (" + row.Prefix + "...)"})
 }
 
 // errUnknownHook answers every token that is not a live hook's, however it is wrong.
@@ -261,15 +285,16 @@ func (s *Service) Fire(ctx context.Context, token string) (string, error) {
 	return id, nil
 }
 
-func (s *Service) checkOwner(ctx context.Context, userID, projectID string, perm platform.Permission) error {
+// checkOwner answers the project's owner account when userID holds perm on it.
+func (s *Service) checkOwner(ctx context.Context, userID, projectID string, perm platform.Permission) (string, error) {
 	if !platform.ValidID(projectID) {
-		return platform.NotFound("project not found")
+		return "", platform.NotFound("project not found")
 	}
-	err := s.d.Projects.Authorize(ctx, userID, projectID, perm)
+	account, err := s.d.Projects.Authorize(ctx, userID, projectID, perm)
 	if errors.Is(err, platform.ErrNotFound) {
-		return platform.NotFound("project not found")
+		return "", platform.NotFound("project not found")
 	}
-	return err
+	return account, err
 }
 
 var _ platform.Module = (*Service)(nil)

@@ -173,10 +173,10 @@ func (w *auditWorld) walkProject(t *testing.T) {
 	_ = json.Unmarshal(w.run(t, auditStep{name: "viewer creates project", who: "viewer", method: "POST", path: "/projects",
 		body: map[string]any{"name": "audited", "repoUrl": repo, "framework": "go", "port": 8080, "teamId": w.team}, status: 403}), &p)
 	_ = json.Unmarshal(w.run(t, auditStep{name: "create project", who: "admin", method: "POST", path: "/projects",
-		body: map[string]any{"name": "audited", "repoUrl": repo, "framework": "go", "port": 8080, "teamId": w.team},
+		body:   map[string]any{"name": "audited", "repoUrl": repo, "framework": "go", "port": 8080, "teamId": w.team},
 		status: 201, action: "project.create", resourceType: "project", resourceID: "*"}), &p)
 	proj := "/projects/" + p.ID
-	settings := map[string]any{"region": "local", "planName": "pro", "buildCommand": "true", "webhookSecret": auditMarker + "-hook",
+	settings := map[string]any{"region": "local", "planName": "pro", "buildCommand": "sleep 120", "webhookSecret": auditMarker + "-hook",
 		"envVars": []any{map[string]any{"key": "API_TOKEN", "value": auditMarker, "isSecret": true}, map[string]any{"key": "PLAIN", "value": "x"}}}
 	w.run(t, auditStep{name: "viewer edits settings", who: "viewer", method: "PATCH", path: proj + "/settings", body: settings, status: 403})
 	w.run(t, auditStep{name: "outsider edits settings", who: "outsider", method: "PATCH", path: proj + "/settings", body: settings, status: 404})
@@ -186,11 +186,55 @@ func (w *auditWorld) walkProject(t *testing.T) {
 	if s := rows[len(rows)-1].Summary; !strings.Contains(s, "API_TOKEN") || !strings.Contains(s, "webhookSecret") {
 		t.Fatalf("settings summary %q: want the env var's and the field's names", s)
 	}
+	w.walkDeployments(t, p.ID)
 	w.run(t, auditStep{name: "transfer", who: "owner", method: "POST", path: proj + "/transfer", body: map[string]any{}, status: 200,
 		action: "project.transfer", resourceType: "project", resourceID: p.ID})
 	w.run(t, auditStep{name: "admin deletes personal project", who: "admin", method: "DELETE", path: proj, status: 404})
 	w.run(t, auditStep{name: "delete project", who: "owner", method: "DELETE", path: proj, status: 202,
 		action: "project.delete", resourceType: "project", resourceID: p.ID})
+}
+
+// walkDeployments deploys, redeploys, cancels and deletes, and adds and
+// removes a deploy hook and a custom domain of the team's project.
+func (w *auditWorld) walkDeployments(t *testing.T, project string) {
+	var d1, d2 struct{ DeploymentID string }
+	w.run(t, auditStep{name: "viewer deploys", who: "viewer", method: "POST", path: "/deployments", body: map[string]any{"projectId": project}, status: 403})
+	_ = json.Unmarshal(w.run(t, auditStep{name: "deploy", who: "admin", method: "POST", path: "/deployments", body: map[string]any{"projectId": project},
+		status: 201, action: "deployment.create", resourceType: "deployment", resourceID: "*"}), &d1)
+	_ = json.Unmarshal(w.run(t, auditStep{name: "redeploy", who: "admin", method: "POST", path: "/deployments/" + d1.DeploymentID + "/redeploy",
+		status: 201, action: "deployment.redeploy", resourceType: "deployment", resourceID: "*"}), &d2)
+	w.run(t, auditStep{name: "viewer cancels", who: "viewer", method: "POST", path: "/deployments/" + d1.DeploymentID + "/cancel", status: 403})
+	w.run(t, auditStep{name: "cancel", who: "admin", method: "POST", path: "/deployments/" + d1.DeploymentID + "/cancel", status: 200,
+		action: "deployment.cancel", resourceType: "deployment", resourceID: d1.DeploymentID})
+	w.run(t, auditStep{name: "delete running deployment", who: "admin", method: "DELETE", path: "/deployments/" + d2.DeploymentID, status: 200,
+		action: "deployment.delete", resourceType: "deployment", resourceID: d2.DeploymentID})
+
+	var hook struct{ ID, URL string }
+	hooks := "/projects/" + project + "/deploy-hooks"
+	w.run(t, auditStep{name: "viewer adds hook", who: "viewer", method: "POST", path: hooks, body: map[string]any{"name": "ci"}, status: 403})
+	_ = json.Unmarshal(w.run(t, auditStep{name: "add hook", who: "admin", method: "POST", path: hooks, body: map[string]any{"name": "ci"},
+		status: 201, action: "hook.create", resourceType: "hook", resourceID: "*"}), &hook)
+	hookURL, err := url.Parse(hook.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows := auditRows(t, w.ts); strings.Contains(rows[len(rows)-1].Summary, strings.TrimPrefix(hookURL.Path, "/deploy-hooks/")) {
+		t.Fatalf("hook summary holds its token: %q", rows[len(rows)-1].Summary)
+	}
+	var fired struct{ DeploymentID string }
+	_ = json.Unmarshal(w.run(t, auditStep{name: "fire hook (nobody signed in: no row)", who: "", method: "POST",
+		path: hookURL.Path, status: 201}), &fired)
+	w.ts.do(t, "POST", "/deployments/"+fired.DeploymentID+"/cancel", w.tokens["owner"], nil) // its audit row is the cancel's
+	w.run(t, auditStep{name: "delete hook", who: "admin", method: "DELETE", path: hooks + "/" + hook.ID, status: 204,
+		action: "hook.delete", resourceType: "hook", resourceID: hook.ID})
+
+	var dom struct{ ID string }
+	doms := "/projects/" + project + "/domains"
+	w.run(t, auditStep{name: "viewer adds domain", who: "viewer", method: "POST", path: doms, body: map[string]any{"hostname": "audit.example.com"}, status: 403})
+	_ = json.Unmarshal(w.run(t, auditStep{name: "add domain", who: "admin", method: "POST", path: doms, body: map[string]any{"hostname": "audit.example.com"},
+		status: 201, action: "domain.create", resourceType: "domain", resourceID: "*"}), &dom)
+	w.run(t, auditStep{name: "delete domain", who: "admin", method: "DELETE", path: doms + "/" + dom.ID, status: 204,
+		action: "domain.delete", resourceType: "domain", resourceID: dom.ID})
 }
 
 // walkAccount: the account actions of auth.

@@ -13,8 +13,8 @@ import (
 // Trigger, and so the same quotas, as any deployment), both built before it.
 func (a *App) buildDeployHooks(context.Context) error {
 	svc, err := deployhooks.New(deployhooks.Deps{
-		DB: a.DB, Auth: a.Authn, Projects: projectAccess{a.Projects}, Deployer: hookDeployer{a.Deployments},
-		PublicURL: a.Cfg.PublicURL, Log: a.Log.With("module", "deployhooks"),
+		DB: a.DB, Auth: a.Authn, Projects: domainAccess{a.Projects}, Deployer: hookDeployer{a.Deployments},
+		PublicURL: a.Cfg.PublicURL, Audit: a.AuditLog, Log: a.Log.With("module", "deployhooks"),
 	})
 	if err != nil {
 		return err
@@ -35,6 +35,6 @@ func (d hookDeployer) Trigger(ctx context.Context, projectID, ownerID, reason st
 }
 
 var (
-	_ deployhooks.Projects = projectAccess{}
+	_ deployhooks.Projects = domainAccess{}
 	_ deployhooks.Deployer = hookDeployer{}
 )

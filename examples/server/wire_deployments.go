@@ -47,7 +47,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	mac.Write([]byte("keelson deployment log tokens v1"))
 	d := deployments.Deps{
 		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
-		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention,
+		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention, Audit: a.AuditLog,
 		KeepBuilds: cmp.Or(a.Cfg.KeepBuilds, -1), // 0 keeps none
 		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
 			MaxAppLines: a.Cfg.AppLogMaxLines, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
@@ -214,7 +214,7 @@ var (
 )
 
 // projectAccess adapts the projects module's one authorisation point to
-// deployments.Access (and deployhooks.Projects).
+// deployments.Access.
 type projectAccess struct{ s *projects.Service }
 
 func (p projectAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error {

@@ -22,6 +22,7 @@ func (a *App) buildDomains(context.Context) error {
 		DB: a.DB, Auth: a.Authn,
 		Projects:   domainProjects{a.Projects, a.Plans},
 		Access:     domainAccess{a.Projects},
+		Audit:      a.AuditLog,
 		Notifier:   mailNotifier{a.Auth, a.Mailer, a.Teams},
 		AppsDomain: a.Cfg.AppsDomain, PublicURL: a.Cfg.PublicURL, FrontendURL: a.Cfg.FrontendURL,
 		IngressIPs: a.Cfg.IngressIPs, Resolvers: a.Cfg.DNSResolvers,
@@ -63,7 +64,8 @@ func (d domainProjects) Project(ctx context.Context, ownerID, projectID string) 
 	return &domains.Project{Slug: info.Slug, PlanName: pl.Name, CustomDomains: pl.CustomDomains}, nil
 }
 
-// domainAccess adapts the projects module's authorisation to domains.Access.
+// domainAccess adapts the projects module's authorisation to domains.Access
+// and deployhooks.Projects.
 type domainAccess struct{ s *projects.Service }
 
 func (d domainAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) (string, error) {

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -126,6 +127,9 @@ type Deps struct {
 	// the host can route or unroute them at once (the DNS step). It runs on the changing goroutine: keep it
 	// short. Optional.
 	ActiveChanged func(ctx context.Context, projectID string)
+	// Audit records adds, moves, checks and deletes asked for by a person,
+	// in their transaction. Optional.
+	Audit audit.Recorder
 	// Log receives the module's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default platform.SystemClock.
@@ -261,6 +265,12 @@ var _ platform.Module = (*Service)(nil)
 
 // Migrations returns the module's tables (the package's Migrations), for platform.Module.
 func (s *Service) Migrations() db.MigrationSet { return Migrations() }
+
+// record writes the audit row of a change to domain r, in idb.
+func (s *Service) record(ctx context.Context, idb bun.IDB, r *domainRow, action, summary string) error {
+	return audit.Record(ctx, s.d.Audit, idb, audit.Entry{Action: action, ResourceType: "domain", ResourceID: r.ID,
+		OwnerID: r.OwnerID, ProjectID: r.ProjectID, Summary: summary + " " + r.Hostname})
+}
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
 

@@ -72,8 +72,10 @@ func (s *Service) Create(ctx context.Context, caller, projectID, hostname string
 		if err := s.checkCap(ctx, tx, projectID); err != nil {
 			return err
 		}
-		_, err := tx.NewInsert().Model(row).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row, "domain.create", "added")
 	})
 	if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
 		return nil, platform.Conflict(fmt.Sprintf("hostname: %s was just added elsewhere; try again", h))
@@ -202,8 +204,10 @@ func (s *Service) move(ctx context.Context, held *domainRow, c *claimRow, slug s
 		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
 			return err
 		}
-		_, err = tx.NewDelete().Model((*claimRow)(nil)).Where("hostname = ?", held.Hostname).Exec(ctx)
-		return err
+		if _, err = tx.NewDelete().Model((*claimRow)(nil)).Where("hostname = ?", held.Hostname).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row, "domain.create", "added (moved from project "+held.ProjectID+" by its TXT record)")
 	})
 	if err = db.Translate(err); errors.Is(err, platform.ErrConflict) && !isPublic(err) {
 		return nil, platform.Conflict(fmt.Sprintf("hostname: %s changed meanwhile; try again", held.Hostname))
@@ -295,7 +299,12 @@ func (s *Service) Verify(ctx context.Context, ownerID, projectID, domainID strin
 	if err != nil {
 		return nil, err
 	}
-	return s.checkNow(ctx, row)
+	d, err := s.checkNow(ctx, row)
+	if err != nil {
+		return nil, err
+	}
+	// After the check (the periodic one shares it and records nothing): its own write.
+	return d, s.record(ctx, s.d.DB, row, "domain.verify", "checked ("+string(d.Status)+")")
 }
 
 // Update applies in to a domain of the project (admin: DomainsWrite) and
@@ -329,7 +338,13 @@ func (s *Service) Delete(ctx context.Context, ownerID, projectID, domainID strin
 	if err != nil {
 		return err
 	}
-	if _, err := s.d.DB.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx); err != nil {
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*domainRow)(nil)).Where("id = ?", row.ID).Exec(ctx); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row, "domain.delete", "deleted")
+	})
+	if err != nil {
 		return db.Translate(err)
 	}
 	if row.Status == StatusActive {

@@ -30,3 +30,11 @@ func UTC(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// EqualTime reports whether a and b are both nil or the same instant.
+func EqualTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
