@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -106,21 +107,12 @@ func (s *Service) changeJob(userID, oldEmail, newEmail string) func(ctx context.
 		notice := s.d.Mailer.Send(ctx, Mail{
 			To:      oldEmail,
 			Subject: "Your Keelson email address is being changed",
-			Text: "Someone asked to change the email of your Keelson account to " + maskEmail(newEmail) + ".\n\n" +
+			Text: "Someone asked to change the email of your Keelson account to " + emailaddr.Mask(newEmail) + ".\n\n" +
 				"It changes only when the link mailed to the new address is opened. Your other sessions were signed out.\n" +
 				"If it was not you, reset your password now: someone knows it, and a reset cancels the change.\n",
 		})
 		return errors.Join(err, notice)
 	}
-}
-
-// maskEmail shows enough of an address to recognise it: "a***@example.com".
-func maskEmail(e string) string {
-	at := strings.LastIndexByte(e, '@')
-	if at < 1 {
-		return "***"
-	}
-	return e[:1] + "***" + e[at:]
 }
 
 // forgotJob stores a reset token and mails the link when email belongs to an

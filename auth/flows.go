@@ -5,7 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
+	"strings"
 
+	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/auth/internal/onetime"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -54,7 +57,7 @@ func loginKey(email, client string) string {
 // (LoginPerAccount). A successful attempt gives back what it took of the
 // account's buckets.
 func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error) {
-	email, emailErr := normalizeEmail(p.Email)
+	email, emailErr := emailaddr.Normalize(p.Email)
 	if emailErr != nil {
 		email = p.Email
 	}
@@ -101,7 +104,13 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 		}
 		return LoginResult{TokenPair: pair, DeviceToken: deviceToken}, nil
 	}
-	pair, err := s.issue(ctx, s.db, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+	var pair TokenPair
+	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		if pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL)); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row.ID, "account.login", "logged in with password")
+	})
 	if err != nil {
 		return LoginResult{}, err
 	}
@@ -156,8 +165,10 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 		if !ok {
 			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
 		}
-		pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
-		return err
+		if pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL)); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, row.ID, "account.login", "logged in with password and two-factor code")
 	})
 	if err != nil {
 		return TokenPair{}, err
@@ -171,7 +182,7 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 // job); the job looks the account up, stores the token and mails the link off
 // the request path. It answers nil either way (mail failures are logged).
 func (s *Service) ForgotPassword(ctx context.Context, email, ip string) error {
-	n, err := normalizeEmail(email)
+	n, err := emailaddr.Normalize(email)
 	if err != nil {
 		return platform.Invalid("email: " + err.Error())
 	}
@@ -234,7 +245,10 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 			Where("id = ?", rr.UserID).Exec(ctx); err != nil {
 			return db.Translate(err)
 		}
-		return revokeAllSessions(ctx, tx, rr.UserID, now)
+		if err := revokeAllSessions(ctx, tx, rr.UserID, now); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, rr.UserID, "account.password_reset", "password reset by mailed link; every session ended")
 	})
 }
 
@@ -262,7 +276,7 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 	}
 	newEmail := ""
 	if p.Email != nil {
-		e, err := normalizeEmail(*p.Email)
+		e, err := emailaddr.Normalize(*p.Email)
 		if err != nil {
 			return nil, platform.Invalid("email: " + err.Error())
 		}
@@ -292,12 +306,14 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 			}
 		}
 		q := tx.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID).Set("updated_at = ?", now)
+		var set []string
 		for col, v := range map[string]*string{
 			"name": p.Name, "username": p.Username, "bio": p.Bio, "company": p.Company, "location": p.Location,
 			"website": p.Website, "codehost_username": p.CodehostUsername, "image": p.Image,
 		} {
 			if v != nil {
 				q = q.Set("? = ?", bun.Ident(col), opt(*v))
+				set = append(set, col)
 			}
 		}
 		res, err := q.Exec(ctx)
@@ -307,7 +323,7 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		if n, _ := res.RowsAffected(); n != 1 {
 			return platform.NotFound("user not found")
 		}
-		return nil
+		return s.record(ctx, tx, userID, "account.update", profileSummary(set, newEmail != ""))
 	})
 	if err != nil {
 		return nil, err
@@ -320,4 +336,15 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 		s.log.InfoContext(ctx, "email change requested; other sessions ended", "user_id", userID)
 	}
 	return s.UserByID(ctx, userID)
+}
+
+// profileSummary words a profile update for its audit row: the columns set
+// (never their values), and whether an email change was asked for.
+func profileSummary(cols []string, emailChange bool) string {
+	slices.Sort(cols)
+	out := "profile fields set: " + strings.Join(cols, ", ")
+	if emailChange {
+		out += "; email change requested (until the mailed link is used)"
+	}
+	return out
 }

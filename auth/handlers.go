@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/httpx"
 )
@@ -80,7 +81,7 @@ func principal(ctx context.Context) platform.Principal {
 
 // emailField normalizes *e in place, or reports a validation error at path.
 func emailField(e *string, pb *huma.PathBuffer, name string) []error {
-	n, err := normalizeEmail(*e)
+	n, err := emailaddr.Normalize(*e)
 	if err != nil {
 		return []error{&huma.ErrorDetail{Location: pb.With(name), Message: err.Error()}}
 	}

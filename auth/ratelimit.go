@@ -5,6 +5,8 @@ import (
 
 	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
+	"github.com/uptrace/bun"
 )
 
 // Limit is a token bucket (Max attempts at once, refilled over Per; zero: the
@@ -35,4 +37,11 @@ func (s *Service) refund(ctx context.Context, key, prefix string, lim Limit) {
 	if err := s.limiter.Refund(ctx, prefix+key, lim); err != nil {
 		s.log.WarnContext(ctx, "rate limit refund failed", "err", err)
 	}
+}
+
+// record writes the audit row of an action on userID's account, in idb (the
+// actor is the caller, or userID when nobody is signed in: a login).
+func (s *Service) record(ctx context.Context, idb bun.IDB, userID, action, summary string) error {
+	return audit.Record(ctx, s.d.Audit, idb, audit.Entry{Action: action, ResourceType: "account", ResourceID: userID,
+		OwnerID: userID, ActorID: userID, Summary: summary})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/mail"
 	"net/netip"
 	"net/url"
 	"runtime"
@@ -14,10 +13,12 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/auth/internal/device"
+	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/auth/internal/password"
 	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/auth/mailer"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -80,6 +81,8 @@ type Deps struct {
 	Clock platform.Clock
 	// Logger receives the module's logs. Default: discard.
 	Logger *slog.Logger
+	// Audit records logins and account changes in their transaction. Optional.
+	Audit audit.Recorder
 
 	// JWTSecret signs access tokens (HS256). At least 32 bytes.
 	JWTSecret []byte
@@ -205,7 +208,7 @@ func (d Deps) validate() error {
 		}
 	}
 	for _, e := range d.AdminEmails {
-		if _, err := normalizeEmail(e); err != nil {
+		if _, err := emailaddr.Normalize(e); err != nil {
 			errs = append(errs, fmt.Errorf("AdminEmails: %q is not an email address", e))
 		}
 	}
@@ -252,7 +255,7 @@ func New(d Deps) (*Service, error) {
 		cache: newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
 	}
 	for _, e := range d.AdminEmails {
-		n, _ := normalizeEmail(e)
+		n, _ := emailaddr.Normalize(e)
 		s.admins[n] = true
 	}
 	return s, nil
@@ -281,20 +284,6 @@ func (s *Service) Close(ctx context.Context) error {
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC() }
 
-// normalizeEmail trims and lower-cases e and checks that it is a bare address
-// (no display name, no spaces).
-func normalizeEmail(e string) (string, error) {
-	e = strings.ToLower(strings.TrimSpace(e))
-	if len(e) > 254 || strings.ContainsAny(e, " \t\r\n") {
-		return "", errors.New("expected a plain email address")
-	}
-	a, err := mail.ParseAddress(e)
-	if err != nil || a.Address != e || !strings.Contains(e[strings.LastIndexByte(e, '@')+1:], ".") && !strings.HasSuffix(e, "@localhost") {
-		return "", errors.New("expected a plain email address")
-	}
-	return e, nil
-}
-
 // ---- account operations (also used by auth/oauth) ----
 
 // CreateUserParams describe a new account. Password is optional: a user
@@ -313,7 +302,7 @@ type CreateUserParams struct {
 // CreateUser stores a new account. A taken email is a *platform.Error 409
 // (errors.Is platform.ErrConflict); a malformed one a 400.
 func (s *Service) CreateUser(ctx context.Context, p CreateUserParams) (*User, error) {
-	email, err := normalizeEmail(p.Email)
+	email, err := emailaddr.Normalize(p.Email)
 	if err != nil {
 		return nil, platform.Invalid("email: " + err.Error())
 	}
@@ -357,7 +346,7 @@ func (s *Service) UserByID(ctx context.Context, id platform.ID) (*User, error) {
 // UserByEmail returns the account with email (matched case-insensitively), or
 // an error wrapping platform.ErrNotFound.
 func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) {
-	n, err := normalizeEmail(email)
+	n, err := emailaddr.Normalize(email)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", platform.ErrNotFound, err)
 	}

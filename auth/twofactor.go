@@ -105,8 +105,10 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 		for i, c := range codes {
 			rows[i] = recoveryRow{ID: platform.NewID(), UserID: userID, Hash: onetime.Hash(onetime.NormalizeRecovery(c)), CreatedAt: s.now()}
 		}
-		_, err = tx.NewInsert().Model(&rows).Exec(ctx)
-		return db.Translate(err)
+		if _, err = tx.NewInsert().Model(&rows).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		return s.record(ctx, tx, userID, "account.2fa_enable", "two-factor authentication enabled")
 	})
 	if err != nil {
 		return TwoFactorEnabled{}, err
@@ -144,8 +146,10 @@ func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code
 			Where("id = ?", userID).Exec(ctx); err != nil {
 			return db.Translate(err)
 		}
-		_, err = tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx)
-		return db.Translate(err)
+		if _, err = tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		return s.record(ctx, tx, userID, "account.2fa_disable", "two-factor authentication disabled")
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -44,6 +45,7 @@ type auditStep struct {
 	status                  int
 	action, resourceType    string
 	resourceID              string // "" skips the check; "*" must be non-empty
+	actor                   string // who the row names, when not who (a login: nobody is signed in)
 }
 
 // auditWorld is a team with an owner, an admin, a viewer and an outsider.
@@ -81,9 +83,9 @@ func (w *auditWorld) run(t *testing.T, s auditStep) []byte {
 	if len(added) != 1 {
 		t.Fatalf("%s: %d audit rows, want exactly 1: %+v", s.name, len(added), added)
 	}
-	r := added[0]
-	if r.ActorID != w.ids[s.who] || r.Action != s.action || r.ResourceType != s.resourceType || r.TokenID != "" {
-		t.Fatalf("%s: audit row %+v, want actor %s (%s), action %s, resource type %s", s.name, r, w.ids[s.who], s.who, s.action, s.resourceType)
+	r, actor := added[0], w.ids[cmp.Or(s.actor, s.who)]
+	if r.ActorID != actor || r.Action != s.action || r.ResourceType != s.resourceType || r.TokenID != "" {
+		t.Fatalf("%s: audit row %+v, want actor %s (%s), action %s, resource type %s", s.name, r, actor, cmp.Or(s.actor, s.who), s.action, s.resourceType)
 	}
 	if (s.resourceID == "*" && r.ResourceID == "") || (s.resourceID != "" && s.resourceID != "*" && r.ResourceID != s.resourceID) {
 		t.Fatalf("%s: resource id %q, want %q", s.name, r.ResourceID, s.resourceID)
@@ -237,10 +239,32 @@ func (w *auditWorld) walkDeployments(t *testing.T, project string) {
 		action: "domain.delete", resourceType: "domain", resourceID: dom.ID})
 }
 
-// walkAccount: the account actions of auth.
+// walkAccount: logins and the account changes of auth, as the outsider.
 func (w *auditWorld) walkAccount(t *testing.T) {
-	w.run(t, auditStep{name: "bad login", who: "", method: "POST", path: "/auth/login",
-		body: map[string]any{"email": "outsider@audit.example.com", "password": "wrong password"}, status: 401})
+	const email, pw = "outsider@audit.example.com", "correct horse battery"
+	me := "/auth/me"
+	w.run(t, auditStep{name: "bad login", method: "POST", path: "/auth/login", body: map[string]any{"email": email, "password": "wrong password"}, status: 401})
+	w.run(t, auditStep{name: "profile", who: "outsider", method: "PATCH", path: me, body: map[string]any{"name": "Out Sider"}, status: 200,
+		action: "account.update", resourceType: "account", resourceID: w.ids["outsider"]})
+	var setup struct{ Secret string }
+	w.ts.doJSON(t, http.StatusOK, "POST", "/auth/2fa/setup", w.tokens["outsider"], nil, &setup)
+	var enabled struct{ RecoveryCodes []string }
+	_ = json.Unmarshal(w.run(t, auditStep{name: "2fa on", who: "outsider", method: "POST", path: "/auth/2fa/verify",
+		body: map[string]any{"code": totpAt(t, setup.Secret, time.Now())}, status: 200,
+		action: "account.2fa_enable", resourceType: "account", resourceID: w.ids["outsider"]}), &enabled)
+	w.run(t, auditStep{name: "2fa off, wrong code", who: "outsider", method: "POST", path: "/auth/2fa/disable", body: map[string]any{"code": "000000"}, status: 400})
+	w.run(t, auditStep{name: "2fa off", who: "outsider", method: "POST", path: "/auth/2fa/disable", body: map[string]any{"code": enabled.RecoveryCodes[0]},
+		status: 200, action: "account.2fa_disable", resourceType: "account", resourceID: w.ids["outsider"]})
+	w.run(t, auditStep{name: "forgot password", method: "POST", path: "/auth/forgot-password", body: map[string]any{"email": email}, status: 200})
+	tok := loggedLink(t, w.ts.Logs, email, "/reset-password?token=")
+	w.run(t, auditStep{name: "reset password", actor: "outsider", method: "POST", path: "/auth/reset-password",
+		body: map[string]any{"token": tok, "newPassword": pw + "!", "confirmPassword": pw + "!"}, status: 200,
+		action: "account.password_reset", resourceType: "account", resourceID: w.ids["outsider"]})
+	var login struct{ AccessToken string }
+	_ = json.Unmarshal(w.run(t, auditStep{name: "login", actor: "outsider", method: "POST", path: "/auth/login",
+		body: map[string]any{"email": email, "password": pw + "!"}, status: 200,
+		action: "account.login", resourceType: "account", resourceID: w.ids["outsider"]}), &login)
+	w.tokens["outsider"] = login.AccessToken
 }
 
 // auditPage is one page of an audit-log route.

@@ -24,6 +24,7 @@ func (a *App) buildAuth(ctx context.Context) error {
 		Sealer:      a.Sealer,
 		Mailer:      mailer,
 		Logger:      log,
+		Audit:       auditEdge{a.edges},
 		JWTSecret:   a.JWTSecret,
 		AdminEmails: a.Cfg.AdminEmails,
 		FrontendURL: a.Cfg.FrontendURL,
