@@ -730,6 +730,42 @@ type Ack struct {
 	Ok      bool    `json:"ok"`
 }
 
+// AuditEvent defines model for AuditEvent.
+type AuditEvent struct {
+	// Action <resource>.<verb>
+	//
+	// Example: project.create
+	Action string `json:"action"`
+
+	// ActorId The user who made the change (for an API token, its creator)
+	ActorId string `json:"actorId"`
+
+	// Address The client address the change came from
+	Address *string `json:"address,omitempty"`
+
+	// At When the change was made
+	At time.Time `json:"at"`
+
+	// Id Event id (UUID)
+	Id string `json:"id"`
+
+	// OwnerId The account the resource belongs to: a team or a user
+	OwnerId *string `json:"ownerId,omitempty"`
+
+	// ProjectId The project the change is about, when there is one
+	ProjectId  *string `json:"projectId,omitempty"`
+	ResourceId string  `json:"resourceId"`
+
+	// ResourceType Example: project
+	ResourceType string `json:"resourceType"`
+
+	// Summary What changed, in words; never a secret value
+	Summary string `json:"summary"`
+
+	// TokenId The API token the change was made with; absent for a session
+	TokenId *string `json:"tokenId,omitempty"`
+}
+
 // CodeHostInstallLink defines model for CodeHostInstallLink.
 type CodeHostInstallLink struct {
 	// ExpiresAt When the state in installUrl stops being accepted
@@ -1873,6 +1909,21 @@ type WebhookResponse struct {
 	Ok bool `json:"ok"`
 }
 
+// ListAccountAuditLogParams defines parameters for ListAccountAuditLog.
+type ListAccountAuditLogParams struct {
+	// Action Only this action, e.g. project.create
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// ResourceType Only this resource type, e.g. project
+	ResourceType *string `form:"resourceType,omitempty" json:"resourceType,omitempty"`
+
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // OauthCodehostCallbackParams defines parameters for OauthCodehostCallback.
 type OauthCodehostCallbackParams struct {
 	// Code Authorization code from the provider (absent when the user declined)
@@ -2062,6 +2113,21 @@ type ListDomainsParams struct {
 
 // ListTeamsParams defines parameters for ListTeams.
 type ListTeamsParams struct {
+	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the X-Next-Cursor header of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListTeamAuditLogParams defines parameters for ListTeamAuditLog.
+type ListTeamAuditLogParams struct {
+	// Action Only this action, e.g. project.create
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// ResourceType Only this resource type, e.g. project
+	ResourceType *string `form:"resourceType,omitempty" json:"resourceType,omitempty"`
+
 	// Limit Page size, 1 to 100 (default 20); larger values are clamped to 100
 	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -2623,6 +2689,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /auth/2fa/verify (the `Auth2faVerify` operationId).
 	Auth2faVerify(ctx context.Context, body Auth2faVerifyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAccountAuditLog The caller's audit log, newest first: their own changes and those to their personal projects
+	//
+	// Corresponds with GET /auth/audit-log (the `ListAccountAuditLog` operationId).
+	ListAccountAuditLog(ctx context.Context, params *ListAccountAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OauthCodehostStart Log in through the code host (browser redirect)
 	//
@@ -3533,6 +3604,11 @@ type ClientInterface interface {
 	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
 	UpdateTeam(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListTeamAuditLog A team's audit log, newest first (admin and owner)
+	//
+	// Corresponds with GET /teams/{id}/audit-log (the `ListTeamAuditLog` operationId).
+	ListTeamAuditLog(ctx context.Context, id string, params *ListTeamAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTeamInvitations List the team's pending invitations (admin)
 	//
 	// Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
@@ -3900,6 +3976,21 @@ func (c *Client) Auth2faVerifyWithBody(ctx context.Context, contentType string, 
 // Corresponds with POST /auth/2fa/verify (the `Auth2faVerify` operationId).
 func (c *Client) Auth2faVerify(ctx context.Context, body Auth2faVerifyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAuth2faVerifyRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAccountAuditLog The caller's audit log, newest first: their own changes and those to their personal projects
+//
+// Corresponds with GET /auth/audit-log (the `ListAccountAuditLog` operationId).
+func (c *Client) ListAccountAuditLog(ctx context.Context, params *ListAccountAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAccountAuditLogRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -6149,6 +6240,21 @@ func (c *Client) UpdateTeam(ctx context.Context, id string, body UpdateTeamJSONR
 	return c.Client.Do(req)
 }
 
+// ListTeamAuditLog A team's audit log, newest first (admin and owner)
+//
+// Corresponds with GET /teams/{id}/audit-log (the `ListTeamAuditLog` operationId).
+func (c *Client) ListTeamAuditLog(ctx context.Context, id string, params *ListTeamAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTeamAuditLogRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListTeamInvitations List the team's pending invitations (admin)
 //
 // Corresponds with GET /teams/{id}/invitations (the `ListTeamInvitations` operationId).
@@ -6860,6 +6966,96 @@ func NewAuth2faVerifyRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListAccountAuditLogRequest constructs an http.Request for the ListAccountAuditLog method
+func NewListAccountAuditLogRequest(server string, params *ListAccountAuditLogParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/auth/audit-log")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ResourceType != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "resourceType", *params.ResourceType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -11142,6 +11338,103 @@ func NewUpdateTeamRequestWithBody(server string, id string, contentType string, 
 	return req, nil
 }
 
+// NewListTeamAuditLogRequest constructs an http.Request for the ListTeamAuditLog method
+func NewListTeamAuditLogRequest(server string, id string, params *ListTeamAuditLogParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/teams/%s/audit-log", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ResourceType != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "resourceType", *params.ResourceType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTeamInvitationsRequest constructs an http.Request for the ListTeamInvitations method
 func NewListTeamInvitationsRequest(server string, id string, params *ListTeamInvitationsParams) (*http.Request, error) {
 	var err error
@@ -12037,6 +12330,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /auth/2fa/verify (the `Auth2faVerify` operationId).
 	Auth2faVerifyWithResponse(ctx context.Context, body Auth2faVerifyJSONRequestBody, reqEditors ...RequestEditorFn) (*Auth2faVerifyResponse, error)
+
+	// ListAccountAuditLogWithResponse The caller's audit log, newest first: their own changes and those to their personal projects
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /auth/audit-log (the `ListAccountAuditLog` operationId).
+	ListAccountAuditLogWithResponse(ctx context.Context, params *ListAccountAuditLogParams, reqEditors ...RequestEditorFn) (*ListAccountAuditLogResponse, error)
 
 	// OauthCodehostStartWithResponse Log in through the code host (browser redirect)
 	//
@@ -13075,6 +13375,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /teams/{id} (the `UpdateTeam` operationId).
 	UpdateTeamWithResponse(ctx context.Context, id string, body UpdateTeamJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTeamResponse, error)
 
+	// ListTeamAuditLogWithResponse A team's audit log, newest first (admin and owner)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /teams/{id}/audit-log (the `ListTeamAuditLog` operationId).
+	ListTeamAuditLogWithResponse(ctx context.Context, id string, params *ListTeamAuditLogParams, reqEditors ...RequestEditorFn) (*ListTeamAuditLogResponse, error)
+
 	// ListTeamInvitationsWithResponse List the team's pending invitations (admin)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -13672,6 +13979,61 @@ func (r Auth2faVerifyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r Auth2faVerifyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListAccountAuditLogResponse200Headers the declared response headers of an HTTP 200 response for ListAccountAuditLog
+type ListAccountAuditLogResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListAccountAuditLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]AuditEvent
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListAccountAuditLogResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAccountAuditLogResponse) GetJSON200() *[]AuditEvent {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAccountAuditLogResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAccountAuditLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAccountAuditLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAccountAuditLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAccountAuditLogResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -18533,6 +18895,61 @@ func (r UpdateTeamResponse) ContentType() string {
 	return ""
 }
 
+// ListTeamAuditLogResponse200Headers the declared response headers of an HTTP 200 response for ListTeamAuditLog
+type ListTeamAuditLogResponse200Headers struct {
+	XNextCursor *string
+}
+
+type ListTeamAuditLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]AuditEvent
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *APIError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListTeamAuditLogResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTeamAuditLogResponse) GetJSON200() *[]AuditEvent {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListTeamAuditLogResponse) GetJSONDefault() *APIError {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTeamAuditLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTeamAuditLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTeamAuditLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTeamAuditLogResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListTeamInvitationsResponse200Headers the declared response headers of an HTTP 200 response for ListTeamInvitations
 type ListTeamInvitationsResponse200Headers struct {
 	XNextCursor *string
@@ -19570,6 +19987,19 @@ func (c *ClientWithResponses) Auth2faVerifyWithResponse(ctx context.Context, bod
 		return nil, err
 	}
 	return ParseAuth2faVerifyResponse(rsp)
+}
+
+// ListAccountAuditLogWithResponse The caller's audit log, newest first: their own changes and those to their personal projects
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /auth/audit-log (the `ListAccountAuditLog` operationId).
+func (c *ClientWithResponses) ListAccountAuditLogWithResponse(ctx context.Context, params *ListAccountAuditLogParams, reqEditors ...RequestEditorFn) (*ListAccountAuditLogResponse, error) {
+	rsp, err := c.ListAccountAuditLog(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAccountAuditLogResponse(rsp)
 }
 
 // OauthCodehostStartWithResponse Log in through the code host (browser redirect)
@@ -21407,6 +21837,19 @@ func (c *ClientWithResponses) UpdateTeamWithResponse(ctx context.Context, id str
 	return ParseUpdateTeamResponse(rsp)
 }
 
+// ListTeamAuditLogWithResponse A team's audit log, newest first (admin and owner)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /teams/{id}/audit-log (the `ListTeamAuditLog` operationId).
+func (c *ClientWithResponses) ListTeamAuditLogWithResponse(ctx context.Context, id string, params *ListTeamAuditLogParams, reqEditors ...RequestEditorFn) (*ListTeamAuditLogResponse, error) {
+	rsp, err := c.ListTeamAuditLog(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTeamAuditLogResponse(rsp)
+}
+
 // ListTeamInvitationsWithResponse List the team's pending invitations (admin)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -22043,6 +22486,52 @@ func ParseAuth2faVerifyResponse(rsp *http.Response) (*Auth2faVerifyResponse, err
 		}
 		response.JSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListAccountAuditLogResponse parses an HTTP response from a ListAccountAuditLogWithResponse call
+func ParseListAccountAuditLogResponse(rsp *http.Response) (*ListAccountAuditLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAccountAuditLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []AuditEvent
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListAccountAuditLogResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -25824,6 +26313,52 @@ func ParseUpdateTeamResponse(rsp *http.Response) (*UpdateTeamResponse, error) {
 		}
 		response.JSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListTeamAuditLogResponse parses an HTTP response from a ListTeamAuditLogWithResponse call
+func ParseListTeamAuditLogResponse(rsp *http.Response) (*ListTeamAuditLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTeamAuditLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []AuditEvent
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest APIError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListTeamAuditLogResponse200Headers
+		if values := rsp.Header.Values("X-Next-Cursor"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Next-Cursor", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XNextCursor = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

@@ -65,6 +65,16 @@ func (e *statusEnv) teams(t *testing.T) {
 	want(t, "accept again", acc, err, http.StatusOK)
 	lv, err := member.LeaveTeamWithResponse(ctx, id)
 	want(t, "leave", lv, err, http.StatusNoContent)
+	leave := "member.leave"
+	tlog, err := owner.ListTeamAuditLogWithResponse(ctx, id, &apiclient.ListTeamAuditLogParams{Action: &leave})
+	want(t, "team audit log", tlog, err, http.StatusOK)
+	if len(*tlog.JSON200) != 1 || (*tlog.JSON200)[0].ResourceType != "member" {
+		t.Fatalf("team audit log of member.leave: %+v", *tlog.JSON200)
+	}
+	gone, err := member.ListTeamAuditLogWithResponse(ctx, id, nil)
+	want(t, "team audit log after leaving", gone, err, http.StatusNotFound)
+	alog, err := member.ListAccountAuditLogWithResponse(ctx, nil)
+	want(t, "account audit log", alog, err, http.StatusOK)
 	del, err := owner.DeleteTeamWithResponse(ctx, id)
 	want(t, "delete team", del, err, http.StatusNoContent)
 }
