@@ -28,7 +28,9 @@ func (noAuth) Authenticate(context.Context, string) (platform.Principal, error) 
 
 type noTeams struct{}
 
-func (noTeams) MemberRole(context.Context, string, string) (platform.MemberRole, error) { return "", nil }
+func (noTeams) MemberRole(context.Context, string, string) (platform.MemberRole, error) {
+	return "", nil
+}
 
 // clock is a settable clock.
 type clock struct{ at atomic.Pointer[time.Time] }
