@@ -90,6 +90,18 @@ func TestRollbackRunsTheKeptBuildAgain(t *testing.T) {
 			d.Steps[1].Status != "SUCCEEDED" || d.Steps[2].Status != "SUCCEEDED" {
 			t.Fatalf("rollback steps: %+v", d.Steps)
 		}
+		// The audit log: one row each, the rollback named so, alice the actor.
+		for id, action := range map[string]string{v1: "deployment.create", r1: "deployment.rollback"} {
+			var rows []auditRow
+			for _, r := range auditRows(t, ts) {
+				if r.ResourceID == id {
+					rows = append(rows, r)
+				}
+			}
+			if len(rows) != 1 || rows[0].Action != action || rows[0].ActorID != ownerOf(t, ts, alice) {
+				t.Fatalf("audit rows of %s: %+v, want one %s by alice", id, rows, action)
+			}
+		}
 		logs := logText(t, ts, alice, r1)
 		if !strings.Contains(logs, "rollback to deployment "+v1) || strings.Contains(logs, "compiling the app") ||
 			strings.Contains(logs, "built commit") {
