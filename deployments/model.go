@@ -2,7 +2,6 @@ package deployments
 
 import (
 	"database/sql/driver"
-	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/internal/jsoncol"
@@ -146,6 +145,8 @@ type Deployment struct {
 	// RollbackOf is the deployment whose build this one runs again (a
 	// rollback: no clone, no build); "" for a deployment that builds.
 	RollbackOf string `bun:"rollback_of,notnull,default:''"`
+	// audit is the audit action of a new deployment (TriggerParams.Action); not stored.
+	audit string `bun:"-"`
 	// BuildKept is set on a replaced deployment whose build (image or
 	// workspace) is kept for a rollback (the project's last
 	// ActivitiesConfig.KeepBuilds replaced deployments).
@@ -188,14 +189,3 @@ func (s *Steps) Scan(src any) error { return jsoncol.Scan(src, s, "Steps") }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (Step) SchemaName() string { return "DeploymentStep" }
-
-// auditAction names a new deployment's audit action by why it started.
-func (d *Deployment) auditAction() string {
-	switch {
-	case d.RollbackOf != "":
-		return "deployment.rollback"
-	case strings.HasPrefix(d.Reason, "redeploy of "):
-		return "deployment.redeploy"
-	}
-	return "deployment.create"
-}

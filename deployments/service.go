@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,8 @@ type TriggerParams struct {
 	Reason string
 	// RollbackOf runs the build of this earlier deployment again (Rollback).
 	RollbackOf string
+	// Action names the deployment in the audit log. Default "deployment.create".
+	Action string
 }
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
@@ -84,7 +87,7 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 		ID: id, ProjectID: p.ProjectID, OwnerID: spec.OwnerID, ProjectSlug: spec.Slug,
 		Status: StatusQueued, Steps: NewSteps(), CommitSHA: p.CommitSHA, Reason: reason,
 		Region: spec.Region, WorkflowName: "deploy-" + id, Attempt: 1, CreatedAt: at, UpdatedAt: at,
-		RollbackOf: p.RollbackOf,
+		RollbackOf: p.RollbackOf, audit: cmp.Or(p.Action, "deployment.create"),
 	}
 	used, err := s.store.DeploymentInsert(ctx, d, spec.MaxDeploymentsPerMonth)
 	if errors.Is(err, errQuota) {
@@ -278,7 +281,8 @@ func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment
 	if err != nil {
 		return nil, err
 	}
-	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA, Reason: "redeploy of " + id})
+	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA, Reason: "redeploy of " + id,
+		Action: "deployment.redeploy"})
 }
 
 // Rollback starts a new deployment of the project from the kept build of the
@@ -303,7 +307,7 @@ func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment
 		return nil, platform.Conflict("this server's runtime cannot roll back (it does not keep builds)")
 	}
 	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA,
-		Reason: "rollback to " + id, RollbackOf: id})
+		Reason: "rollback to " + id, RollbackOf: id, Action: "deployment.rollback"})
 }
 
 // Delete removes the owner's deployment: cancels it if it runs, stops its app,

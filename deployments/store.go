@@ -20,7 +20,7 @@ import (
 type Store struct {
 	db    bun.IDB
 	clock platform.Clock // stamps updated_at; deployments.New sets its Deps.Clock
-	audit audit.Recorder // Deps.Audit: records changes a person asked for (auditAction)
+	audit audit.Recorder // Deps.Audit: records changes a person asked for
 	// The log lines' SQL (Log* methods): deployment_logs and each
 	// deployment's log_bytes.
 	*logstream.SQL
@@ -74,7 +74,7 @@ func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth
 		if _, err = tx.NewInsert().Model(d).Exec(ctx); err != nil {
 			return err
 		}
-		return s.record(ctx, tx, d, d.auditAction())
+		return s.record(ctx, tx, d, d.audit)
 	})
 	if errors.Is(err, errQuota) {
 		return used, err
