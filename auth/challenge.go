@@ -101,7 +101,7 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errBadChallenge
 		}
-		pair, err = s.issue(ctx, tx, row, platform.NewID(), now.Add(s.d.RefreshTTL))
+		pair, err = s.startSession(ctx, tx, row, "through an identity provider, with a two-factor code")
 		return err
 	})
 	if err != nil {

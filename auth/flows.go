@@ -2,14 +2,13 @@ package auth
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"strings"
 
 	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/auth/internal/onetime"
+	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -39,12 +38,6 @@ type LoginResult struct {
 }
 
 func errBadCredentials() *platform.Error { return platform.Unauthorized("invalid email or password") }
-
-// loginKey names the bucket of an account and a client (an address or a device).
-func loginKey(email, client string) string {
-	sum := sha256.Sum256([]byte(email + "|" + client))
-	return hex.EncodeToString(sum[:])
-}
 
 // Login checks the password (and the second factor when 2FA is on) and starts
 // a session. Unknown email and wrong password answer the same error after the
@@ -106,10 +99,8 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	}
 	var pair TokenPair
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL)); err != nil {
-			return err
-		}
-		return s.record(ctx, tx, row.ID, "account.login", "logged in with password")
+		pair, err = s.startSession(ctx, tx, row, "with password")
+		return err
 	})
 	if err != nil {
 		return LoginResult{}, err
@@ -129,13 +120,13 @@ type loginBucket struct {
 func (s *Service) takeLoginBuckets(ctx context.Context, email, device, ip string) ([]loginBucket, error) {
 	var taken []loginBucket
 	if device != "" {
-		taken = []loginBucket{{loginKey(email, device), "login-dev:", s.d.Limits.LoginPerDevice}}
+		taken = []loginBucket{{ratelimit.PairKey(email, device), "login-dev:", s.d.Limits.LoginPerDevice}}
 	} else {
 		if err := s.allow(ctx, ip, "login-ip:", s.d.Limits.LoginPerIP); err != nil {
 			return nil, err
 		}
 		if ip != "" {
-			taken = append(taken, loginBucket{loginKey(email, ip), "login-acct-ip:", s.d.Limits.LoginPerAccountAddr})
+			taken = append(taken, loginBucket{ratelimit.PairKey(email, ip), "login-acct-ip:", s.d.Limits.LoginPerAccountAddr})
 		}
 		taken = append(taken, loginBucket{email, "login-acct:", s.d.Limits.LoginPerAccount})
 	}
@@ -165,10 +156,8 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 		if !ok {
 			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
 		}
-		if pair, err = s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL)); err != nil {
-			return err
-		}
-		return s.record(ctx, tx, row.ID, "account.login", "logged in with password and two-factor code")
+		pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
+		return err
 	})
 	if err != nil {
 		return TokenPair{}, err

@@ -107,13 +107,26 @@ func (s *Service) parseAccess(token string) (accessClaims, error) {
 // IssueTokens starts a new login session (refresh-token family) for the user
 // and answers its first token pair. The OAuth flows call it after a provider
 // vouched for the user.
-func (s *Service) IssueTokens(ctx context.Context, userID platform.ID) (TokenPair, error) {
+func (s *Service) IssueTokens(ctx context.Context, userID platform.ID) (pair TokenPair, err error) {
 	row, err := s.userRow(ctx, s.db, "id", userID)
 	if err != nil {
 		return TokenPair{}, err
 	}
-	now := s.now()
-	return s.issue(ctx, s.db, row, platform.NewID(), now.Add(s.d.RefreshTTL))
+	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		pair, err = s.startSession(ctx, tx, row, "through an identity provider")
+		return err
+	})
+	return pair, err
+}
+
+// startSession issues the first token pair of a new session of row and
+// records the login (how: in words), in tx.
+func (s *Service) startSession(ctx context.Context, tx bun.IDB, row *userRow, how string) (TokenPair, error) {
+	pair, err := s.issue(ctx, tx, row, platform.NewID(), s.now().Add(s.d.RefreshTTL))
+	if err != nil {
+		return TokenPair{}, err
+	}
+	return pair, s.record(ctx, tx, row.ID, "account.login", "logged in "+how)
 }
 
 // issue stores a new refresh token of family (expiring at exp) and signs an

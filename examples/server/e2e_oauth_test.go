@@ -180,6 +180,16 @@ func TestOAuthE2E(t *testing.T) {
 		if oauthMe(t, ts, u.Query().Get("accessToken"))["id"] != linusID {
 			t.Fatal("second login made another account")
 		}
+		// Each login left one audit row (the refresh none), actor linus, no address of the provider.
+		var logins []auditRow
+		for _, r := range auditRows(t, ts) {
+			if r.ActorID == linusID && r.Action == "account.login" {
+				logins = append(logins, r)
+			}
+		}
+		if len(logins) != 2 || logins[0].Summary != "logged in through an identity provider" || logins[0].Addr != "127.0.0.1" {
+			t.Fatalf("audit rows of two OAuth logins: %+v", logins)
+		}
 
 		// Bad state: a callback this browser did not start; a tampered state.
 		cb := newOAuthBrowser(t, ts).begin("/auth/codehost")

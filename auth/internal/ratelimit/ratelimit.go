@@ -6,7 +6,9 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -129,4 +131,11 @@ type Row struct {
 	Key    string  `bun:"key,pk,type:varchar(300)"`
 	Tokens float64 `bun:"tokens,notnull"`
 	LastNS int64   `bun:"last_ns,notnull"`
+}
+
+// PairKey names the bucket of a pair (an account and a client address or
+// device) without storing either in clear.
+func PairKey(a, b string) string {
+	sum := sha256.Sum256([]byte(a + "|" + b))
+	return hex.EncodeToString(sum[:])
 }
