@@ -37,6 +37,28 @@ func auditRows(t *testing.T, ts *testServer) []auditRow {
 	return rows
 }
 
+// auditSeen is the set of the audit rows' ids now.
+func auditSeen(t *testing.T, ts *testServer) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, r := range auditRows(t, ts) {
+		seen[r.ID] = true
+	}
+	return seen
+}
+
+// auditAdded is the audit rows not in seen, oldest first.
+func auditAdded(t *testing.T, ts *testServer, seen map[string]bool) []auditRow {
+	t.Helper()
+	var added []auditRow
+	for _, r := range auditRows(t, ts) {
+		if !seen[r.ID] {
+			added = append(added, r)
+		}
+	}
+	return added
+}
+
 // auditStep is one row of the table: who sends which request, the status
 // it must answer, and the one audit row it must leave ("" action: none).
 type auditStep struct {
@@ -60,20 +82,12 @@ const auditMarker = "AUDIT-MARKER-s3cr3t-value" // a secret env value no audit r
 // run sends s and checks the audit rows it left.
 func (w *auditWorld) run(t *testing.T, s auditStep) []byte {
 	t.Helper()
-	before := map[string]bool{}
-	for _, r := range auditRows(t, w.ts) {
-		before[r.ID] = true
-	}
+	seen := auditSeen(t, w.ts)
 	status, body, _ := w.ts.do(t, s.method, s.path, w.tokens[s.who], s.body)
 	if status != s.status {
 		t.Fatalf("%s: %s %s as %s: %d, want %d: %s", s.name, s.method, s.path, s.who, status, s.status, body)
 	}
-	var added []auditRow
-	for _, r := range auditRows(t, w.ts) {
-		if !before[r.ID] {
-			added = append(added, r)
-		}
-	}
+	added := auditAdded(t, w.ts, seen)
 	if s.action == "" {
 		if len(added) != 0 {
 			t.Fatalf("%s: refused (%d) but left audit rows %+v", s.name, status, added)

@@ -22,6 +22,8 @@ type teamWorld struct {
 	tokens                          map[string]string // by role, and "outsider"
 	emails                          map[string]string
 	ids                             map[string]string // user ids by role
+	auditMark                       map[string]bool   // audit rows before the last tryRoute's request
+	lastMethod                      string            // and its method
 	seq                             atomic.Int64
 	ownerTok                        string
 	planPro                         string
@@ -372,6 +374,9 @@ func walkTeamTable(t *testing.T, w *teamWorld, callers map[string]string, how st
 				want = http.StatusForbidden
 			}
 			w.tryRoute(t, r, callers[who], want, r.name+" as "+who+" "+how)
+			// A change allowed leaves exactly one audit row, of its caller
+			// (with the token's id for a token); a read or a refusal none.
+			w.checkAudit(t, r, who, allowed, how != "")
 		}
 	}
 }
@@ -381,6 +386,7 @@ func walkTeamTable(t *testing.T, w *teamWorld, callers map[string]string, how st
 func (w *teamWorld) tryRoute(t *testing.T, r teamRoute, token string, want int, what string) []byte {
 	t.Helper()
 	method, path, body := r.req(t, w)
+	w.auditMark, w.lastMethod = auditSeen(t, w.ts), method
 	before := ""
 	if want >= 400 {
 		before = w.snapshot(t)
@@ -399,6 +405,22 @@ func (w *teamWorld) tryRoute(t *testing.T, r teamRoute, token string, want int, 
 		}
 	}
 	return got
+}
+
+// checkAudit checks the audit rows the last tryRoute added: exactly one,
+// whose actor is who (and with a token id when byToken), for an allowed
+// change; none for a read, the log token or a refusal.
+func (w *teamWorld) checkAudit(t *testing.T, r teamRoute, who string, allowed, byToken bool) {
+	t.Helper()
+	rows, changes := auditAdded(t, w.ts, w.auditMark), allowed && w.lastMethod != "GET" && r.name != "log token"
+	ok := len(rows) == 0
+	if changes {
+		ok = len(rows) == 1 && rows[0].ActorID == w.ids[who] && (rows[0].TokenID != "") == byToken
+	}
+	if !ok {
+		t.Fatalf("%s as %s (token %v): audit rows %+v, want %s", r.name, who, byToken, rows,
+			map[bool]string{true: "one of " + w.ids[who], false: "none"}[changes])
+	}
 }
 
 // checkTeamCreateRoles: creating a project in a team needs admin; a non-member gets 404.
