@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/keelson-dev/keelson/auth/auditlog"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
@@ -143,4 +144,48 @@ func TestRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// tokens answers a principal per bearer token.
+type tokens map[string]platform.Principal
+
+func (m tokens) Authenticate(_ context.Context, tok string) (platform.Principal, error) {
+	if p, ok := m[tok]; ok {
+		return p, nil
+	}
+	return platform.Principal{}, platform.ErrUnauthorized
+}
+
+type roles map[string]platform.MemberRole // user id -> role in the one team
+
+func (r roles) MemberRole(_ context.Context, _, userID string) (platform.MemberRole, error) {
+	return r[userID], nil
+}
+
+// TestTeamLogAccess: admin and owner read the team log; a viewer 403; an
+// API token needs audit:read in its scopes (403) and its team (404 otherwise).
+func TestTeamLogAccess(t *testing.T) {
+	bdb := dbtest.SQLite(t, auditlog.Migrations())
+	team, admin, viewer := platform.NewID(), platform.NewID(), platform.NewID()
+	svc, err := auditlog.New(auditlog.Deps{DB: bdb, Teams: roles{admin: platform.MemberAdmin, viewer: platform.MemberViewer},
+		Auth: tokens{
+			"admin":      {UserID: admin},
+			"viewer":     {UserID: viewer},
+			"no-scope":   {UserID: admin, TokenID: platform.NewID(), Scopes: []platform.Permission{platform.ProjectsRead}},
+			"other-team": {UserID: admin, TokenID: platform.NewID(), Scopes: []platform.Permission{platform.AuditRead}, TeamID: platform.NewID()},
+			"scoped":     {UserID: admin, TokenID: platform.NewID(), Scopes: []platform.Permission{platform.AuditRead}, TeamID: team},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, api := humatest.New(t, platform.APIConfig("test", "1"))
+	if err := svc.Register(api); err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]int{"admin": 200, "scoped": 200, "viewer": 403, "no-scope": 403, "other-team": 404} {
+		resp := api.Get("/teams/"+team+"/audit-log", "Authorization: Bearer "+tok)
+		if resp.Code != want {
+			t.Errorf("team log as %s: %d %s, want %d", tok, resp.Code, resp.Body, want)
+		}
+	}
 }

@@ -73,11 +73,14 @@ func (s *Service) teamLog(ctx context.Context, in *struct {
 	if err != nil {
 		return nil, fmt.Errorf("auditlog: team role: %w", err)
 	}
-	if role == "" {
+	if role == "" || (p.TeamID != "" && p.TeamID != in.ID) { // a token of another team: as a non-member
 		return nil, platform.NotFound("team not found")
 	}
 	if !role.Allows(platform.AuditRead) {
 		return nil, platform.Denied(role, platform.AuditRead)
+	}
+	if !p.Allows(platform.AuditRead) {
+		return nil, platform.Forbidden("this API token's scopes do not include " + string(platform.AuditRead)).WithCode("SCOPE_MISSING")
 	}
 	return s.list(ctx, in.Filter, in.PageParams, func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("owner_id = ?", in.ID)
