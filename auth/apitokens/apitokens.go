@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -74,6 +75,9 @@ type Deps struct {
 	// TouchEvery is how often, at most, a token's last use is written.
 	// Default one minute.
 	TouchEvery time.Duration
+	// Audit records token creation and revocation in their transactions
+	// (optional).
+	Audit audit.Recorder
 	// Log receives the module's messages. Default: discard.
 	Log *slog.Logger
 	// Clock tells the time. Default platform.SystemClock.

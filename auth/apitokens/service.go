@@ -1,6 +1,7 @@
 package apitokens
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -17,7 +19,7 @@ import (
 // CreateRequest is the body of POST /auth/tokens.
 type CreateRequest struct {
 	Name      string     `json:"name" minLength:"1" maxLength:"100" doc:"What the token is for, e.g. \"CI deploys\""`
-	Scopes    []string   `json:"scopes" minItems:"1" maxItems:"32" doc:"Permissions the token may use, e.g. [\"deployments:write\"]; any scope on a resource also reads it: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write"`
+	Scopes    []string   `json:"scopes" minItems:"1" maxItems:"32" doc:"Permissions the token may use, e.g. [\"deployments:write\"]; any scope on a resource also reads it: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write, audit:read"`
 	ExpiresAt *time.Time `json:"expiresAt,omitempty" doc:"When the token stops working (RFC 3339, in the future); absent: never"`
 	TeamID    string     `json:"teamId,omitempty" maxLength:"36" doc:"Bind the token to this team's projects (the caller must be a member whose role holds every scope); absent: every project the caller can reach"`
 }
@@ -132,8 +134,11 @@ func (s *Service) Create(ctx context.Context, userID string, in *CreateRequest) 
 		if int(n) >= s.d.MaxPerUser {
 			return platform.Forbidden(fmt.Sprintf("API token limit reached: %d per account; delete one first", s.d.MaxPerUser)).WithCode("TOKEN_LIMIT")
 		}
-		_, err = tx.NewInsert().Model(row).Exec(ctx)
-		return err
+		if _, err = tx.NewInsert().Model(row).Exec(ctx); err != nil {
+			return err
+		}
+		return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "token.create", ResourceType: "token", ResourceID: row.ID,
+			OwnerID: cmp.Or(row.TeamID, userID), Summary: fmt.Sprintf("%q, scopes %s", row.Name, row.Scopes)})
 	})
 	if err != nil {
 		return nil, translate("create", err)
@@ -182,12 +187,20 @@ func (s *Service) Delete(ctx context.Context, userID, id string) error {
 	if !platform.ValidID(id) {
 		return platform.NotFound("token not found")
 	}
-	res, err := s.d.DB.NewDelete().Model((*tokenRow)(nil)).Where("id = ? AND user_id = ?", id, userID).Exec(ctx)
+	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		var row tokenRow
+		err := tx.NewDelete().Model(&row).Where("id = ? AND user_id = ?", id, userID).Returning("*").Scan(ctx)
+		if err != nil {
+			return err
+		}
+		return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "token.revoke", ResourceType: "token", ResourceID: id,
+			OwnerID: cmp.Or(row.TeamID, userID), Summary: fmt.Sprintf("%q", row.Name)})
+	})
+	if errors.Is(db.Translate(err), platform.ErrNotFound) {
+		return platform.NotFound("token not found")
+	}
 	if err != nil {
 		return translate("delete", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return platform.NotFound("token not found")
 	}
 	s.d.Log.InfoContext(ctx, "api token revoked", "token_id", id, "user_id", userID)
 	return nil

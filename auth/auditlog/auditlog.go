@@ -137,7 +137,7 @@ func (s *Service) Record(ctx context.Context, idb bun.IDB, e audit.Entry) error 
 		return nil
 	}
 	row := &eventRow{ID: platform.NewID(), At: s.d.Clock.Now().UTC().Truncate(time.Microsecond), ActorID: actor, TokenID: token,
-		Addr: cut(audit.AddrFrom(ctx), 64), Action: e.Action, ResourceType: e.ResourceType, ResourceID: e.ResourceID,
+		Addr: cut(platform.ClientAddr(ctx), 64), Action: e.Action, ResourceType: e.ResourceType, ResourceID: e.ResourceID,
 		OwnerID: e.OwnerID, ProjectID: e.ProjectID, Summary: cut(e.Summary, maxSummary)}
 	if _, err := idb.NewInsert().Model(row).Exec(ctx); err != nil {
 		return fmt.Errorf("auditlog: record %s: %w", e.Action, db.Translate(err))

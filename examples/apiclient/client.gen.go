@@ -804,7 +804,7 @@ type CreateAPITokenRequest struct {
 	// Name What the token is for, e.g. "CI deploys"
 	Name string `json:"name"`
 
-	// Scopes Permissions the token may use, e.g. ["deployments:write"]; any scope on a resource also reads it: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write
+	// Scopes Permissions the token may use, e.g. ["deployments:write"]; any scope on a resource also reads it: projects:read, projects:write, projects:create, projects:delete, secrets:write, plans:write, deployments:read, deployments:write, deployments:delete, domains:read, domains:write, hooks:read, hooks:write, members:read, members:write, teams:write, audit:read
 	Scopes []string `json:"scopes"`
 
 	// TeamId Bind the token to this team's projects (the caller must be a member whose role holds every scope); absent: every project the caller can reach

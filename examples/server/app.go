@@ -267,7 +267,7 @@ func (a *App) handler(mux *http.ServeMux) http.Handler {
 	}
 	h := httpx.Middleware(a.Log, httpx.LimitBodies(budget,
 		httpx.CORS(httpx.CORSConfig{Origin: a.Cfg.FrontendURL},
-			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, a.auditAddr(mux)))))
+			httpx.CheckJSON(httpx.JSONCheck{MaxBytes: maxJSONBody, Skip: isWebhook}, mux))))
 	routes := mux // what labels a request's route in the metrics
 	if !a.Cfg.ServesAPI() {
 		// A worker (KEELSON_ROLE=worker) answers health checks only; the

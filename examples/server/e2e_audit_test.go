@@ -171,6 +171,16 @@ func (w *auditWorld) walk(t *testing.T) {
 	}
 	w.walkProject(t)
 	w.walkAccount(t)
+	var tok struct{ ID, Token string }
+	_ = json.Unmarshal(w.run(t, auditStep{name: "create token", who: "owner", method: "POST", path: "/auth/tokens",
+		body:   map[string]any{"name": "ci", "scopes": []string{"deployments:write"}, "teamId": w.team},
+		status: 201, action: "token.create", resourceType: "token", resourceID: "*"}), &tok)
+	if rows := auditRows(t, w.ts); strings.Contains(rows[len(rows)-1].Summary, tok.Token) || tok.Token == "" {
+		t.Fatalf("token.create summary holds the token (or none was made): %q", rows[len(rows)-1].Summary)
+	}
+	w.run(t, auditStep{name: "revoke token", who: "owner", method: "DELETE", path: "/auth/tokens/" + tok.ID, status: 204,
+		action: "token.revoke", resourceType: "token", resourceID: tok.ID})
+	w.run(t, auditStep{name: "revoke it again", who: "owner", method: "DELETE", path: "/auth/tokens/" + tok.ID, status: 404})
 	w.run(t, auditStep{name: "leave", who: "viewer", method: "POST", path: team + "/leave", status: 204,
 		action: "member.leave", resourceType: "member", resourceID: w.ids["viewer"]})
 	w.run(t, auditStep{name: "remove", who: "owner", method: "DELETE", path: team + "/members/" + w.ids["admin"], status: 204,

@@ -272,7 +272,7 @@ var teamRouteTable = []teamRoute{
 	{"https redirect", "admin", 200, func(t *testing.T, w *teamWorld) (string, string, any) {
 		var p struct{ HTTPSRedirect bool }
 		w.ts.doJSON(t, http.StatusOK, "GET", "/projects/"+w.project, w.ownerTok, nil, &p)
-		b := settingsBody(w, "pro", "********").(map[string]any)
+		b := settingsBody(w, w.planOf(t), "********").(map[string]any)
 		b["httpsRedirect"] = !p.HTTPSRedirect
 		return "PATCH", "/projects/" + w.project + "/settings", b
 	}},

@@ -19,7 +19,7 @@ import (
 // built after it, answers the creator's role for a team-bound token (an edge).
 func (a *App) buildAPITokens(context.Context) error {
 	svc, err := apitokens.New(apitokens.Deps{
-		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: tokenTeams{a.edges},
+		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: tokenTeams{a.edges}, Audit: auditEdge{a.edges},
 		MaxPerUser: a.Cfg.MaxAPITokens, Log: a.Log.With("module", "apitokens"),
 	})
 	if err != nil {
@@ -78,7 +78,7 @@ var tokenRoutes = map[string]platform.Permission{
 	"create-deploy-hook": "", "list-deploy-hooks": "", "delete-deploy-hook": "",
 	"list-teams": platform.MembersRead, "get-team": "", "update-team": "", "delete-team": "", "list-team-members": "",
 	"update-team-member": "", "remove-team-member": "", "create-team-invitation": "", "list-team-invitations": "",
-	"revoke-team-invitation": "",
+	"revoke-team-invitation": "", "list-team-audit-log": "",
 }
 
 // tokenRule is the server's platform.TokenRules: account routes (every

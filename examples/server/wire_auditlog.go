@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/keelson-dev/keelson/auth/auditlog"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
-	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/uptrace/bun"
 )
 
@@ -38,16 +36,4 @@ type auditEdge struct{ e *edges }
 
 func (r auditEdge) Record(ctx context.Context, idb bun.IDB, e audit.Entry) error {
 	return r.e.auditlog.Record(ctx, idb, e)
-}
-
-// auditAddr puts each request's client address (trusted proxies resolved)
-// in its context, for the audit rows its changes leave.
-func (a *App) auditAddr(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := httpx.RequestClient(r, a.Cfg.TrustedProxies)
-		if addr.IsValid() {
-			r = r.WithContext(audit.WithAddr(r.Context(), addr.String()))
-		}
-		next.ServeHTTP(w, r)
-	})
 }

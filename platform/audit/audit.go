@@ -2,7 +2,7 @@
 // Entry, written through a Recorder with the same bun.IDB (the transaction)
 // as the change, so a change and its audit row commit or roll back
 // together. Who acted (the Principal's user and API token) and from where
-// (the client address the host put in the context with WithAddr) are taken
+// (the client address the host put in the context with platform.WithClientAddr) are taken
 // from ctx; a module only says what changed.
 //
 // The table and the routes that read it belong to the auth/auditlog module,
@@ -62,18 +62,4 @@ func Actor(ctx context.Context, e Entry) (userID, tokenID string) {
 		return p.UserID, p.TokenID
 	}
 	return e.ActorID, ""
-}
-
-type addrKey struct{}
-
-// WithAddr returns ctx carrying the client address of the request (the
-// host puts it there once per request, after resolving trusted proxies).
-func WithAddr(ctx context.Context, addr string) context.Context {
-	return context.WithValue(ctx, addrKey{}, addr)
-}
-
-// AddrFrom is the client address WithAddr put in ctx, or "".
-func AddrFrom(ctx context.Context) string {
-	a, _ := ctx.Value(addrKey{}).(string)
-	return a
 }

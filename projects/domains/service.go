@@ -318,12 +318,18 @@ func (s *Service) Update(ctx context.Context, caller, projectID, domainID string
 		return s.out(row), nil
 	}
 	row.HSTS, row.UpdatedAt = *in.HSTS, s.now()
-	res, err := s.d.DB.NewUpdate().Model(row).Column("hsts", "updated_at").Where("id = ?", row.ID).Exec(ctx)
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model(row).Column("hsts", "updated_at").Where("id = ?", row.ID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return platform.NotFound("domain not found") // deleted or moved meanwhile
+		}
+		return s.record(ctx, tx, row, "domain.update", fmt.Sprintf("hsts %v", row.HSTS))
+	})
 	if err != nil {
 		return nil, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, platform.NotFound("domain not found") // deleted or moved meanwhile
 	}
 	s.d.Log.InfoContext(ctx, "domains: hsts changed", "hostname", row.Hostname, "hsts", row.HSTS)
 	if row.Status == StatusActive {
