@@ -30,12 +30,14 @@ var ownedRoutes = []struct{ prefix, kind string }{
 	{"/projects/{id}", "project"},
 	{"/deployments/{id}", "deployment"},
 	{"/teams/{id}", "team"},
+	{"/auth/tokens/{id}", "token"},
 }
 
 // notOwnedRoutes take ids of things no user owns; why is noted per prefix.
 var notOwnedRoutes = map[string]string{
 	"/plans/{id}":           "plans are a public catalogue (GET public, writes ADMIN: checked below)",
 	"/deploy-hooks/{token}": "the token is the hook's own credential, not an id: unknown and revoked ones answer one 404 (TestDeployHooksE2E)",
+	"/hosts/{id}":           "hosts are the installation's machines, not a tenant's: every route is ADMIN only (a user's 403 is driven in TestDeclaredResponses)",
 }
 
 // placeholderPrefixes are SPEC 4.7's placeholder modules: no stored resources.
@@ -148,6 +150,11 @@ func TestAbuse(t *testing.T) {
 			var team struct{ ID string }
 			ts.doJSON(t, http.StatusCreated, "POST", "/teams", alice, map[string]any{"name": "alice's"}, &team)
 			ids["team"] = team.ID
+		}
+		if has("POST", "/auth/tokens") {
+			var tok struct{ ID string }
+			ts.doJSON(t, http.StatusCreated, "POST", "/auth/tokens", alice, map[string]any{"name": "alice's CI", "scopes": []string{"projects:read"}}, &tok)
+			ids["token"] = tok.ID
 		}
 		// A custom domain of alice's project (her account on a plan that
 		// has customDomains), for the routes under .../domains/{domainId}.
