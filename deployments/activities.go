@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/metric"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -81,7 +82,7 @@ func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
 	a := &Activities{store: cfg.Store, logs: cfg.Logs, rt: cfg.Runtime, projects: cfg.Projects,
 		git: cfg.Git, log: cfg.Logger, release: cfg.ReleaseTimeout, clock: cfg.Clock, metrics: cfg.Metrics, hosts: cfg.Hosts}
 	if a.metrics == nil {
-		a.metrics = noMetrics{}
+		a.metrics = metric.None{}
 	}
 	if a.clock == nil {
 		a.clock = platform.SystemClock{}
@@ -114,7 +115,7 @@ func (a *Activities) Build(ctx context.Context, id string) error {
 		}
 		start := a.clock.Now()
 		commit, err := a.rt.Build(ctx, job, sink)
-		a.metrics.BuildFinished(buildOutcome(ctx, err), a.clock.Now().Sub(start))
+		a.metrics.BuildFinished(metric.Outcome(ctx, err), a.clock.Now().Sub(start))
 		if err != nil {
 			return nil, err
 		}

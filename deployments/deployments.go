@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/logstream"
+	"github.com/keelson-dev/keelson/deployments/metric"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/uptrace/bun"
@@ -144,7 +145,7 @@ func (d Deps) withDefaults() Deps {
 	d.LogRetention = cmp.Or(d.LogRetention, DefaultLogRetention)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
 	if d.Metrics == nil {
-		d.Metrics = noMetrics{}
+		d.Metrics = metric.None{}
 	}
 	if d.Logs.Metrics == nil {
 		d.Logs.Metrics = d.Metrics

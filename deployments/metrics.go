@@ -1,58 +1,17 @@
 package deployments
 
-import (
-	"context"
-	"errors"
-	"time"
-)
+import "github.com/keelson-dev/keelson/deployments/metric"
 
-// Metrics is told what the module does, for an operator's dashboards: the
-// module imports no metrics library; the embedder counts these events in
-// its own (the reference server uses Prometheus). Deps.Metrics is optional:
-// nil records nothing.
-//
-// Methods are called on hot paths (the log writer, every stream) and from
-// many goroutines: they must be safe for concurrent use, cheap, and never
-// block.
-type Metrics interface {
-	// BuildFinished reports a build (the BUILD step's clone and build, on
-	// the runtime) that ended after took, with its outcome.
-	BuildFinished(outcome BuildOutcome, took time.Duration)
-	// LogLinesStored reports n deployment log lines stored in the database
-	// by this process.
-	LogLinesStored(n int)
-	// LogStreamOpened and LogStreamClosed bracket every log stream (SSE)
-	// this process serves: opened when its 200 starts, closed when it ends.
-	LogStreamOpened()
-	LogStreamClosed()
-}
+// Metrics is told what the module does, for an operator's dashboards
+// (Deps.Metrics, optional); see package metric.
+type Metrics = metric.Metrics
 
 // BuildOutcome is how a build ended.
-type BuildOutcome string
+type BuildOutcome = metric.BuildOutcome
 
 // Build outcomes.
 const (
-	BuildSucceeded BuildOutcome = "succeeded"
-	BuildFailed    BuildOutcome = "failed"
-	// BuildCancelled is a build stopped by a cancellation or a shutdown.
-	BuildCancelled BuildOutcome = "cancelled"
+	BuildSucceeded = metric.BuildSucceeded
+	BuildFailed    = metric.BuildFailed
+	BuildCancelled = metric.BuildCancelled
 )
-
-// buildOutcome classifies the error of a runtime's Build.
-func buildOutcome(ctx context.Context, err error) BuildOutcome {
-	switch {
-	case err == nil:
-		return BuildSucceeded
-	case ctx.Err() != nil || errors.Is(err, context.Canceled):
-		return BuildCancelled
-	}
-	return BuildFailed
-}
-
-// noMetrics is the Metrics of a Deps without one.
-type noMetrics struct{}
-
-func (noMetrics) BuildFinished(BuildOutcome, time.Duration) {}
-func (noMetrics) LogLinesStored(int)                        {}
-func (noMetrics) LogStreamOpened()                          {}
-func (noMetrics) LogStreamClosed()                          {}
