@@ -240,3 +240,41 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLiveHosts is the query each ingress runs every second for its
+// remote routes (Store.LiveHosts), at 10,000 LIVE deployments on 10 hosts
+// among 10,000 ended ones.
+//
+//	go test -run '^$' -bench BenchmarkLiveHosts ./deployments/
+func BenchmarkLiveHosts(b *testing.B) {
+	benchDBs(b, func(b *testing.B, newDB func() *bun.DB) {
+		bdb := newDB()
+		store := deployments.NewStore(bdb)
+		ctx := context.Background()
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		rows := make([]*deployments.Deployment, 0, 20000)
+		for i := range 20000 {
+			st := deployments.StatusLive
+			if i%2 == 1 {
+				st = deployments.StatusCancelled
+			}
+			rows = append(rows, &deployments.Deployment{ID: platform.NewID(), ProjectID: platform.NewID(), OwnerID: platform.NewID(),
+				ProjectSlug: fmt.Sprintf("app-%05d", i/2), Status: st, Steps: deployments.NewSteps(), Reason: "bench",
+				Region: "local", Host: fmt.Sprintf("q/worker/host-%d", i%10), Attempt: 1, CreatedAt: at, UpdatedAt: at})
+		}
+		for i := 0; i < len(rows); i += 500 {
+			if _, err := bdb.NewInsert().Model(rowsOf(rows[i:min(i+500, len(rows))])).Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			m, err := store.LiveHosts(ctx)
+			if err != nil || len(m) != 10000 {
+				b.Fatalf("%d routes, %v", len(m), err)
+			}
+		}
+	})
+}
+
+func rowsOf(ds []*deployments.Deployment) *[]*deployments.Deployment { return &ds }

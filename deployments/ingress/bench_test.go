@@ -2,9 +2,11 @@ package ingress_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
@@ -64,4 +66,35 @@ func BenchmarkProxy(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRemoteTable is the cost of the remote route table at 10,000
+// routes (the apps other hosts run): replacing it (what each ingress does
+// every second, after its query) and the memory the table holds.
+//
+//	go test -run '^$' -bench BenchmarkRemoteTable -benchmem ./deployments/ingress/
+func BenchmarkRemoteTable(b *testing.B) {
+	const n = 10000
+	routes := make(map[string]string, n)
+	for i := range n {
+		routes[fmt.Sprintf("app-%05d", i)] = fmt.Sprintf("10.0.%d.%d:8081", i/250, i%250)
+	}
+	r, err := ingress.New(ingress.Config{ForwardKey: []byte("k")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	b.Run("replace", func(b *testing.B) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for b.Loop() {
+			if err := r.SetRemote(routes); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1024, "KiB-held")
+	})
 }
