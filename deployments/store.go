@@ -220,6 +220,26 @@ func (s *Store) LiveHosts(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// PlacedByHost counts, by host queue, the deployments placed on a host
+// that are not LIVE yet (building, starting, routing).
+func (s *Store) PlacedByHost(ctx context.Context) (map[string]int, error) {
+	var rows []struct {
+		Host string `bun:"host"`
+		N    int    `bun:"n"`
+	}
+	err := s.db.NewSelect().Model((*Deployment)(nil)).Column("host").ColumnExpr("count(*) AS n").
+		Where("status IN (?)", bun.In([]Status{StatusQueued, StatusBuilding, StatusProvisioning, StatusConfiguringDNS})).
+		Where("host <> ''").Group("host").Scan(ctx, &rows)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.Host] = r.N
+	}
+	return out, nil
+}
+
 // DeploymentUpdate writes columns of d (and updated_at) to its row. With from
 // non-empty it only updates a row whose status is one of from, and reports
 // whether it did (false, nil: the row moved on or is gone).

@@ -115,6 +115,10 @@ type Deps struct {
 	// MoveApps deploys the apps of host h on other hosts, each log saying
 	// why (Drain); required by Drain.
 	MoveApps func(ctx context.Context, h *Host, why string) error
+	// Placed, when set, counts by host queue the deployments placed but
+	// not LIVE yet (building, starting): Place adds them to each host's
+	// heartbeat count, so a burst of deployments spreads out.
+	Placed func(ctx context.Context) (map[string]int, error)
 }
 
 // Service is the hosts module.
@@ -299,11 +303,21 @@ func (s *Service) Addresses(ctx context.Context) (map[string]string, error) {
 // MaxApps), the one with the fewest apps per GiB of memory, then the fewest
 // apps, then by id. It returns the host's queue and the reason in words for
 // the deployment's log; "" when no host qualifies (any worker takes it).
-// App counts are those of the hosts' last heartbeats.
+// A host's apps are those of its last heartbeat plus those placed on it
+// and not LIVE yet (Deps.Placed).
 func (s *Service) Place(ctx context.Context) (queue, reason string, err error) {
 	hs, err := s.List(ctx)
 	if err != nil {
 		return "", "", err
+	}
+	if s.d.Placed != nil {
+		placed, err := s.d.Placed(ctx)
+		if err != nil {
+			return "", "", err
+		}
+		for _, h := range hs {
+			h.Apps += placed[h.Queue]
+		}
 	}
 	var best *Host
 	var others []string

@@ -247,3 +247,49 @@ func TestHostsDownIsHandledOncePerOutage(t *testing.T) {
 		assert.Equal(t, []string{"b:down", "b:down"}, got())
 	})
 }
+
+// Place takes the active host with room and the fewest apps per GiB,
+// counting the deployments placed on it that are not LIVE yet, so a burst
+// spreads out before the next heartbeats; cordoned, down and full hosts are
+// skipped, and the reason names them.
+func TestHostsPlaceSpreadsABurst(t *testing.T) {
+	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		c := newClock()
+		a := join(t, bdb, c, "a")
+		join(t, bdb, c, "b")
+		a.apps.Store(1)
+		require.NoError(t, a.svc.Heartbeat(ctx))
+		placed := map[string]int{}
+		svc, err := hosts.New(hosts.Deps{DB: bdb, Clock: c, Placed: func(context.Context) (map[string]int, error) { return placed, nil }})
+		require.NoError(t, err)
+		place := func() string {
+			q, why, err := svc.Place(ctx)
+			require.NoError(t, err)
+			require.NotEmpty(t, why)
+			placed[q]++
+			return q
+		}
+		// b (0 apps) first while a has 1; then each placement counts (a tie
+		// goes to the first id), so the burst alternates.
+		first := place()
+		assert.Equal(t, "q/worker/b", first)
+		for range 3 {
+			place()
+		}
+		assert.Equal(t, map[string]int{"q/worker/a": 2, "q/worker/b": 2}, placed, "spread, not all on the emptiest")
+
+		_, err = svc.SetCordoned(ctx, "b", true, "")
+		require.NoError(t, err)
+		q, why, err := svc.Place(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "q/worker/a", q)
+		assert.Contains(t, why, "b cordoned")
+
+		placed["q/worker/a"] = 40 // a's MaxApps (join) with its heartbeat's 1
+		q, why, err = svc.Place(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, q, "no host has room")
+		assert.Contains(t, why, "a full (41 of 40 apps)")
+	})
+}

@@ -43,6 +43,13 @@ func (a *activities) place(ctx context.Context, id string) (PlaceResult, error) 
 		a.log.Warn("placement failed; any worker builds it", "deployment", id, "err", err)
 		return PlaceResult{}, nil
 	}
+	if queue != "" {
+		// Counted as placed there (Placer's load) from now, not only once it runs.
+		if err := a.store.DeploymentSetHost(ctx, id, queue); err != nil {
+			a.log.Warn("record the placement; any worker builds it", "deployment", id, "err", err)
+			return PlaceResult{}, nil
+		}
+	}
 	if reason != "" {
 		a.acts.Note(ctx, id, reason)
 	}

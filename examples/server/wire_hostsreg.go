@@ -77,6 +77,7 @@ func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error 
 func (a *App) buildHosts(context.Context) error {
 	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
 		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, MoveApps: a.moveOffHost,
+		Placed: deployments.NewStore(a.DB).PlacedByHost,
 		HostDown: func(ctx context.Context, h *hosts.Host) error {
 			return a.moveOffHost(ctx, h, fmt.Sprintf("host %s has sent no heartbeat since %s", h.ID, h.HeartbeatAt.Format(time.RFC3339)))
 		}})
