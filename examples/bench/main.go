@@ -197,6 +197,31 @@ type server struct {
 	url     string
 	cmd     *exec.Cmd
 	dataDir string
+	pprof   string // the server's pprof listener (KEELSON_PPROF_ADDR)
+}
+
+// liveKiB is the server's heap and goroutine stacks in use, in KiB, right
+// after a garbage collection (pprof's heap profile with gc=1, whose text
+// form ends with runtime.MemStats); 0 if unknown. Unlike RSS, memory a
+// previous row freed but the runtime has not given back does not count.
+func (s *server) liveKiB() int64 {
+	res, err := http.Get(s.pprof + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	var total int64
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		for _, k := range []string{"# HeapInuse = ", "# StackInuse = "} {
+			if v, ok := strings.CutPrefix(sc.Text(), k); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total / 1024
 }
 
 func startServer(bin, dir, dbURL string) (*server, error) {
@@ -204,7 +229,7 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	addr, ingress := freeAddr(), freeAddr()
+	addr, ingress, pprofAddr := freeAddr(), freeAddr(), freeAddr()
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, err
@@ -222,13 +247,15 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		// commit on the host; docker vs process is BenchmarkTimeToLive in
 		// deployments/container.
 		"KEELSON_RUNTIME=process",
+		// The stream memory rows read the heap after a GC here.
+		"KEELSON_PPROF_ADDR="+pprofAddr,
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, cmd: cmd, dataDir: dataDir}
+	s := &server{url: "http://" + addr, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
 	if err := waitHTTP(s.url+"/readyz", 60*time.Second); err != nil {
 		stop(cmd)
 		return nil, fmt.Errorf("server did not become ready (log: %s): %w", logf.Name(), err)
@@ -658,7 +685,7 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	ready.Add(subs)
 	url := s.url + "/deployments/" + trig.DeploymentID + "/logs"
 	var openErr atomic.Value
-	rssBefore := rssKiB(s.cmd.Process.Pid)
+	liveBefore := s.liveKiB()
 	loops := make([]*epollLoop, runtime.NumCPU())
 	for i := range loops {
 		l, err := newEpollLoop(&wg)
@@ -703,9 +730,9 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	var rows []Row
 	if subs >= 1000 {
 		r := Row{Name: fmt.Sprintf("server RSS, %d open streams", subs), Value: rss(s.cmd.Process.Pid)}
-		if after := rssKiB(s.cmd.Process.Pid); rssBefore > 0 && after > 0 {
-			r.Note = fmt.Sprintf("%.1f KiB per stream (RSS growth from opening them, %.1f -> %.1f MiB)",
-				float64(after-rssBefore)/float64(subs), float64(rssBefore)/1024, float64(after)/1024)
+		if after := s.liveKiB(); liveBefore > 0 && after > 0 {
+			r.Note = fmt.Sprintf("%.1f KiB per stream (heap and stacks in use after a GC, %.1f -> %.1f MiB)",
+				float64(after-liveBefore)/float64(subs), float64(liveBefore)/1024, float64(after)/1024)
 		}
 		rows = append(rows, r)
 	}
@@ -1054,21 +1081,6 @@ func measured(pid int, db, name string, baseline float64, run func() loadResult)
 		row.CPUUsPerReq = float64((cpuTime(pid) - c0).Microseconds()) / float64(r.ok)
 	}
 	return row
-}
-
-// rssKiB is VmRSS of pid in KiB (0 if unknown).
-func rssKiB(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, ln := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(ln); len(f) > 1 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb
-		}
-	}
-	return 0
 }
 
 // rss is VmRSS of pid from /proc.
