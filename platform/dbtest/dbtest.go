@@ -168,24 +168,8 @@ func startShared() {
 			return
 		}
 		start := time.Now()
-		c, err := postgres.Run(ctx, img,
-			postgres.WithDatabase("keelson"),
-			postgres.WithUsername("keelson"),
-			postgres.WithPassword(pgPassword),
-			// Postgres logs readiness twice: after initdb's temporary server
-			// and after the real start. The published port is checked below,
-			// on whichever address answers. WithWaitStrategy alone would
-			// cap the wait at testcontainers' default of 60 s, which a
-			// loaded machine passes (seen: 41 s for one container at load 24).
-			testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForLog("database system is ready to accept connections").
-				WithOccurrence(2).WithStartupTimeout(3*time.Minute)),
-			testcontainers.WithCmdArgs("-c", "max_connections=400"),
-			testcontainers.WithLabels(ownerLabels()),
-		)
+		c, err := runPostgres(ctx, img)
 		if err != nil {
-			if c != nil {
-				_ = testcontainers.TerminateContainer(c)
-			}
 			pg.err = fmt.Errorf("start Postgres container from image %s: %w", img, err)
 			return
 		}
@@ -205,6 +189,42 @@ func startShared() {
 		return
 	}
 	pg.admin = admin
+}
+
+// runPostgres starts the shared Postgres container. The engine picks the
+// published host port; when a test process of another package took that
+// port between the engine's choice and its bind ("address already in use",
+// seen in CI), the start is tried again, up to three times.
+func runPostgres(ctx context.Context, img string) (*postgres.PostgresContainer, error) {
+	for try := 1; ; try++ {
+		c, err := runPostgresOnce(ctx, img)
+		if err == nil || try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		report(fmt.Sprintf("Postgres container start %d of 3: its published port was taken meanwhile; trying again", try))
+	}
+}
+
+func runPostgresOnce(ctx context.Context, img string) (*postgres.PostgresContainer, error) {
+	c, err := postgres.Run(ctx, img,
+		postgres.WithDatabase("keelson"),
+		postgres.WithUsername("keelson"),
+		postgres.WithPassword(pgPassword),
+		// Postgres logs readiness twice: after initdb's temporary server
+		// and after the real start. The published port is checked below,
+		// on whichever address answers. WithWaitStrategy alone would
+		// cap the wait at testcontainers' default of 60 s, which a
+		// loaded machine passes (seen: 41 s for one container at load 24).
+		testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForLog("database system is ready to accept connections").
+			WithOccurrence(2).WithStartupTimeout(3*time.Minute)),
+		testcontainers.WithCmdArgs("-c", "max_connections=400"),
+		testcontainers.WithLabels(ownerLabels()),
+	)
+	if err != nil && c != nil {
+		_ = testcontainers.TerminateContainer(c)
+		c = nil
+	}
+	return c, err
 }
 
 const pgPassword = "keelson-test"
