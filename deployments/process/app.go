@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
@@ -109,6 +110,21 @@ func (l *launcher) Release(context.Context) error {
 	return nil
 }
 
+// repick gives the app's port back and takes another free one.
+func (l *launcher) repick() error {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	if l.r.ports[l.port] == l.id {
+		delete(l.r.ports, l.port)
+	}
+	port, err := l.r.pickPortLocked(l.id)
+	if err != nil {
+		return err
+	}
+	l.port = port
+	return nil
+}
+
 // instance is one run of the app's command.
 type instance struct {
 	p    *proc
@@ -133,6 +149,13 @@ func (l *launcher) serveStatic() (supervise.Instance, error) {
 		return nil, fmt.Errorf("static site: %w", err)
 	}
 	ln, err := net.Listen("tcp", l.upstream())
+	for try := 0; err != nil && errors.Is(err, syscall.EADDRINUSE) && try < 3; try++ {
+		// Another process took the port since it was picked: pick again.
+		if perr := l.repick(); perr != nil {
+			break
+		}
+		ln, err = net.Listen("tcp", l.upstream())
+	}
 	if err != nil {
 		root.Close()
 		return nil, fmt.Errorf("static site: %w", err)
