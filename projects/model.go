@@ -2,13 +2,13 @@ package projects
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/projects/internal/envvars"
 	"github.com/uptrace/bun"
 )
 
@@ -44,31 +44,10 @@ type projectRow struct {
 	DeletedAt            time.Time `bun:"deleted_at,nullzero"`
 }
 
-// storedEnv is one env var at rest; V is sealed when S is true.
-type storedEnv struct {
-	K string `json:"k"`
-	V string `json:"v"`
-	S bool   `json:"s,omitempty"`
-}
+// storedEnv is one env var at rest (projects/internal/envvars).
+type storedEnv = envvars.Stored
 
-func decodeEnv(s string) ([]storedEnv, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []storedEnv
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, fmt.Errorf("projects: stored env vars are corrupt: %w", err)
-	}
-	return out, nil
-}
-
-func encodeEnv(env []storedEnv) string {
-	if len(env) == 0 {
-		return "[]"
-	}
-	b, _ := json.Marshal(env)
-	return string(b)
-}
+var decodeEnv, encodeEnv = envvars.Decode, envvars.Encode
 
 // Migrations are the projects tables, for the host's db.Migrate.
 func Migrations() db.MigrationSet {

@@ -10,6 +10,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects/internal/auditsum"
+	"github.com/keelson-dev/keelson/projects/internal/envvars"
 	"github.com/keelson-dev/keelson/projects/slugs"
 	"github.com/uptrace/bun"
 )
@@ -311,43 +312,11 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	if err != nil {
 		return nil, err
 	}
-	upd := *cur
-	upd.Region, upd.PlanName, upd.EnvVars = in.Region, in.PlanName, encodeEnv(env)
-	setStr(&upd.StartCommand, in.StartCommand)
-	setStr(&upd.BuildCommand, in.BuildCommand)
-	setStr(&upd.AutoDeployBranch, in.AutoDeployBranch)
-	setStr(&upd.CodehostRepositoryID, in.CodehostRepositoryID)
-	if in.IsPrivate != nil {
-		upd.IsPrivate = *in.IsPrivate
+	upd, err := s.applySettings(cur, in, env)
+	if err != nil {
+		return nil, err
 	}
-	if in.AutoDeploy != nil {
-		upd.AutoDeploy = *in.AutoDeploy
-	}
-	if in.HTTPSRedirect != nil {
-		upd.KeepHTTP = !*in.HTTPSRedirect
-	}
-	if in.WebhookSecret != nil {
-		upd.WebhookSecret = ""
-		if *in.WebhookSecret != "" {
-			if upd.WebhookSecret, err = s.d.Sealer.Seal(*in.WebhookSecret); err != nil {
-				return nil, fmt.Errorf("projects: seal webhook secret: %w", err)
-			}
-		}
-	}
-	upd.UpdatedAt = s.now()
-	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		res, err := tx.NewUpdate().Model(&upd).
-			Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
-				"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
-			Where("id = ? AND owner_id = ? AND status = ?", id, owner, StatusActive).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 { // deleted between the read and the write
-			return platform.Conflict("project is being deleted; its settings cannot change")
-		}
-		return s.record(ctx, tx, &upd, "project.update", settingsSummary(cur, &upd, env))
-	})
+	err = s.storeSettings(ctx, cur, upd, env)
 	s.changed(owner)
 	if err != nil {
 		return nil, wrap("update settings", err)
@@ -366,23 +335,65 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	return out, s.fillPlanName(ctx, owner, out)
 }
 
+// applySettings is cur with the settings update in applied (env: the merged
+// env vars; a new webhook secret sealed).
+func (s *Service) applySettings(cur *projectRow, in SettingsInput, env []storedEnv) (*projectRow, error) {
+	upd := *cur
+	upd.Region, upd.PlanName, upd.EnvVars = in.Region, in.PlanName, encodeEnv(env)
+	setStr(&upd.StartCommand, in.StartCommand)
+	setStr(&upd.BuildCommand, in.BuildCommand)
+	setStr(&upd.AutoDeployBranch, in.AutoDeployBranch)
+	setStr(&upd.CodehostRepositoryID, in.CodehostRepositoryID)
+	if in.IsPrivate != nil {
+		upd.IsPrivate = *in.IsPrivate
+	}
+	if in.AutoDeploy != nil {
+		upd.AutoDeploy = *in.AutoDeploy
+	}
+	if in.HTTPSRedirect != nil {
+		upd.KeepHTTP = !*in.HTTPSRedirect
+	}
+	if in.WebhookSecret != nil {
+		upd.WebhookSecret = ""
+		if *in.WebhookSecret != "" {
+			var err error
+			if upd.WebhookSecret, err = s.d.Sealer.Seal(*in.WebhookSecret); err != nil {
+				return nil, fmt.Errorf("projects: seal webhook secret: %w", err)
+			}
+		}
+	}
+	upd.UpdatedAt = s.now()
+	return &upd, nil
+}
+
+// storeSettings writes upd over cur, with its audit row, in one
+// transaction; a project deleted meanwhile is a conflict.
+func (s *Service) storeSettings(ctx context.Context, cur, upd *projectRow, env []storedEnv) error {
+	return db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model(upd).
+			Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
+				"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
+			Where("id = ? AND owner_id = ? AND status = ?", cur.ID, cur.OwnerID, StatusActive).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 { // deleted between the read and the write
+			return platform.Conflict("project is being deleted; its settings cannot change")
+		}
+		return s.record(ctx, tx, upd, "project.update", settingsSummary(cur, upd, env))
+	})
+}
+
 // settingsSummary names what changed from cur to upd (env: upd's env
 // vars), values left out.
 func settingsSummary(cur, upd *projectRow, env []storedEnv) string {
 	old, _ := decodeEnv(cur.EnvVars)
-	envMap := func(es []storedEnv) map[string]string {
-		m := make(map[string]string, len(es))
-		for _, e := range es {
-			m[e.K] = e.V
-		}
-		return m
-	}
 	return auditsum.Settings([]auditsum.Field{{"region", cur.Region, upd.Region}, {"planName", cur.PlanName, upd.PlanName},
 		{"startCommand", cur.StartCommand, upd.StartCommand}, {"buildCommand", cur.BuildCommand, upd.BuildCommand},
 		{"autoDeployBranch", cur.AutoDeployBranch, upd.AutoDeployBranch}, {"codehostRepositoryId", cur.CodehostRepositoryID, upd.CodehostRepositoryID},
 		{"isPrivate", strconv.FormatBool(cur.IsPrivate), strconv.FormatBool(upd.IsPrivate)},
 		{"autoDeploy", strconv.FormatBool(cur.AutoDeploy), strconv.FormatBool(upd.AutoDeploy)},
-		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}}, envMap(old), envMap(env))
+		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}}, envvars.Map(old), envvars.Map(env))
 }
 
 func setStr(dst *string, v *string) {
@@ -421,33 +432,11 @@ func (s *Service) mergeEnv(cur *projectRow, in []EnvVarIn) ([]storedEnv, error) 
 	if err != nil {
 		return nil, err
 	}
-	oldSecret := map[string]string{}
-	for _, e := range old {
-		if e.S {
-			oldSecret[e.K] = e.V
-		}
-	}
-	out := make([]storedEnv, 0, len(in))
+	ins := make([]envvars.In, len(in))
 	for i, e := range in {
-		if !e.IsSecret {
-			out = append(out, storedEnv{K: e.Key, V: e.Value})
-			continue
-		}
-		if e.Value == Mask {
-			sealed, ok := oldSecret[e.Key]
-			if !ok {
-				return nil, platform.Invalidf("envVars[%d].value: %q is the mask of a secret, but %s has no stored secret value to keep; send the real value", i, Mask, e.Key)
-			}
-			out = append(out, storedEnv{K: e.Key, V: sealed, S: true})
-			continue
-		}
-		sealed, err := s.d.Sealer.Seal(e.Value)
-		if err != nil {
-			return nil, fmt.Errorf("projects: seal env var %s: %w", e.Key, err)
-		}
-		out = append(out, storedEnv{K: e.Key, V: sealed, S: true})
+		ins[i] = envvars.In{Key: e.Key, Value: e.Value, Secret: e.IsSecret}
 	}
-	return out, nil
+	return envvars.Merge(old, ins, Mask, s.d.Sealer.Seal)
 }
 
 // PlanInUse reports whether a project that is not DELETED uses plan name

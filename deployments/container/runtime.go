@@ -339,7 +339,12 @@ func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
 	defer bcancel()
 	start := time.Now()
-	if err := r.buildImage(bctx, job, root, dockerfile, out); err != nil {
+	err = r.buildImage(bctx, job, root, dockerfile, out)
+	if errors.Is(err, errCacheLayerLost) && bctx.Err() == nil {
+		out.System("the engine removed a cached layer this build was using (another build or a project's removal); building again")
+		err = r.buildImage(bctx, job, root, dockerfile, out)
+	}
+	if err != nil {
 		if bctx.Err() != nil {
 			return "", context.Cause(bctx)
 		}
@@ -482,11 +487,26 @@ func (r *Runtime) readBuildOutput(ctx context.Context, job rt.Job, body io.Reade
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
+			if lostParent(msg.Error) {
+				return fmt.Errorf("%w: %s", errCacheLayerLost, msg.Error)
+			}
 			_, _, memMi := r.limits(job.Limits)
 			return fmt.Errorf("the image build failed: %s\n%s", buildErrorText(msg.Error, out.Tail(), memMi), out.Tail())
 		}
 	}
 	return nil
+}
+
+// errCacheLayerLost is a build that failed because the engine removed, while
+// the build ran, a cached image one of its steps had started from: the
+// classic builder reuses any matching image as a step's cache, and another
+// build's clean-up or a deleted project can remove it before this build
+// commits its next layer on top ("unknown parent image ID"). The engine's
+// cache no longer holds the lost image, so building again succeeds.
+var errCacheLayerLost = errors.New("the engine lost a cached layer mid-build")
+
+func lostParent(msg string) bool {
+	return strings.Contains(msg, "unknown parent image ID") || strings.Contains(msg, "failed to set parent")
 }
 
 // buildErrorText keeps a failing step's message but words the engine's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -252,8 +254,20 @@ func (r *Runtime) Stop(ctx context.Context, deploymentID string) error {
 }
 
 // pickPortLocked finds a free loopback port no other app of ours holds. Caller
-// holds r.mu.
+// holds r.mu. The app binds the port only later, so the port is taken from
+// below the kernel's ephemeral range when there is room (appPorts): the
+// ports the kernel hands to other listeners and outgoing connections
+// meanwhile (":0", Docker's published ports) cannot take it in between.
 func (r *Runtime) pickPortLocked(id string) (int, error) {
+	if lo, hi := appPorts(); lo > 0 {
+		for range 64 {
+			port := lo + rand.IntN(hi-lo+1)
+			if _, taken := r.ports[port]; !taken && portFree(port) {
+				r.ports[port] = id
+				return port, nil
+			}
+		}
+	}
 	for range 32 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -268,6 +282,26 @@ func (r *Runtime) pickPortLocked(id string) (int, error) {
 	}
 	return 0, errors.New("finding a free port: every port tried is taken")
 }
+
+// appPorts is the range apps' ports are picked from: the 8,192 ports just
+// below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by
+// default on Linux), or 0, 0 when that range leaves no room below it (or
+// cannot be read): then ports come from the kernel as before.
+var appPorts = sync.OnceValues(func() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	eph, err := strconv.Atoi(f[0])
+	if err != nil || eph-8192 < 10000 {
+		return 0, 0
+	}
+	return eph - 8192, eph - 1
+})
 
 func portFree(port int) bool {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))

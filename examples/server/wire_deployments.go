@@ -173,37 +173,19 @@ func logBudget(mb int) int64 {
 // listenLogs feeds the log hub what other processes store (Postgres
 // LISTEN/NOTIFY) from start-up until shutdown.
 func (a *App) listenLogs(logs *deployments.Logs, log *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	started := false
+	var loop *platform.Loop
 	a.onStart(func(context.Context) error {
-		started = true
-		go func() {
-			defer close(done)
-			for {
-				err := pgnotify.Listen(ctx, a.DB, logs, pgnotify.Config{Logger: log})
-				if ctx.Err() != nil {
-					return
-				}
-				// The first LISTEN failed (the database is away): streams
-				// still end from the database; try again shortly.
+		// Listen returns only when the first LISTEN fails (the database is
+		// away): streams still end from the database; try again shortly.
+		loop = platform.Every(context.Background(), 5*time.Second, true, nil, func(ctx context.Context) {
+			if err := pgnotify.Listen(ctx, a.DB, logs, pgnotify.Config{Logger: log}); ctx.Err() == nil {
 				log.Warn("listen for deployment logs of other processes", "err", err)
-				t := time.NewTimer(5 * time.Second)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
 			}
-		}()
+		})
 		return nil
 	})
 	a.onClose(func(context.Context) error {
-		cancel()
-		if started {
-			<-done
-		}
+		loop.Stop()
 		return nil
 	})
 }

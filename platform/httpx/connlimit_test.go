@@ -252,6 +252,12 @@ func TestConnLimitPerAddress(t *testing.T) {
 	if st, _ := postFrom(t, "127.0.0.3", addr, "/", "hello"); st != 200 {
 		t.Fatalf("another address: %d", st)
 	}
+	// The whole request's connection is forgotten when the server closes it,
+	// which can come after the client read the answer: until then it holds a
+	// busy place, and a third blocker would evict the first one instead.
+	platformtest.Eventually(t, 10*time.Second, "the whole request's connection closed", func() bool {
+		return lim.AddrStats(a) == 2
+	})
 	// Three busy requests: the address' fourth connection is answered 429.
 	for i := 0; i < 3; i++ {
 		c := dialFrom(t, "127.0.0.2", addr)

@@ -13,7 +13,7 @@
 //     the database, so several ingresses share them and one orders a
 //     certificate while the others wait for it;
 //   - renewal ahead of expiry, when a third of a certificate's lifetime is
-//     left (renewLoop);
+//     left (renew);
 //   - plain HTTP redirected to HTTPS for a host whose certificate is held,
 //     in memory or in the database (Holds: a restarted ingress redirects
 //     before any handshake), unless Config.KeepHTTP keeps it; HSTS for the
@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
 )
 
@@ -114,10 +115,9 @@ type Manager struct {
 
 	held heldCache // whether the database holds a host's certificate (stored)
 
-	mu    sync.Mutex
-	names map[string]bool // hosts a certificate was sought for: renewLoop's
-	stop  context.CancelFunc
-	done  chan struct{}
+	mu       sync.Mutex
+	names    map[string]bool // hosts a certificate was sought for: renew's
+	renewals *platform.Loop
 
 	staticNames []string // the static certificate's names (Held)
 }
@@ -205,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log,
-		names: map[string]bool{}, done: make(chan struct{})}
+		names: map[string]bool{}}
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
@@ -234,45 +234,33 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			}
 		}
 	}
-	lctx, stop := context.WithCancel(context.Background())
-	m.stop = stop
-	go m.renewLoop(lctx, cmp.Or(cfg.RenewCheckEvery, 10*time.Minute))
+	m.renewals = platform.Every(context.Background(), cmp.Or(cfg.RenewCheckEvery, 10*time.Minute), false, nil, m.renew)
 	return m, nil
 }
 
-// renewLoop renews certificates ahead of expiry: certmagic renews an
+// renew renews certificates ahead of expiry: certmagic renews an
 // on-demand certificate at a handshake inside its renewal window (the last
 // third of its lifetime, or the CA's renewal info), so a host nobody visits
 // would let its certificate lapse. Every interval each host this ingress
 // sought a certificate for and still serves goes through that handshake
 // path (GetCertificate with its name), which renews it in the background
 // and swaps it in, as a visitor's handshake would.
-func (m *Manager) renewLoop(ctx context.Context, every time.Duration) {
-	defer close(m.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+func (m *Manager) renew(ctx context.Context) {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.names))
+	for n := range m.names {
+		names = append(names, n)
+	}
+	m.mu.Unlock()
+	for _, n := range names {
+		if m.cfg.Allowed(ctx, n) != nil {
+			m.mu.Lock()
+			delete(m.names, n) // no longer served: let its certificate lapse
+			m.mu.Unlock()
+			continue
 		}
-		m.mu.Lock()
-		names := make([]string, 0, len(m.names))
-		for n := range m.names {
-			names = append(names, n)
-		}
-		m.mu.Unlock()
-		for _, n := range names {
-			if m.cfg.Allowed(ctx, n) != nil {
-				m.mu.Lock()
-				delete(m.names, n) // no longer served: let its certificate lapse
-				m.mu.Unlock()
-				continue
-			}
-			if m.needsRenewal(n) {
-				_, _ = m.magic.GetCertificateWithContext(ctx, &tls.ClientHelloInfo{ServerName: n})
-			}
+		if m.needsRenewal(n) {
+			_, _ = m.magic.GetCertificateWithContext(ctx, &tls.ClientHelloInfo{ServerName: n})
 		}
 	}
 }
@@ -456,8 +444,7 @@ func (m *Manager) storedExpiry(ctx context.Context, host string) (time.Time, err
 
 // Close stops renewals and releases the locks this Manager holds.
 func (m *Manager) Close(ctx context.Context) error {
-	m.stop()
-	<-m.done
+	m.renewals.Stop()
 	m.cache.Stop()
 	return m.storage.Close(ctx)
 }
