@@ -86,7 +86,11 @@ func commit(t *testing.T, work, bare, branch string, files map[string]string, ms
 	t.Helper()
 	gitRun(t, work, "checkout", "-q", "-B", branch)
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(body, "\x7fELF") {
+			mode = 0o755 // a prebuilt binary is committed executable
+		}
+		if err := os.WriteFile(filepath.Join(work, name), []byte(body), mode); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -66,7 +66,14 @@ type proc struct {
 
 func startProc(t *testing.T, bin string, env []string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin), done: make(chan struct{}), logs: &platformtest.SyncBuffer{}}
+	return startCmd(t, exec.Command(bin), env)
+}
+
+// startCmd starts cmd (the server binary, maybe behind nsenter) with env
+// added to this process' environment.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan struct{}), logs: &platformtest.SyncBuffer{}}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
