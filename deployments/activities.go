@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/metric"
+	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -111,15 +113,18 @@ func (a *Activities) now() time.Time { return a.clock.Now().UTC().Truncate(time.
 func (a *Activities) Build(ctx context.Context, id string) error {
 	return a.step(ctx, id, StepBuild, StatusQueued, func(ctx context.Context, d *Deployment, job Job, sink *Sink) ([]string, error) {
 		if d.RollbackOf != "" {
-			return nil, a.reuse(ctx, d, job, sink)
+			return []string{"image"}, a.reuse(ctx, d, job, sink)
 		}
 		start := a.clock.Now()
 		commit, err := a.rt.Build(ctx, job, sink)
+		if p, ok := a.rt.(rt.Publisher); ok && err == nil {
+			d.Image, err = p.Publish(ctx, job, sink) // any host can then run it
+		}
 		a.metrics.BuildFinished(metric.Outcome(ctx, err), a.clock.Now().Sub(start))
 		if err != nil {
 			return nil, err
 		}
-		cols := []string{"build_duration_ms"}
+		cols := []string{"build_duration_ms", "image"}
 		if commit != "" {
 			d.CommitSHA = commit
 			cols = append(cols, "commit_sha")
@@ -132,19 +137,22 @@ func (a *Activities) Build(ctx context.Context, id string) error {
 	})
 }
 
-// reuse is BUILD of a rollback: the runtime gives the deployment the kept
-// build of d.RollbackOf, and the step is SKIPPED (nothing cloned or built).
+// reuse is BUILD of a rollback (or a move off a host): the runtime gives
+// the deployment the kept build of d.RollbackOf, here or through its image
+// in the registry, and the step is SKIPPED (nothing cloned or built).
 func (a *Activities) reuse(ctx context.Context, d *Deployment, job Job, sink *Sink) error {
 	r, ok := a.rt.(Reuser)
-	if !ok {
-		return errors.New("this runtime cannot roll back (it does not keep builds)")
+	from, err := a.store.DeploymentGet(ctx, d.RollbackOf)
+	if !ok || err != nil {
+		return errors.Join(err, errors.New("this runtime cannot roll back (it does not keep builds)"))
 	}
+	d.Image, job.Image = from.Image, from.Image
 	if err := r.Reuse(ctx, d.RollbackOf, job); errors.Is(err, ErrBuildGone) {
 		return fmt.Errorf("the build of deployment %s is no longer kept", d.RollbackOf)
 	} else if err != nil {
 		return err
 	}
-	sink.Systemf("rollback to deployment %s: its build is used again; nothing cloned or built", d.RollbackOf)
+	sink.Systemf("the build of deployment %s is used again (%s); nothing cloned or built", d.RollbackOf, cmp.Or(d.Image, "kept on this host"))
 	d.Steps.Get(StepBuild).Status = StepSkipped
 	return nil
 }
@@ -348,7 +356,7 @@ func (a *Activities) job(ctx context.Context, d *Deployment, sink *Sink) (Job, e
 		DeploymentID: d.ID, ProjectID: d.ProjectID, ProjectSlug: d.ProjectSlug,
 		RepoURL: spec.RepoURL, Branch: spec.Branch, CommitSHA: d.CommitSHA,
 		Framework: spec.Framework, BuildCommand: spec.BuildCommand, StartCommand: spec.StartCommand,
-		Port: spec.Port, Env: spec.Env, Limits: spec.Limits, GitAuth: auth,
+		Port: spec.Port, Env: spec.Env, Limits: spec.Limits, GitAuth: auth, Image: d.Image,
 	}, nil
 }
 

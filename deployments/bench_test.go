@@ -14,6 +14,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/platform"
@@ -242,14 +243,14 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 }
 
 // BenchmarkLiveHosts is the query each ingress runs every second for its
-// remote routes (Store.LiveHosts), at 10,000 LIVE deployments on 10 hosts
+// remote routes (fleet.Queries.LiveHosts), at 10,000 LIVE deployments on 10 hosts
 // among 10,000 ended ones.
 //
 //	go test -run '^$' -bench BenchmarkLiveHosts ./deployments/
 func BenchmarkLiveHosts(b *testing.B) {
 	benchDBs(b, func(b *testing.B, newDB func() *bun.DB) {
 		bdb := newDB()
-		store := deployments.NewStore(bdb)
+		store := fleet.Queries{DB: bdb}
 		ctx := context.Background()
 		at := time.Now().UTC().Truncate(time.Microsecond)
 		rows := make([]*deployments.Deployment, 0, 20000)

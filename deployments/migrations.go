@@ -66,6 +66,10 @@ func Migrations() db.MigrationSet {
 				db.AddColumn("deployments", "rollback_of", "VARCHAR(36) NOT NULL DEFAULT ''"),
 				db.AddColumn("deployments", "build_kept", "BOOLEAN NOT NULL DEFAULT FALSE"),
 			),
+		}, {
+			// The image pushed to the registry, by digest (Deployment.Image).
+			ID: "0007_image",
+			Up: db.AddColumn("deployments", "image", "VARCHAR(512) NOT NULL DEFAULT ''"),
 		}},
 	}
 }

@@ -145,6 +145,9 @@ type Deployment struct {
 	// RollbackOf is the deployment whose build this one runs again (a
 	// rollback: no clone, no build); "" for a deployment that builds.
 	RollbackOf string `bun:"rollback_of,notnull,default:''"`
+	// Image is the deployment's image in the registry by digest
+	// (repository@sha256:...), when its build was pushed: any host runs it.
+	Image string `bun:"image,notnull,default:''"`
 	// audit is the audit action of a new deployment (TriggerParams.Action); not stored.
 	audit string `bun:"-"`
 	// BuildKept is set on a replaced deployment whose build (image or

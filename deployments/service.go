@@ -310,6 +310,43 @@ func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment
 		Reason: "rollback to " + id, RollbackOf: id, Action: "deployment.rollback"})
 }
 
+// MoveOffHost deploys each LIVE deployment of the host queue again on
+// another host (a host down, or drained), each log saying why (why) and how:
+// from its image in the registry, with no clone and no build (a rollback to
+// it, placed anywhere); or, when its image went to no registry, by building
+// the same commit again. A project with a deployment under way already is
+// left to it.
+func (s *Service) MoveOffHost(ctx context.Context, queue, why string) error {
+	lives, err := s.store.DeploymentsWhere(ctx, Filter{Statuses: []Status{StatusLive}, Host: queue})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range lives {
+		busy, err := s.store.DeploymentsWhere(ctx, Filter{ProjectID: d.ProjectID, Statuses: []Status{
+			StatusQueued, StatusBuilding, StatusProvisioning, StatusConfiguringDNS}})
+		if err != nil || len(busy) > 0 {
+			if errs = append(errs, err); err == nil {
+				s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; deployment %s of the project is under way and replaces this one", why, busy[0].ID))
+			}
+			continue
+		}
+		p, how := TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA, RollbackOf: d.ID,
+			Reason: fmt.Sprintf("%s: moving deployment %s", why, d.ID)}, "starts from its image "+d.Image+" (nothing built again)"
+		if d.Image == "" {
+			p.RollbackOf, how = "", "builds commit "+d.CommitSHA+" again (its image is in no registry)"
+		}
+		next, err := s.Trigger(ctx, p)
+		if err != nil {
+			s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; moving the app failed: %s", why, err))
+			errs = append(errs, fmt.Errorf("deployment %s: %w", d.ID, err))
+			continue
+		}
+		s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; deployment %s %s on another host", why, next.ID, how))
+	}
+	return errors.Join(append(errs, s.logs.Flush(ctx))...)
+}
+
 // Delete removes the owner's deployment: cancels it if it runs, stops its app,
 // removes its route if the route still points at it, its workspace, its logs
 // and its record.

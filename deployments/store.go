@@ -177,67 +177,10 @@ func (s *Store) DeploymentsWhere(ctx context.Context, f Filter) ([]*Deployment, 
 	return out, db.Translate(err)
 }
 
-// DeploymentCountByStatus counts the deployments in each status, in one
-// grouped query (deployments_status_idx); a status with none is absent.
-func (s *Store) DeploymentCountByStatus(ctx context.Context) (map[Status]int64, error) {
-	var rows []struct {
-		Status Status `bun:"status"`
-		N      int64  `bun:"n"`
-	}
-	if err := s.db.NewSelect().Model((*Deployment)(nil)).Column("status").ColumnExpr("count(*) AS n").
-		Group("status").Scan(ctx, &rows); err != nil {
-		return nil, db.Translate(err)
-	}
-	out := make(map[Status]int64, len(rows))
-	for _, r := range rows {
-		out[r.Status] = r.N
-	}
-	return out, nil
-}
-
 // DeploymentSetHost records the host (worker) that runs the deployment's app.
 func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
 	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("host = ?", host).Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
-}
-
-// LiveHosts maps each project slug with a LIVE deployment to the host
-// queue that runs the newest one (the other ingresses' remote routes).
-func (s *Store) LiveHosts(ctx context.Context) (map[string]string, error) {
-	var rows []struct {
-		Slug string `bun:"project_slug"`
-		Host string `bun:"host"`
-	}
-	err := s.db.NewSelect().Model((*Deployment)(nil)).Column("project_slug", "host").
-		Where("status = ?", StatusLive).Where("host <> ''").OrderExpr("created_at ASC, id ASC").Scan(ctx, &rows)
-	if err != nil {
-		return nil, db.Translate(err)
-	}
-	out := make(map[string]string, len(rows))
-	for _, r := range rows { // oldest first: the newest wins
-		out[r.Slug] = r.Host
-	}
-	return out, nil
-}
-
-// PlacedByHost counts, by host queue, the deployments placed on a host
-// that are not LIVE yet (building, starting, routing).
-func (s *Store) PlacedByHost(ctx context.Context) (map[string]int, error) {
-	var rows []struct {
-		Host string `bun:"host"`
-		N    int    `bun:"n"`
-	}
-	err := s.db.NewSelect().Model((*Deployment)(nil)).Column("host").ColumnExpr("count(*) AS n").
-		Where("status IN (?)", bun.In([]Status{StatusQueued, StatusBuilding, StatusProvisioning, StatusConfiguringDNS})).
-		Where("host <> ''").Group("host").Scan(ctx, &rows)
-	if err != nil {
-		return nil, db.Translate(err)
-	}
-	out := make(map[string]int, len(rows))
-	for _, r := range rows {
-		out[r.Host] = r.N
-	}
-	return out, nil
 }
 
 // DeploymentUpdate writes columns of d (and updated_at) to its row. With from

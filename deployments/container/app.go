@@ -143,10 +143,14 @@ func (l *launcher) launch(ctx context.Context) (*instance, error) {
 		return nil, r.engineError("looking for the app's container", err)
 	}
 	image := r.imageTag(job)
-	if _, err := r.docker.ImageInspect(ctx, image); err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("deployment %s has not been built (no image)", l.id)
+	if _, err := r.docker.ImageInspect(ctx, image); cerrdefs.IsNotFound(err) && job.Image != "" {
+		// Built on another host (or removed here): the registry has it.
+		if err := r.pull(ctx, job, l.out); err != nil {
+			return nil, err
 		}
+	} else if cerrdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("deployment %s has not been built (no image)", l.id)
+	} else if err != nil {
 		return nil, r.engineError("looking for the app's image", err)
 	}
 	labels := r.labels(job, "app")

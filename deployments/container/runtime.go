@@ -100,6 +100,9 @@ type Config struct {
 	// Egress is what builds and apps may reach (see Egress). New refuses to
 	// make a Runtime when it cannot put the rules in place, unless Open.
 	Egress Egress
+	// Registry, when set, is where each build is pushed and where a host
+	// pulls an image it does not have, by digest (see Registry).
+	Registry Registry
 	// Clock times the crash window and the restart backoff (see
 	// supervise.Config.Clock). Default: the wall clock.
 	Clock platform.Clock
@@ -174,6 +177,9 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, errors.New("container: Ingress is required")
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.Registry.Check(); err != nil {
+		return nil, fmt.Errorf("container: registry: %w", err)
+	}
 	var err error
 	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("container: data dir: %w", err)
@@ -227,13 +233,18 @@ func New(cfg Config) (*Runtime, error) {
 }
 
 // Reuse tags the image of deployment from as the image of job's deployment
-// (a rollback: nothing is cloned or built).
+// (a rollback: nothing is cloned or built). When this engine does not have
+// it but job.Image names it in the registry, there is nothing to do here:
+// Start pulls it.
 func (r *Runtime) Reuse(ctx context.Context, from string, job rt.Job) error {
 	if err := errors.Join(checkID(from), checkID(job.DeploymentID), checkID(job.ProjectID)); err != nil {
 		return err
 	}
 	src := r.imageTag(rt.Job{ProjectID: job.ProjectID, DeploymentID: from})
 	if _, err := r.docker.ImageInspect(ctx, src); cerrdefs.IsNotFound(err) {
+		if job.Image != "" {
+			return nil
+		}
 		return rt.ErrBuildGone
 	} else if err != nil {
 		return r.engineError("reading the image to roll back to", err)
@@ -651,8 +662,10 @@ func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {
 	if err := os.RemoveAll(r.workdir(deploymentID)); err != nil {
 		errs = append(errs, fmt.Errorf("removing the workspace of %s: %w", deploymentID, err))
 	}
+	// By name, not by label: an image pulled from the registry carries the
+	// labels of the host that built it.
 	res, err := r.docker.ImageList(ctx, client.ImageListOptions{
-		Filters: client.Filters{}.Add("label", LabelInstance+"="+r.cfg.Instance),
+		Filters: client.Filters{}.Add("reference", "keelson/"+r.cfg.Instance+"-*:"+strings.ToLower(deploymentID)),
 	})
 	if err != nil {
 		errs = append(errs, r.engineError("listing the deployment's images", err))

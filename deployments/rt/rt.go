@@ -30,6 +30,15 @@ type Reuser interface {
 	Reuse(ctx context.Context, from string, job Job) error
 }
 
+// Publisher is a Runtime that sends each build to an image registry, so any
+// host can run it (Job.Image).
+type Publisher interface {
+	// Publish pushes the image Build made of job's deployment and returns
+	// its reference by digest (repository@sha256:...), or "" when no
+	// registry is configured (the image stays on this engine).
+	Publish(ctx context.Context, job Job, logs LogSink) (image string, err error)
+}
+
 // Job is everything a Runtime needs to build and run one deployment. It is
 // assembled by the engine from the project (through ProjectSource) when a step
 // starts; it is never stored with its secrets.
@@ -46,6 +55,10 @@ type Job struct {
 	Port         int    // the project's declared port (informational; the app gets PORT)
 	Env          []EnvVar
 	Limits       Limits
+	// Image is the deployment's image in a registry, by digest (Publisher),
+	// when it was pushed: Start pulls it when the engine does not have it,
+	// and Reuse needs no local build then. Empty: the local build only.
+	Image string
 	// GitAuth, when set, authenticates the clone (private repositories). It is
 	// passed to git through the environment, never written to the workspace or logs.
 	GitAuth *GitAuth

@@ -85,12 +85,15 @@ func (e *Engine) StartWorkflow(ctx context.Context, d *deployments.Deployment) (
 	}
 	in := Input{DeploymentID: d.ID, BuildTimeout: spec.Limits.BuildTimeout, Timeouts: e.cfg.Timeouts}
 	if d.RollbackOf != "" {
-		// A rollback's BUILD reuses a build kept on the host that made it.
+		// A rollback's BUILD reuses a build kept on the host that made it,
+		// unless its image is in the registry: then any host pulls it.
 		from, err := e.cfg.Store.DeploymentGet(ctx, d.RollbackOf)
 		if err != nil {
 			return "", fmt.Errorf("temporal: read deployment %s to roll back to: %w", d.RollbackOf, err)
 		}
-		in.BuildQueue = from.Host
+		if from.Image == "" {
+			in.BuildQueue = from.Host
+		}
 	}
 	id := WorkflowID(d.ID)
 	_, err = e.cfg.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{

@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/container"
 )
 
 // Config is the reference server's configuration, read from the environment
@@ -171,6 +172,10 @@ type Config struct {
 	// hostHeartbeat replaces the hosts register's 10 s heartbeat: a test
 	// hook with no setting.
 	hostHeartbeat time.Duration
+	// Registry, RegistryUsername and RegistryPassword are KEELSON_REGISTRY
+	// and its credentials: the image registry builds are pushed to
+	// (container.Registry). Empty: images stay on the local engine.
+	Registry, RegistryUsername, RegistryPassword string
 	// KeepBuilds is KEELSON_KEEP_BUILDS: how many replaced deployments of a
 	// project keep their build (image or workspace) for a rollback. 0: none.
 	KeepBuilds int
@@ -279,6 +284,12 @@ func (c Config) Validate() error {
 	case "", "docker", "process":
 	default:
 		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%q is not docker or process", c.Runtime)}
+	}
+	if err := (container.Registry{Repository: c.Registry}).Check(); err != nil {
+		return &ConfigError{"KEELSON_REGISTRY", err.Error()}
+	}
+	if c.Registry != "" && c.Runtime == "process" {
+		return &ConfigError{"KEELSON_REGISTRY", "needs the docker runtime (KEELSON_RUNTIME=process keeps builds as workspaces)"}
 	}
 	if !validDomain(c.AppsDomain) {
 		return &ConfigError{"KEELSON_APPS_DOMAIN", fmt.Sprintf("%q is not a domain name", c.AppsDomain)}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/platformtest"
@@ -266,7 +266,7 @@ func TestMetricsScrapeWithoutDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.countDeployments(deployments.NewStore(bdb), nil); err != nil {
+	if err := m.countDeployments(fleet.Queries{DB: bdb}, nil); err != nil {
 		t.Fatal(err)
 	}
 	logs := &platformtest.SyncBuffer{}

@@ -147,7 +147,7 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	if now.ID == was.ID || now.CommitSHA != was.CommitSHA {
 		t.Fatalf("after the move: %+v, before: %+v", now, was)
 	}
-	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" runs commit "+was.CommitSHA+" on another host") {
+	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" builds commit "+was.CommitSHA+" again (its image is in no registry) on another host") {
 		t.Fatalf("the moved deployment's log does not say where it went:\n%s", strings.Join(logs, "\n"))
 	}
 }

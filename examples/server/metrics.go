@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/platform/httpx"
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,7 +152,7 @@ func methodLabel(method string) string {
 
 // countDeployments adds keelson_deployments, read from the database at each
 // scrape (one grouped query), and, with the local engine, its queue depth.
-func (m *serverMetrics) countDeployments(store *deployments.Store, queue interface{ QueueDepth() int }) error {
+func (m *serverMetrics) countDeployments(store fleet.Queries, queue interface{ QueueDepth() int }) error {
 	err := m.reg.Register(&deploymentsCollector{store: store, desc: prometheus.NewDesc("keelson_deployments",
 		"Deployments in each status (all of the database's, the same on every process: aggregate with max, not sum).",
 		[]string{"status"}, nil)})
@@ -197,7 +198,7 @@ func (m *serverMetrics) countCertificates(stats func() certs.Stats, held func() 
 // deploymentsCollector counts deployments by status when scraped, so the
 // figure is exact whichever process changed a deployment.
 type deploymentsCollector struct {
-	store *deployments.Store
+	store fleet.Queries
 	desc  *prometheus.Desc
 }
 
@@ -206,7 +207,7 @@ func (c *deploymentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.de
 func (c *deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.store.DeploymentCountByStatus(ctx)
+	counts, err := c.store.CountByStatus(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("count deployments: %w", err))
 		return

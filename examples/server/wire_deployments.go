@@ -14,6 +14,7 @@ import (
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
@@ -99,7 +100,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		if engine != nil {
 			queue = engine
 		}
-		if err := a.metrics.countDeployments(deployments.NewStore(a.DB), queue); err != nil {
+		if err := a.metrics.countDeployments(fleet.Queries{DB: a.DB}, queue); err != nil {
 			return err
 		}
 	}
@@ -276,13 +277,15 @@ func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.
 		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
 		BuildPidsLimit: int64(c.BuildPidsLimit),
 		Egress:         container.Egress{Open: c.Egress == "open", AllowCIDRs: c.EgressAllowCIDRs},
+		Registry:       container.Registry{Repository: c.Registry, Username: c.RegistryUsername, Password: c.RegistryPassword},
 	})
 	if err != nil {
 		docker.Close()
 		return nil, err
 	}
 	logMissingImages(ctx, docker, container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic}, log)
-	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance())
+	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance(),
+		"registry", cmp.Or(c.Registry, "none: images stay on this engine"))
 	return dockerRuntime{rt, docker}, nil
 }
 

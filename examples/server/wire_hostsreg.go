@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
@@ -29,46 +29,11 @@ const hostHeartbeat = 10 * time.Second
 func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostHeartbeat) }
 
 // moveOffHost is the hosts register's HostDown and MoveApps: each LIVE
-// deployment of host h is deployed again (the same commit) on a host that
-// answers, and its log says why. Until an image registry is set up, that
-// builds again: the build is on h. A project with a deployment under way
-// already is left to it.
+// deployment of host h is deployed again on a host that answers
+// (deployments.Service.MoveOffHost: from its image in the registry, else
+// built again), and its log says why.
 func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error {
-	store := deployments.NewStore(a.DB)
-	lives, err := store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: h.Queue})
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range lives {
-		note := func(format string, args ...any) {
-			if sink, err := a.Deployments.Logs().Sink(ctx, d.ID); err == nil {
-				sink.Systemf(format, args...)
-			}
-		}
-		busy, err := store.DeploymentsWhere(ctx, deployments.Filter{ProjectID: d.ProjectID, Statuses: []deployments.Status{
-			deployments.StatusQueued, deployments.StatusBuilding, deployments.StatusProvisioning, deployments.StatusConfiguringDNS}})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(busy) > 0 {
-			note("%s; deployment %s of the project is under way and replaces this one", why, busy[0].ID)
-			continue
-		}
-		next, err := a.Deployments.Trigger(ctx, deployments.TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA,
-			Reason: fmt.Sprintf("%s: moving deployment %s", why, d.ID)})
-		if err != nil {
-			note("%s; moving the app failed: %s", why, err)
-			errs = append(errs, fmt.Errorf("deployment %s: %w", d.ID, err))
-			continue
-		}
-		note("%s; deployment %s runs commit %s on another host", why, next.ID, d.CommitSHA)
-	}
-	if err := a.Deployments.Logs().Flush(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return a.Deployments.MoveOffHost(ctx, h.Queue, why)
 }
 
 // buildHosts adds the hosts register (deployments/hosts): the ADMIN routes
@@ -77,7 +42,7 @@ func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error 
 func (a *App) buildHosts(context.Context) error {
 	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
 		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, MoveApps: a.moveOffHost,
-		Placed: deployments.NewStore(a.DB).PlacedByHost,
+		Placed: fleet.Queries{DB: a.DB}.PlacedByHost,
 		HostDown: func(ctx context.Context, h *hosts.Host) error {
 			return a.moveOffHost(ctx, h, fmt.Sprintf("host %s has sent no heartbeat since %s", h.ID, h.HeartbeatAt.Format(time.RFC3339)))
 		}})
@@ -158,7 +123,7 @@ const remoteEvery = time.Second
 func (a *App) routeRemote(router *ingress.Router, log *slog.Logger) {
 	var loop *platform.Loop
 	reload := func(ctx context.Context) error {
-		live, err := deployments.NewStore(a.DB).LiveHosts(ctx)
+		live, err := fleet.Queries{DB: a.DB}.LiveHosts(ctx)
 		if err != nil {
 			return err
 		}
