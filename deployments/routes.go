@@ -110,6 +110,7 @@ type View struct {
 	ReplacedAt    *time.Time `json:"replacedAt"`
 	RollbackOf    *string    `json:"rollbackOf" doc:"For a rollback: the deployment whose build it runs again"`
 	BuildKept     bool       `json:"buildKept" doc:"A replaced deployment whose build is kept: POST /deployments/{id}/rollback can run it again"`
+	Image         *string    `json:"image" doc:"The image in the server's registry, by digest (repository@sha256:...), when builds are pushed to one"`
 	CreatedAt     time.Time  `json:"createdAt"`
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	FinishedAt    *time.Time `json:"finishedAt" doc:"When it became LIVE, FAILED or CANCELLED"`
@@ -149,7 +150,7 @@ func ViewOf(d *Deployment) View {
 		CommitSHA: opt.Str(d.CommitSHA), Reason: d.Reason, DeployedURL: opt.Str(d.DeployedURL),
 		ErrorMessage: opt.Str(d.ErrorMessage), BuildDuration: buildSeconds(d), Region: d.Region,
 		WorkflowName: d.WorkflowName, SupersededBy: opt.Str(d.SupersededBy), ReplacedAt: opt.Time(d.ReplacedAt),
-		RollbackOf: opt.Str(d.RollbackOf), BuildKept: d.BuildKept,
+		RollbackOf: opt.Str(d.RollbackOf), BuildKept: d.BuildKept, Image: opt.Str(d.Image),
 		CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), FinishedAt: opt.Time(d.FinishedAt),
 	}
 }

@@ -1008,7 +1008,10 @@ type Deployment struct {
 	// FinishedAt When it became LIVE, FAILED or CANCELLED
 	FinishedAt *time.Time `json:"finishedAt"`
 	Id         string     `json:"id"`
-	ProjectId  string     `json:"projectId"`
+
+	// Image The image in the server's registry, by digest (repository@sha256:...), when builds are pushed to one
+	Image     *string `json:"image"`
+	ProjectId string  `json:"projectId"`
 
 	// Reason Why the deployment was started
 	Reason     string     `json:"reason"`
