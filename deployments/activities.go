@@ -143,8 +143,11 @@ func (a *Activities) Build(ctx context.Context, id string) error {
 func (a *Activities) reuse(ctx context.Context, d *Deployment, job Job, sink *Sink) error {
 	r, ok := a.rt.(Reuser)
 	from, err := a.store.DeploymentGet(ctx, d.RollbackOf)
-	if !ok || err != nil {
-		return errors.Join(err, errors.New("this runtime cannot roll back (it does not keep builds)"))
+	switch {
+	case !ok:
+		return errors.New("this runtime cannot roll back (it does not keep builds)")
+	case err != nil:
+		return fmt.Errorf("reading deployment %s to start from: %w", d.RollbackOf, err)
 	}
 	d.Image, job.Image = from.Image, from.Image
 	if err := r.Reuse(ctx, d.RollbackOf, job); errors.Is(err, ErrBuildGone) {

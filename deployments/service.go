@@ -323,8 +323,7 @@ func (s *Service) MoveOffHost(ctx context.Context, queue, why string) error {
 	}
 	var errs []error
 	for _, d := range lives {
-		busy, err := s.store.DeploymentsWhere(ctx, Filter{ProjectID: d.ProjectID, Statuses: []Status{
-			StatusQueued, StatusBuilding, StatusProvisioning, StatusConfiguringDNS}})
+		busy, err := s.store.DeploymentsWhere(ctx, Filter{ProjectID: d.ProjectID, Statuses: Statuses()[:4]}) // not ended, not LIVE
 		if err != nil || len(busy) > 0 {
 			if errs = append(errs, err); err == nil {
 				s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; deployment %s of the project is under way and replaces this one", why, busy[0].ID))

@@ -35,6 +35,15 @@
 // the one image a project keeps beyond its existing deployments. Cleanup
 // removes the deployment's tag; CleanupProject removes the rest.
 //
+// With a Registry, Publish pushes each build as
+// <repository>/<project>:<deployment> and returns it by digest, which the
+// deployment records; a host whose engine lacks a deployment's image pulls
+// it by that digest (never by a tag) when the app starts, and tags it as its
+// own keelson/<instance>-<project>:<deployment>. Only that local tag is kept
+// (the push tag and the engine's digest references are removed), so Cleanup
+// removes a pulled image like a built one. Nothing is ever deleted from the
+// registry.
+//
 // PROVISION: one container per deployment, named and labelled with the
 // deployment, the project and this server's instance (a random id kept in its
 // data dir, so servers sharing an engine never touch each other's containers,

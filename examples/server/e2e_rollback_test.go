@@ -103,7 +103,7 @@ func TestRollbackRunsTheKeptBuildAgain(t *testing.T) {
 			}
 		}
 		logs := logText(t, ts, alice, r1)
-		if !strings.Contains(logs, "rollback to deployment "+v1) || strings.Contains(logs, "compiling the app") ||
+		if !strings.Contains(logs, "the build of deployment "+v1+" is used again") || strings.Contains(logs, "compiling the app") ||
 			strings.Contains(logs, "built commit") {
 			t.Fatalf("the rollback's log:\n%s", logs)
 		}
