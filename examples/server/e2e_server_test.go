@@ -83,6 +83,16 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"KEELSON_TRUSTED_PROXIES":    {"KEELSON_TRUSTED_PROXIES": "10.0.0.0/8, proxy.internal"},
 		"KEELSON_EGRESS":             {"KEELSON_EGRESS": "closed"},
 		"KEELSON_EGRESS_ALLOW_CIDRS": {"KEELSON_EGRESS_ALLOW_CIDRS": "10.1.2.0/24, db.lan"},
+		"KEELSON_REGISTRY":           {"KEELSON_REGISTRY": "keelson/images"}, // no registry host
+	}
+	for _, env := range []map[string]string{
+		{"KEELSON_REGISTRY": "127.0.0.1:5000/Keelson"},
+		{"KEELSON_REGISTRY": "127.0.0.1:5000/keelson", "KEELSON_RUNTIME": "process"},
+	} {
+		_, err := LoadConfig(func(k string) string { return env[k] })
+		if ce := (*ConfigError)(nil); !errors.As(err, &ce) || ce.Var != "KEELSON_REGISTRY" {
+			t.Errorf("%v: got %v, want an error naming KEELSON_REGISTRY", env, err)
+		}
 	}
 	for want, env := range cases {
 		_, err := LoadConfig(func(k string) string { return env[k] })
