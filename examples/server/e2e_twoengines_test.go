@@ -12,9 +12,11 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
+	"github.com/keelson-dev/keelson/deployments/container/registrytest"
 	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
+	"github.com/moby/moby/client"
 )
 
 // TestTwoEnginesE2E: two hosts, each a worker on its own Docker engine (the
@@ -22,18 +24,34 @@ import (
 // sharing Postgres and Temporal with an API replica. Apps are placed on
 // both hosts and answer through either ingress; a drain moves an app with no
 // failed request; after kill -9 of host two's worker and engine (daemon,
-// containerd, shims and apps), its apps answer through host one within 60 s,
-// and no deployment is lost or stuck. The harness removes the engine, its
+// containerd, shims and apps), its apps answer through host one within 60 s
+// from the image host two pushed to the shared registry (nothing built
+// again), and no deployment is lost or stuck. The harness removes the engine, its
 // namespace, mounts and files.
 func TestTwoEnginesE2E(t *testing.T) {
 	t.Parallel()
-	imgs, _ := containertest.Images(t)
+	imgs, docker := containertest.Images(t)
+	var projects []string
+	t.Cleanup(func() { // after host one stopped: the images it built or pulled
+		for _, id := range projects {
+			res, err := docker.ImageList(context.Background(), client.ImageListOptions{
+				Filters: client.Filters{}.Add("reference", "keelson/*-"+strings.ToLower(id))})
+			if err != nil {
+				continue
+			}
+			for _, img := range res.Items {
+				_, _ = docker.ImageRemove(context.Background(), img.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+			}
+		}
+	})
 	eng := containertest.SecondEngine(t)
 	bin := buildServer(t)
+	reg := registrytest.Start(t, registrytest.Options{Username: "keelson", Password: twoEnginesRegistryPassword})
 	srv := temporaltest.StartDevServer(t)
 	dbURL := dbtest.PostgresURL(t)
-	// Host two reaches Postgres and Temporal at the addresses host one uses.
-	for _, addr := range []string{hostPortOf(t, dbURL), srv.FrontendHostPort()} {
+	// Host two reaches Postgres, Temporal and the registry at the addresses
+	// host one uses (its engine trusts a registry on loopback, as host one's).
+	for _, addr := range []string{hostPortOf(t, dbURL), srv.FrontendHostPort(), reg.Addr} {
 		eng.Forward(t, addr)
 	}
 	queue := "keelson-engines-" + platformtest.Unique(8)
@@ -44,13 +62,14 @@ func TestTwoEnginesE2E(t *testing.T) {
 			if r == RoleWorker {
 				c.Runtime = "docker"
 				c.ImageGo, c.ImageGoRun, c.ImageStatic = imgs.Go, imgs.GoRun, imgs.Static
+				c.Registry, c.RegistryUsername, c.RegistryPassword = reg.Repository(), "keelson", twoEnginesRegistryPassword
 			}
 		}
 	}
 	w1 := startServer(t, dbURL, role(RoleWorker))
 	api := startServer(t, dbURL, role(RoleAPI))
 	eng.Forward(t, w1.Ingress) // host two forwards host one's apps here
-	w2 := startEngineWorker(t, eng, bin, dbURL, srv.FrontendHostPort(), queue)
+	w2 := startEngineWorker(t, eng, bin, dbURL, srv.FrontendHostPort(), queue, reg.Repository())
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("host one's errors:\n%s\nhost two's errors:\n%s", errorLines(w1.Logs.String()), errorLines(w2.proc.logs.String()))
@@ -82,6 +101,7 @@ func TestTwoEnginesE2E(t *testing.T) {
 		t.Helper()
 		p := createHostileProject(t, api, alice, name, "s3cret-"+name,
 			map[string]string{"Dockerfile": containertest.ScratchDockerfile, "app": string(app)}, "docker")
+		projects = append(projects, p.ID)
 		id := deployLive(t, api, alice, p.ID)
 		if d := liveOf(t, api, alice, p.Slug); d.ID != id || d.Host != queueOf(t, api, host) {
 			t.Fatalf("%s placed on %q, want host %s", name, d.Host, host)
@@ -130,8 +150,14 @@ func TestTwoEnginesE2E(t *testing.T) {
 	})
 	t.Logf("host two's app answered through host one %.1fs after its death", time.Since(died).Seconds())
 	now := liveOf(t, api, alice, three.Slug)
-	if now.ID == was.ID || now.Host != w1.App.localHost.Queue {
+	if now.ID == was.ID || now.Host != w1.App.localHost.Queue || now.Image != was.Image || !strings.HasPrefix(was.Image, reg.Repository()+"/") {
 		t.Fatalf("after host two died: %+v (before: %+v)", now, was)
+	}
+	// Nothing was built again: host one pulled the image host two built.
+	logs := strings.ToLower(strings.Join(streamLogs(t, api, alice, now.ID), "\n"))
+	if !strings.Contains(logs, "build skipped") || !strings.Contains(logs, "pulling the image "+was.Image+" from the registry") ||
+		strings.Contains(logs, "building the image") || strings.Contains(logs, twoEnginesRegistryPassword) {
+		t.Fatalf("the moved deployment's log:\n%s", logs)
 	}
 	// No deployment is lost or stuck: none failed, none is left in a step.
 	platformtest.Eventually(t, time.Minute, "every deployment settled", func() bool {
@@ -156,6 +182,8 @@ func TestTwoEnginesE2E(t *testing.T) {
 	}
 }
 
+const twoEnginesRegistryPassword = "two-engines-registry-pw-83c1"
+
 // engineWorker is a worker process running in a second engine's namespace.
 type engineWorker struct {
 	proc    *proc
@@ -165,7 +193,7 @@ type engineWorker struct {
 // startEngineWorker runs the server binary as a worker inside eng's network
 // namespace, on eng's engine, with the same database, Temporal and secrets
 // as startServer's servers.
-func startEngineWorker(t *testing.T, eng *containertest.Engine, bin, dbURL, temporalAddr, queue string) *engineWorker {
+func startEngineWorker(t *testing.T, eng *containertest.Engine, bin, dbURL, temporalAddr, queue, registry string) *engineWorker {
 	t.Helper()
 	imgs, _ := containertest.Images(t)
 	ingress := net.JoinHostPort(eng.NSAddr, "18080") // the namespace is the worker's own
@@ -176,6 +204,7 @@ func startEngineWorker(t *testing.T, eng *containertest.Engine, bin, dbURL, temp
 		"KEELSON_JWT_SECRET=test-jwt-secret-0123456789abcdef0123456789",
 		"KEELSON_SECRET_KEY=test-seal-key-0123456789abcdef0123456789ab",
 		"KEELSON_ADDR=127.0.0.1:18081", "KEELSON_INGRESS_ADDR=" + ingress, "KEELSON_HOST_ADDRESS=" + ingress,
+		"KEELSON_REGISTRY=" + registry, "KEELSON_REGISTRY_USERNAME=keelson", "KEELSON_REGISTRY_PASSWORD=" + twoEnginesRegistryPassword,
 		"KEELSON_IMAGE_GO=" + imgs.Go, "KEELSON_IMAGE_GO_RUN=" + imgs.GoRun, "KEELSON_IMAGE_STATIC=" + imgs.Static,
 	}
 	p := startCmd(t, eng.Command(bin), env)
