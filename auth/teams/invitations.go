@@ -252,5 +252,6 @@ func (s *Service) join(ctx context.Context, row *inviteRow, userID string) error
 		}
 		return s.record(ctx, tx, row.TeamID, "member.join", "member", userID, "joined as "+row.Role+" (invitation "+row.ID+")")
 	})
+	s.membersChanged(userID)
 	return db.Translate(err)
 }

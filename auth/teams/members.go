@@ -29,6 +29,7 @@ func (s *Service) Create(ctx context.Context, userID, name string) (*Team, error
 		}
 		return s.record(ctx, tx, row.ID, "team.create", "team", row.ID, "created team "+strconv.Quote(name))
 	})
+	s.membersChanged(userID)
 	if err != nil {
 		return nil, fmt.Errorf("teams: create: %w", db.Translate(err))
 	}
@@ -131,6 +132,7 @@ func (s *Service) Delete(ctx context.Context, userID, id string) error {
 		}
 		return s.record(ctx, tx, id, "team.delete", "team", id, "deleted the team")
 	})
+	s.teamsOf.InvalidateAll() // its members, whoever they were
 	if err != nil {
 		return db.Translate(err)
 	}
@@ -241,6 +243,7 @@ func (s *Service) change(ctx context.Context, c memberChange) (old platform.Memb
 		action, summary := c.audit(old)
 		return s.record(ctx, tx, c.teamID, action, "member", c.target, summary)
 	})
+	s.membersChanged(c.target)
 	return old, db.Translate(err)
 }
 

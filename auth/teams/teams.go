@@ -171,14 +171,18 @@ func (d Deps) withDefaults() Deps {
 }
 
 // Service is the teams module.
-type Service struct{ d Deps }
+type Service struct {
+	d          Deps
+	teamsOf    *memberCache // TeamsOf (membercache.go)
+	stopListen func()       // its Postgres listener (db.StartListen), stopped by Close
+}
 
 // New checks d and builds the service.
 func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, fmt.Errorf("teams: %w", err)
 	}
-	return &Service{d: d.withDefaults()}, nil
+	return &Service{d: d.withDefaults(), teamsOf: db.NewExactCache[struct{}, []string](memberCacheUsers, nil, !db.IsPostgres(d.DB))}, nil
 }
 
 var _ platform.Module = (*Service)(nil)
@@ -186,11 +190,22 @@ var _ platform.Module = (*Service)(nil)
 // Migrations returns the module's tables, for platform.Module.
 func (s *Service) Migrations() db.MigrationSet { return Migrations() }
 
-// Start does nothing: the module has no background work.
-func (s *Service) Start(context.Context) error { return nil }
+// Start starts, on Postgres, the member cache's listener (membercache.go).
+func (s *Service) Start(context.Context) error {
+	if db.IsPostgres(s.d.DB) && s.stopListen == nil {
+		s.stopListen = db.StartListen(s.d.DB, s.teamsOf, db.ListenConfig{Channels: []string{MembersChannel}, Logger: s.d.Log})
+	}
+	return nil
+}
 
-// Close does nothing.
-func (s *Service) Close(context.Context) error { return nil }
+// Close stops the listener.
+func (s *Service) Close(context.Context) error {
+	if s.stopListen != nil {
+		s.stopListen()
+		s.stopListen = nil
+	}
+	return nil
+}
 
 // record writes the audit row of a change to teamID's resource, in tx.
 func (s *Service) record(ctx context.Context, tx bun.IDB, teamID, action, resType, resID, summary string) error {
@@ -239,6 +254,9 @@ func Migrations() db.MigrationSet {
 			db.CreateIndex((*inviteRow)(nil), "team_invitations_token_key", true, "token_hash"),
 			db.CreateIndex((*inviteRow)(nil), "team_invitations_team_idx", false, "team_id", "created_at"),
 		),
+	}, {
+		ID: "0002_members_notify",
+		Up: memberTriggers, // Postgres only
 	}}}
 }
 
@@ -286,14 +304,6 @@ func memberRole(ctx context.Context, idb bun.IDB, teamID, userID string) (platfo
 		return "", nil
 	}
 	return platform.MemberRole(role), err
-}
-
-// TeamsOf returns the ids of the teams userID belongs to.
-func (s *Service) TeamsOf(ctx context.Context, userID string) ([]string, error) {
-	var ids []string
-	err := s.d.DB.NewSelect().Model((*memberRow)(nil)).Column("team_id").
-		Where("user_id = ?", userID).Order("team_id").Scan(ctx, &ids)
-	return ids, db.Translate(err)
 }
 
 // TeamOwner returns the owner whose account plan the team follows until it

@@ -65,7 +65,13 @@ type Row struct {
 	// /proc/<pid>/stat) during the measurement, per request (per delivered
 	// line in the SSE fan-out rows), in microseconds.
 	CPUUsPerReq float64 `json:"cpuUsPerReq,omitempty"`
-	NA          string  `json:"na,omitempty"` // why it was not measured
+	// RatioToFloor is req/s over the same run's net/http floor writing the
+	// same body (floor.go).
+	RatioToFloor float64 `json:"ratioToFloor,omitempty"`
+	// KiBPerStream and Streams: the open-streams memory rows.
+	KiBPerStream float64 `json:"kibPerStream,omitempty"`
+	Streams      int     `json:"streams,omitempty"`
+	NA           string  `json:"na,omitempty"` // why it was not measured
 }
 
 // Report is the JSON output.
@@ -78,6 +84,7 @@ type Report struct {
 	Duration    string    `json:"duration"`
 	Concurrency int       `json:"concurrency"`
 	Rows        []Row     `json:"rows"`
+	Goals       []Goal    `json:"goals"`
 }
 
 var (
@@ -90,6 +97,8 @@ var (
 	flagOpenConc    = flag.Int("open-concurrency", 64, "SSE streams being opened at once (a stream counts until its ready event); the RSS rows measure open streams, not a burst of opening requests")
 	flagAPIOnly     = flag.Bool("api-only", false, "measure only the request rows (floor, GET /projects, POST /projects), not login, deployments or streams")
 	flagStreamsOnly = flag.Bool("streams-only", false, "measure only the SSE fan-out and stream memory rows (and the idle RSS)")
+	flagPolledOnly  = flag.Bool("polled-only", false, "measure only GET /projects and the polled routes (status, a project's deployments, a project), each against its floor")
+	flagCPUProfile  = flag.String("cpuprofile", "", "write the server's CPU profile during each route measured against its floor to this directory (<db>-<route>.pprof)")
 
 	// Internal modes: the bench runs itself as the baseline server and as the
 	// log emitter inside a deployment's build.
@@ -181,7 +190,9 @@ func run() error {
 		}
 	}
 
+	rep.Goals = goals(rep.Rows)
 	printTable(os.Stdout, rep)
+	printGoals(os.Stdout, rep.Goals)
 	if *flagJSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*flagJSON, append(b, '\n'), 0o644); err != nil {
@@ -320,49 +331,28 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	if *flagStreamsOnly {
 		return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
 	}
-	fmt.Fprintf(os.Stderr, "%s: GET /projects...\n", dbName)
 	var list []json.RawMessage
 	if err := call(admin, "GET", s.url+"/projects", users["reader"], nil, 200, &list); err != nil || len(list) != 20 {
 		return rows, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
 	}
-	// The floor: net/http writing the very bytes GET /projects answers (no
-	// auth, no database), in its own process, measured in this same run.
-	body, err := rawGet(admin, s.url+"/projects", users["reader"])
+	floorRow, row, err := benchAgainstFloor(admin, s, self, dir, dbName, baseline,
+		floorRoute{name: "GET /projects (20 projects)", url: s.url + "/projects", tok: users["reader"]})
 	if err != nil {
 		return rows, err
 	}
-	bodyFile := filepath.Join(dir, "projects.json")
-	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
-		return rows, err
-	}
-	floorAddr := freeAddr()
-	floorCmd := exec.Command(self, "-serve-baseline", floorAddr, "-serve-file", bodyFile)
-	if err := floorCmd.Start(); err != nil {
-		return rows, err
-	}
-	if err := waitHTTP("http://"+floorAddr+"/", 10*time.Second); err != nil {
-		stop(floorCmd)
-		return rows, fmt.Errorf("floor server: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "%s: floor (net/http, the same %d bytes)...\n", dbName, len(body))
-	floorRow := measured(floorCmd.Process.Pid, dbName, fmt.Sprintf("floor: net/http writing the same %d bytes", len(body)), baseline,
-		func() loadResult {
-			return load(n, *flagDuration, func(int) error { return get(c, "http://"+floorAddr+"/", "", 200, nil) })
-		})
-	stop(floorCmd)
 	add(floorRow)
 	pid := s.cmd.Process.Pid
-	row := measured(pid, dbName, "GET /projects (20 projects)", baseline,
-		func() loadResult {
-			return load(n, *flagDuration, func(int) error { return get(c, s.url+"/projects", users["reader"], 200, nil) })
-		})
-	if floorRow.ReqPerS > 0 {
-		row.Note = joinNotes(fmt.Sprintf("%.3f of the same-body floor", row.ReqPerS/floorRow.ReqPerS), row.Note)
-	}
 	fmt.Fprintf(os.Stderr, "%s: peer: PocketBase list...\n", dbName)
 	pbRow, row := peerRow(pb, dbName, row, baseline)
 	add(row)
 	add(pbRow)
+	if *flagPolledOnly {
+		live, depRows := benchDeploy(admin, s.url, users["reader"], dir)
+		for _, r := range depRows {
+			add(r)
+		}
+		return benchPolledRows(admin, s, self, dir, dbName, users["reader"], live, baseline, rows), nil
+	}
 
 	fmt.Fprintf(os.Stderr, "%s: POST /projects (1,000 owned)...\n", dbName)
 	var seq atomic.Int64
@@ -396,14 +386,7 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	for _, r := range depRows {
 		add(r)
 	}
-	if live == "" {
-		add(Row{Name: "GET /deployments/{id}/status", NA: "no LIVE deployment (see the row above)"})
-	} else {
-		fmt.Fprintf(os.Stderr, "%s: GET /deployments/{id}/status...\n", dbName)
-		add(measured(pid, dbName, "GET /deployments/{id}/status", baseline, func() loadResult {
-			return load(n, *flagDuration, func(int) error { return get(c, s.url+"/deployments/"+live+"/status", users["reader"], 200, nil) })
-		}))
-	}
+	rows = benchPolledRows(admin, s, self, dir, dbName, users["reader"], live, baseline, rows)
 
 	return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
 }
@@ -729,8 +712,9 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	}
 	var rows []Row
 	if subs >= 1000 {
-		r := Row{Name: fmt.Sprintf("server RSS, %d open streams", subs), Value: rss(s.cmd.Process.Pid)}
+		r := Row{Name: fmt.Sprintf("server RSS, %d open streams", subs), Value: rss(s.cmd.Process.Pid), Streams: subs}
 		if after := s.liveKiB(); liveBefore > 0 && after > 0 {
+			r.KiBPerStream = float64(after-liveBefore) / float64(subs)
 			r.Note = fmt.Sprintf("%.1f KiB per stream (heap and stacks in use after a GC, %.1f -> %.1f MiB)",
 				float64(after-liveBefore)/float64(subs), float64(liveBefore)/1024, float64(after)/1024)
 		}

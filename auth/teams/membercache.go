@@ -1,0 +1,69 @@
+package teams
+
+import (
+	"context"
+	"slices"
+
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
+)
+
+// memberCache keeps, per user, the teams they belong to (TeamsOf), which
+// the routes that list what a user may see ask on every request (GET
+// /projects, a project's deployments): while nothing changed, no query.
+//
+// It is exact, not timed, like the projects list cache (db.ExactCache):
+// every write to team_members here (a team created or deleted, a member
+// joining, removed, leaving or given another role) invalidates the users it
+// touched after it commits (or fails) and before it answers; a read that
+// raced such a write cannot store what it read. On Postgres other replicas
+// hear of a change through LISTEN/NOTIFY (a trigger on team_members names
+// the user, whoever wrote); until the listener has proven its connection
+// the cache serves nothing, and it is emptied and bypassed whenever the
+// connection fails.
+type memberCache = db.ExactCache[struct{}, []string]
+
+// memberCacheUsers bounds the users whose teams are kept.
+const memberCacheUsers = 100_000
+
+// MembersChannel is the Postgres channel on which the team_members trigger
+// names a user whose memberships changed.
+const MembersChannel = "keelson_team_members"
+
+// memberTriggers (Postgres only) notify MembersChannel with the user id after
+// any change of a team_members row, from any process.
+func memberTriggers(ctx context.Context, idb bun.IDB) error {
+	if !db.IsPostgres(idb) {
+		return nil
+	}
+	_, err := idb.ExecContext(ctx, `
+`+db.NotifyFunction("keelson_team_members_notify", MembersChannel, "user_id")+`
+DROP TRIGGER IF EXISTS keelson_team_members_change ON team_members;
+CREATE TRIGGER keelson_team_members_change AFTER INSERT OR UPDATE OR DELETE ON team_members FOR EACH ROW
+	EXECUTE FUNCTION keelson_team_members_notify();`)
+	return err
+}
+
+// TeamsOf returns the ids of the teams userID belongs to.
+func (s *Service) TeamsOf(ctx context.Context, userID string) ([]string, error) {
+	if ids, ok := s.teamsOf.Get(userID, struct{}{}); ok {
+		return slices.Clone(ids), nil
+	}
+	gen := s.teamsOf.Begin()
+	var ids []string
+	err := s.d.DB.NewSelect().Model((*memberRow)(nil)).Column("team_id").
+		Where("user_id = ?", userID).Order("team_id").Scan(ctx, &ids)
+	if err != nil {
+		return nil, db.Translate(err)
+	}
+	s.teamsOf.Put(gen, userID, struct{}{}, slices.Clone(ids))
+	return ids, nil
+}
+
+// membersChanged drops what the cache keeps of users; every write to
+// team_members calls it after the write (committed or not), before answering.
+func (s *Service) membersChanged(users ...string) {
+	for _, u := range users {
+		s.teamsOf.InvalidateOwner(u)
+	}
+}
