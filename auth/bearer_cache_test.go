@@ -192,3 +192,31 @@ func TestBearerCacheAcrossReplicas(t *testing.T) {
 	b.waitLive()
 	b.cachedAs(s.AccessToken)
 }
+
+// The verified-token cache (parseAccess) skips only the signature check: a
+// cached token still expires on the service's clock, and the session and
+// user checks still run on every request (a deleted user's token is refused).
+func TestVerifiedTokenCacheKeepsEveryCheck(t *testing.T) {
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, nil)
+		e.waitLive()
+		u := e.register("ada@example.com")
+		s := e.tokens("ada@example.com")
+		e.cachedAs(s.AccessToken)
+		if _, ok := e.svc.verified.Get(s.AccessToken, e.clock.Now()); !ok {
+			t.Fatal("a verified token is not in the verified-token cache")
+		}
+		e.clock.Advance(e.svc.d.AccessTTL)
+		if !e.refused(s.AccessToken) {
+			t.Fatal("a cached access token works past its expiry")
+		}
+		s = e.tokens("ada@example.com")
+		e.cachedAs(s.AccessToken)
+		if err := e.svc.DeleteUser(context.Background(), u.ID); err != nil {
+			t.Fatal(err)
+		}
+		if !e.refused(s.AccessToken) {
+			t.Fatal("a cached access token of a deleted user works")
+		}
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/keelson-dev/keelson/auth/internal/emailaddr"
 	"github.com/keelson-dev/keelson/auth/internal/password"
 	"github.com/keelson-dev/keelson/auth/internal/ratelimit"
+	"github.com/keelson-dev/keelson/auth/internal/tokencache"
 	"github.com/keelson-dev/keelson/auth/mailer"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
@@ -229,7 +230,8 @@ type Service struct {
 	bearer  *db.Prepared // bearerQuery
 
 	cache      *bearerCache
-	stopListen func() // the bearer cache's Postgres listener (db.StartListen)
+	verified   *tokencache.Cache[accessClaims] // parseAccess's verified tokens, bounded by BearerCacheSize
+	stopListen func()                          // the bearer cache's Postgres listener (db.StartListen)
 }
 
 var _ platform.Authenticator = (*Service)(nil)
@@ -252,7 +254,7 @@ func New(d Deps) (*Service, error) {
 		admins:  map[string]bool{},
 		mq:      mailer.NewQueue(d.Logger, d.MailQueueSize, d.MailWorkers, d.MailTimeout),
 		// On Postgres the cache serves only once Start's listener is proven.
-		cache: newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)),
+		cache: newBearerCache(d.BearerCacheSize, !db.IsPostgres(d.DB)), verified: tokencache.New[accessClaims](d.BearerCacheSize),
 	}
 	for _, e := range d.AdminEmails {
 		n, _ := emailaddr.Normalize(e)

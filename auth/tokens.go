@@ -56,6 +56,13 @@ func (s *Service) signAccess(u *userRow, family string) (string, error) {
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.d.JWTSecret)
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 var errBadToken = platform.Unauthorized("invalid or expired access token")
 
 // Authenticate implements platform.Authenticator: it accepts an HS256 access
@@ -87,8 +94,13 @@ func (s *Service) Authenticate(ctx context.Context, token string) (platform.Prin
 	return platform.Principal{UserID: c.Subject, Email: r.email, Role: roleOf(s.admins, r.email, r.emailVerified, r.viaChange)}, nil
 }
 
-// parseAccess checks an access token's signature and claims (not the store).
+// parseAccess checks an access token's signature and claims (not the store);
+// a token verified before is answered from s.verified until it expires.
 func (s *Service) parseAccess(token string) (accessClaims, error) {
+	now := s.now()
+	if c, ok := s.verified.Get(token, now); ok {
+		return c, nil
+	}
 	var c accessClaims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.d.JWTSecret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
@@ -100,6 +112,9 @@ func (s *Service) parseAccess(token string) (accessClaims, error) {
 	)
 	if err != nil || c.Type != tokenTypeAccess || !platform.ValidID(c.Subject) || !platform.ValidID(c.Fam) {
 		return accessClaims{}, errBadToken
+	}
+	if c.IssuedAt != nil && c.NotBefore != nil { // as signAccess makes them; valid from both
+		s.verified.Put(token, c, later(c.IssuedAt.Time, c.NotBefore.Time), c.ExpiresAt.Time, now)
 	}
 	return c, nil
 }

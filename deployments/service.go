@@ -169,9 +169,14 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 	}
 	if p.ProjectID != "" {
 		// Filtering by someone else's (or no) project is a 404, like every
-		// other route that names a project the caller cannot see.
-		spec, err := s.projects.ProjectForDeploy(ctx, p.ProjectID)
-		if err == nil {
+		// other route that names a project the caller cannot see. Access
+		// alone answers that (ProjectForDeploy would open its secrets).
+		var err error
+		if s.d.Access != nil && p.OwnerID != "" {
+			err = s.d.Access.Authorize(ctx, p.OwnerID, p.ProjectID, platform.DeploymentsRead)
+		} else if spec, err2 := s.projects.ProjectForDeploy(ctx, p.ProjectID); err2 != nil {
+			err = err2
+		} else {
 			err = s.authorize(ctx, p.OwnerID, p.ProjectID, spec.OwnerID, platform.DeploymentsRead)
 		}
 		if errors.Is(err, platform.ErrNotFound) {
@@ -201,11 +206,16 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 	return ds, next, nil
 }
 
-// Status syncs the deployment's stored state from the engine (SPEC 3.1) and returns it.
+// Status returns the deployment's state, synced from the engine (SPEC 3.1)
+// only while it can be stale: a terminal deployment's stored state is final
+// for every engine (docs/BEHAVIOUR.md), so a polled LIVE one costs no call.
 func (s *Service) Status(ctx context.Context, ownerID, id string) (*Deployment, error) {
 	d, err := s.Get(ctx, ownerID, id)
 	if err != nil {
 		return nil, err
+	}
+	if d.Status.Terminal() {
+		return d, nil
 	}
 	return s.sync(ctx, d)
 }

@@ -252,6 +252,6 @@ func (s *Service) join(ctx context.Context, row *inviteRow, userID string) error
 		}
 		return s.record(ctx, tx, row.TeamID, "member.join", "member", userID, "joined as "+row.Role+" (invitation "+row.ID+")")
 	})
-	s.membersChanged(userID)
+	s.membersChanged(userID, row.TeamID)
 	return db.Translate(err)
 }

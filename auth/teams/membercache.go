@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -21,7 +22,19 @@ import (
 // the user, whoever wrote); until the listener has proven its connection
 // the cache serves nothing, and it is emptied and bypassed whenever the
 // connection fails.
-type memberCache = db.ExactCache[struct{}, []string]
+//
+// It keeps TeamOwner's answers the same way, under the team's id (an id
+// that is no team's, a user's, is kept as no owner): the trigger names the
+// team too, and the writes here invalidate it.
+type memberCache = db.ExactCache[cacheKind, []string]
+
+// cacheKind tells what an entry of the member cache holds.
+type cacheKind uint8
+
+const (
+	teamsOfUser cacheKind = iota // owner: a user; the ids of their teams
+	ownerOfTeam                  // owner: a team id; its first owner (none: not a team)
+)
 
 // memberCacheUsers bounds the users whose teams are kept.
 const memberCacheUsers = 100_000
@@ -38,15 +51,19 @@ func memberTriggers(ctx context.Context, idb bun.IDB) error {
 	}
 	_, err := idb.ExecContext(ctx, `
 `+db.NotifyFunction("keelson_team_members_notify", MembersChannel, "user_id")+`
+`+db.NotifyFunction("keelson_team_members_team_notify", MembersChannel, "team_id")+`
 DROP TRIGGER IF EXISTS keelson_team_members_change ON team_members;
 CREATE TRIGGER keelson_team_members_change AFTER INSERT OR UPDATE OR DELETE ON team_members FOR EACH ROW
-	EXECUTE FUNCTION keelson_team_members_notify();`)
+	EXECUTE FUNCTION keelson_team_members_notify();
+DROP TRIGGER IF EXISTS keelson_team_members_team_change ON team_members;
+CREATE TRIGGER keelson_team_members_team_change AFTER INSERT OR UPDATE OR DELETE ON team_members FOR EACH ROW
+	EXECUTE FUNCTION keelson_team_members_team_notify();`)
 	return err
 }
 
 // TeamsOf returns the ids of the teams userID belongs to.
 func (s *Service) TeamsOf(ctx context.Context, userID string) ([]string, error) {
-	if ids, ok := s.teamsOf.Get(userID, struct{}{}); ok {
+	if ids, ok := s.teamsOf.Get(userID, teamsOfUser); ok {
 		return slices.Clone(ids), nil
 	}
 	gen := s.teamsOf.Begin()
@@ -56,14 +73,39 @@ func (s *Service) TeamsOf(ctx context.Context, userID string) ([]string, error) 
 	if err != nil {
 		return nil, db.Translate(err)
 	}
-	s.teamsOf.Put(gen, userID, struct{}{}, slices.Clone(ids))
+	s.teamsOf.Put(gen, userID, teamsOfUser, slices.Clone(ids))
 	return ids, nil
 }
 
-// membersChanged drops what the cache keeps of users; every write to
-// team_members calls it after the write (committed or not), before answering.
-func (s *Service) membersChanged(users ...string) {
-	for _, u := range users {
-		s.teamsOf.InvalidateOwner(u)
+// TeamOwner returns the owner whose account plan the team follows until it
+// has its own: the owner who joined first. An unknown team wraps
+// platform.ErrNotFound.
+func (s *Service) TeamOwner(ctx context.Context, teamID string) (string, error) {
+	if !platform.ValidID(teamID) {
+		return "", notFound()
+	}
+	ids, ok := s.teamsOf.Get(teamID, ownerOfTeam)
+	if !ok {
+		gen := s.teamsOf.Begin()
+		err := s.d.DB.NewSelect().Model((*memberRow)(nil)).Column("user_id").
+			Where("team_id = ? AND role = ?", teamID, platform.MemberOwner).
+			OrderExpr("created_at ASC, user_id ASC").Limit(1).Scan(ctx, &ids)
+		if err != nil {
+			return "", db.Translate(err)
+		}
+		s.teamsOf.Put(gen, teamID, ownerOfTeam, ids)
+	}
+	if len(ids) == 0 {
+		return "", notFound()
+	}
+	return ids[0], nil
+}
+
+// membersChanged drops what the cache keeps of users and teams; every write
+// to team_members calls it after the write (committed or not), before
+// answering.
+func (s *Service) membersChanged(ids ...string) {
+	for _, id := range ids {
+		s.teamsOf.InvalidateOwner(id)
 	}
 }

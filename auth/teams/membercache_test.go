@@ -2,6 +2,7 @@ package teams
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -67,10 +68,43 @@ func TestTeamsOfSeesEveryWrite(t *testing.T) {
 			e.mail.sent = map[string][]string{}
 		}
 		want("joined", bob, a.ID, b.ID)
-		if _, err := e.svc.SetRole(ctx, owner, a.ID, bob, platform.MemberAdmin); err != nil {
+		wantOwner := func(what, team, owner string) {
+			t.Helper()
+			services := []*Service{e.svc, e.svc} // the second answer from the cache
+			if db.IsPostgres(bdb) {
+				services = append(services, replica) // one process per SQLite database
+			}
+			for _, s := range services {
+				ok := func() bool {
+					got, err := s.TeamOwner(ctx, team)
+					if owner == "" {
+						return errors.Is(err, platform.ErrNotFound)
+					}
+					return err == nil && got == owner
+				}
+				if s == replica {
+					platformtest.Eventually(t, 20*time.Second, what+" on the replica", ok)
+				} else if !ok() {
+					t.Fatalf("%s: TeamOwner(%s) is not %q", what, team, owner)
+				}
+			}
+		}
+		wantOwner("a user's id is no team", owner, "")
+		wantOwner("the creator owns the team", a.ID, owner)
+		if _, err := e.svc.SetRole(ctx, owner, a.ID, bob, platform.MemberOwner); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.SetRole(ctx, bob, a.ID, owner, platform.MemberAdmin); err != nil {
 			t.Fatal(err)
 		}
 		want("role changed", bob, a.ID, b.ID)
+		wantOwner("the owner stepped down", a.ID, bob)
+		if _, err := e.svc.SetRole(ctx, bob, a.ID, owner, platform.MemberOwner); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.SetRole(ctx, owner, a.ID, bob, platform.MemberAdmin); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.svc.Remove(ctx, owner, a.ID, bob); err != nil {
 			t.Fatal(err)
 		}

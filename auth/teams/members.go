@@ -29,7 +29,7 @@ func (s *Service) Create(ctx context.Context, userID, name string) (*Team, error
 		}
 		return s.record(ctx, tx, row.ID, "team.create", "team", row.ID, "created team "+strconv.Quote(name))
 	})
-	s.membersChanged(userID)
+	s.membersChanged(userID, row.ID)
 	if err != nil {
 		return nil, fmt.Errorf("teams: create: %w", db.Translate(err))
 	}
@@ -243,7 +243,7 @@ func (s *Service) change(ctx context.Context, c memberChange) (old platform.Memb
 		action, summary := c.audit(old)
 		return s.record(ctx, tx, c.teamID, action, "member", c.target, summary)
 	})
-	s.membersChanged(c.target)
+	s.membersChanged(c.target, c.teamID)
 	return old, db.Translate(err)
 }
 

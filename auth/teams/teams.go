@@ -182,7 +182,7 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, fmt.Errorf("teams: %w", err)
 	}
-	return &Service{d: d.withDefaults(), teamsOf: db.NewExactCache[struct{}, []string](memberCacheUsers, nil, !db.IsPostgres(d.DB))}, nil
+	return &Service{d: d.withDefaults(), teamsOf: db.NewExactCache[cacheKind, []string](memberCacheUsers, nil, !db.IsPostgres(d.DB))}, nil
 }
 
 var _ platform.Module = (*Service)(nil)
@@ -304,26 +304,6 @@ func memberRole(ctx context.Context, idb bun.IDB, teamID, userID string) (platfo
 		return "", nil
 	}
 	return platform.MemberRole(role), err
-}
-
-// TeamOwner returns the owner whose account plan the team follows until it
-// has its own: the owner who joined first. An unknown team wraps
-// platform.ErrNotFound.
-func (s *Service) TeamOwner(ctx context.Context, teamID string) (string, error) {
-	if !platform.ValidID(teamID) {
-		return "", notFound()
-	}
-	var ids []string
-	err := s.d.DB.NewSelect().Model((*memberRow)(nil)).Column("user_id").
-		Where("team_id = ? AND role = ?", teamID, platform.MemberOwner).
-		OrderExpr("created_at ASC, user_id ASC").Limit(1).Scan(ctx, &ids)
-	if err != nil {
-		return "", db.Translate(err)
-	}
-	if len(ids) == 0 {
-		return "", notFound()
-	}
-	return ids[0], nil
 }
 
 // access answers the caller's role in teamID when it holds perm: 404 for a
