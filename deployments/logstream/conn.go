@@ -74,6 +74,10 @@ func (s *stream) flushConn(last bool) error {
 		s.out = append(s.out, lastChunk...)
 		b = s.out[start:]
 	}
+	if len(s.rest) > 0 { // what a direct write left goes first (direct.go)
+		b = append(s.rest, b...)
+		s.rest = nil
+	}
 	if len(b) == 0 {
 		return nil
 	}
@@ -110,6 +114,7 @@ func (sv *Streams) takeOver(hctx huma.Context, s *stream, release func()) bool {
 	}
 	_ = brw // net/http's buffers: empty (the headers were flushed), dropped
 	s.conn = conn
+	s.raw = rawConn(conn)
 	s.gone = make(chan struct{})
 	if !sv.conns.add(conn) { // the service is closing
 		_ = conn.Close()

@@ -27,3 +27,35 @@ func setUserTimeout(conn net.Conn, d time.Duration) {
 		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d.Milliseconds()))
 	})
 }
+
+// rawConn is the connection's socket for direct writes (direct.go); nil
+// when it has none.
+func rawConn(conn net.Conn) syscall.RawConn {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// tryWrite writes b to the stream's socket once, without waiting for room.
+func (s *stream) tryWrite(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := s.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), b)
+			if werr != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return max(n, 0), werr
+}

@@ -3,10 +3,17 @@
 package logstream
 
 import (
+	"errors"
 	"net"
+	"syscall"
 	"time"
 )
 
 // setUserTimeout is Linux only (TCP_USER_TIMEOUT); elsewhere a vanished
 // client is noticed when a write times out.
 func setUserTimeout(net.Conn, time.Duration) {}
+
+// rawConn: direct writes (direct.go) are Linux only.
+func rawConn(net.Conn) syscall.RawConn { return nil }
+
+func (s *stream) tryWrite([]byte) (int, error) { return 0, errors.ErrUnsupported }

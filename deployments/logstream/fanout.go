@@ -1,5 +1,7 @@
 package logstream
 
+import "sync/atomic"
+
 // Fan-out: live subscribers of a deployment's lines; publishing never
 // blocks, a subscriber that falls behind is dropped and refills from the
 // database.
@@ -11,15 +13,11 @@ func (l *Hub) publish(deploymentID string, ev Event) {
 }
 
 func (l *Hub) publishLocked(deploymentID string, ev Event) {
-	for s := range l.subs[deploymentID] {
-		select {
-		case s.ch <- ev:
-		default:
-			// Never block the producer: drop the slow stream; it refills from the database.
-			s.lagged = true
-			delete(l.subs[deploymentID], s)
-			close(s.ch)
-		}
+	for _, s := range l.fanOut(l.subs[deploymentID], ev) {
+		// Never block the producer: drop the slow stream; it refills from the database.
+		s.lagged = true
+		delete(l.subs[deploymentID], s)
+		close(s.ch)
 	}
 	if len(l.subs[deploymentID]) == 0 {
 		delete(l.subs, deploymentID)
@@ -43,12 +41,18 @@ type Subscription struct {
 	logs   *Hub
 	id     string
 	lagged bool // guarded by logs.mu
+
+	st      *stream      // written to directly when idle (direct.go); nil: never
+	pending atomic.Int32 // events queued on ch and not yet handled by st
 }
 
 // Subscribe starts receiving the deployment's new lines.
-func (l *Hub) Subscribe(deploymentID string) *Subscription {
+func (l *Hub) Subscribe(deploymentID string) *Subscription { return l.subscribe(deploymentID, nil) }
+
+// subscribe subscribes st (nil: a plain Subscription).
+func (l *Hub) subscribe(deploymentID string, st *stream) *Subscription {
 	ch := make(chan Event, l.cfg.SubscriberBuffer)
-	s := &Subscription{C: ch, ch: ch, logs: l, id: deploymentID}
+	s := &Subscription{C: ch, ch: ch, logs: l, id: deploymentID, st: st}
 	l.qmu.RLock()
 	closed := l.closed
 	l.qmu.RUnlock()

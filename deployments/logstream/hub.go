@@ -99,6 +99,7 @@ type Hub struct {
 	// sequence number published to them. Only the writer raises it.
 	published map[string]int64
 	remote    map[string]remoteWork // what other processes reported, for the writer
+	scratch   []*Subscription       // fanOut's list, reused
 
 	// The account log budget (logs_budget.go): deployments whose lines were
 	// stored since the last check, and the goroutine checking their accounts.

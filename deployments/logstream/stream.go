@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -201,6 +203,15 @@ type stream struct {
 	last  int64  // cursor of the last line sent (or the resume point)
 	out   []byte // frames not sent yet (from outPool; nil when empty)
 
+	// mu is held by the stream's goroutine except while it waits in its
+	// live loop's select (idle); the log writer writes to raw directly only
+	// when it gets mu at once (direct.go). rest is a chunk's part that such a
+	// write left: it goes out before anything else.
+	mu   sync.Mutex
+	idle bool
+	raw  syscall.RawConn
+	rest []byte
+
 	// A taken-over connection: frames go out as HTTP/1.1 chunks.
 	conn     net.Conn
 	gone     chan struct{} // closed when the client hung up (or the connection failed)
@@ -223,9 +234,12 @@ const maxPending = 64 << 10
 // stream goes on to live lines (false: it ended or failed). The caller closes
 // the returned subscription.
 func (s *stream) begin(ctx context.Context) (*Subscription, bool) {
+	// Held by the stream's goroutine from now on, except while it waits in
+	// loop (direct.go).
+	s.mu.Lock()
 	// Subscribe first: a line stored while the backlog is read arrives here
 	// too, and is skipped by cursor.
-	sub := s.sv.hub.Subscribe(s.id)
+	sub := s.sv.hub.subscribe(s.id, s)
 	s.event(logEvent{Type: "ready"}, 0)
 	if s.flush() != nil {
 		return sub, false
@@ -241,71 +255,92 @@ func (s *stream) begin(ctx context.Context) (*Subscription, bool) {
 
 // loop sends live lines and heartbeats until the deployment ends, the
 // client goes (gone), a write fails or the log writer closes. It returns the
-// subscription to close (a lagging stream subscribes again).
+// subscription to close (a lagging stream subscribes again). It holds s.mu
+// (taken by begin) except while it waits: only then may the log writer
+// write to the connection itself (direct.go).
 func (s *stream) loop(ctx context.Context, sub *Subscription, gone <-chan struct{}) *Subscription {
-	logs := s.sv.hub
 	tick := time.NewTicker(s.sv.heartbeat)
 	defer tick.Stop()
 	for {
+		s.idle = true
+		s.mu.Unlock()
+		var ev Event
+		var ok, woke, beat bool
 		select {
 		case <-gone:
-			return sub
 		case <-ctx.Done():
-			return sub
-		case ev, ok := <-sub.C:
-			for {
-				if !ok {
-					if !sub.Lagged() {
-						return sub // the server is shutting down
-					}
-					// Dropped for falling behind: resubscribe, then refill from the
-					// database (and see whether the end went by meanwhile).
-					sub = logs.Subscribe(s.id)
-					if s.replay(ctx) != nil {
-						return sub
-					}
-					if end, err := s.ended(ctx); err != nil || end {
-						return sub
-					}
-					break
-				}
-				if ev.Done {
-					if ev.Gone {
-						s.event(logEvent{Type: "error", Message: "the deployment was deleted"}, 0)
-						_ = s.flush()
-					} else if s.replay(ctx) == nil {
-						_ = s.done()
-					}
-					return sub
-				}
-				for _, ln := range ev.Lines {
-					if err := s.live(ctx, ln); err != nil {
-						return sub
-					}
-				}
-				// Lines that queued up meanwhile go out in the same write.
-				if len(s.out) >= maxPending {
-					break
-				}
-				select {
-				case ev, ok = <-sub.C:
-					continue
-				default:
-				}
-				break
-			}
-			if s.flush() != nil {
+		case ev, ok = <-sub.C:
+			woke = true
+		case <-tick.C:
+			beat = true
+		}
+		s.mu.Lock()
+		s.idle = false
+		switch {
+		case woke:
+			var more bool
+			if sub, more = s.events(ctx, sub, ev, ok); !more {
 				return sub
 			}
-		case <-tick.C:
+		case beat:
 			// No query here: the log writer checks, for every stream of this
 			// process at once, whether a deployment ended elsewhere
 			// (Config.EndCheckEvery) and sends Done.
 			if s.ping() != nil {
 				return sub
 			}
+		default:
+			return sub
 		}
 	}
+}
+
+// events sends ev and whatever else is queued on sub, and answers the
+// subscription to go on with and whether the stream goes on.
+func (s *stream) events(ctx context.Context, sub *Subscription, ev Event, ok bool) (*Subscription, bool) {
+	got, taken := sub, int32(1)
+	defer func() { got.pending.Add(-taken) }()
+	for {
+		if !ok {
+			if !sub.Lagged() {
+				return sub, false // the server is shutting down
+			}
+			// Dropped for falling behind: resubscribe, then refill from the
+			// database (and see whether the end went by meanwhile).
+			sub = s.sv.hub.subscribe(s.id, s)
+			if s.replay(ctx) != nil {
+				return sub, false
+			}
+			end, err := s.ended(ctx)
+			return sub, err == nil && !end
+		}
+		if ev.Done {
+			if ev.Gone {
+				s.event(logEvent{Type: "error", Message: "the deployment was deleted"}, 0)
+				_ = s.flush()
+			} else if s.replay(ctx) == nil {
+				_ = s.done()
+			}
+			return sub, false
+		}
+		for _, ln := range ev.Lines {
+			if err := s.live(ctx, ln); err != nil {
+				return sub, false
+			}
+		}
+		// Lines that queued up meanwhile go out in the same write.
+		if len(s.out) >= maxPending {
+			break
+		}
+		select {
+		case ev, ok = <-sub.C:
+			taken++
+			continue
+		default:
+		}
+		break
+	}
+	return sub, s.flush() == nil
 }
 
 // ended sends done (after a last replay) if the deployment is terminal.

@@ -1,0 +1,143 @@
+package logstream
+
+import (
+	"errors"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// Direct delivery. A live stream on a taken-over connection that is idle
+// (its goroutine waits in its loop's select, no event queued for it) and
+// caught up (the event's first line follows its last) is written to by the
+// log writer itself: the event's lines framed as one HTTP chunk, built once
+// and written to every such stream's socket with one non-blocking write
+// each, split over a few goroutines (one per CPU) when there are many. No
+// stream goroutine wakes for the line. A stream that is busy, behind, or
+// whose socket does not take the whole chunk gets the event on its channel
+// as before (the part of the chunk a socket did take is remembered, sent
+// first, and its lines skipped by cursor), so a slow follower never delays
+// the others and order is kept: the writer never writes to a stream while
+// an event it queued for it is unprocessed.
+
+// directMin is how many subscribers a deployment needs before its fan-out
+// is split over goroutines.
+const directMin = 256
+
+// sharedChunk is an event's lines framed as one HTTP/1.1 chunk, built by the
+// first stream that needs it.
+type sharedChunk struct {
+	once  sync.Once
+	lines []*Line
+	b     []byte
+}
+
+func (c *sharedChunk) bytes() []byte {
+	c.once.Do(func() {
+		n := 0
+		for _, ln := range c.lines {
+			n += len(ln.frame)
+		}
+		b := make([]byte, 0, n+chunkHead+2)
+		b = strconv.AppendInt(b, int64(n), 16)
+		b = append(b, '\r', '\n')
+		for _, ln := range c.lines {
+			b = append(b, ln.frame...)
+		}
+		c.b = append(b, '\r', '\n')
+	})
+	return c.b
+}
+
+// fanOut hands ev to every subscription of subs and answers those that fell
+// behind (their buffer full). Called with l.mu held.
+func (l *Hub) fanOut(subs map[*Subscription]struct{}, ev Event) []*Subscription {
+	chunk := &sharedChunk{lines: ev.Lines}
+	if len(subs) < directMin {
+		var lagged []*Subscription
+		for s := range subs {
+			if !s.send(ev, chunk) {
+				lagged = append(lagged, s)
+			}
+		}
+		return lagged
+	}
+	all := l.scratch[:0]
+	for s := range subs {
+		all = append(all, s)
+	}
+	l.scratch = all[:0]
+	parts := runtime.GOMAXPROCS(0)
+	lagged := make([][]*Subscription, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, s := range all[p*len(all)/parts : (p+1)*len(all)/parts] {
+				if !s.send(ev, chunk) {
+					lagged[p] = append(lagged[p], s)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	clear(all) // no pointers kept past the fan-out
+	var out []*Subscription
+	for _, ls := range lagged {
+		out = append(out, ls...)
+	}
+	return out
+}
+
+// send delivers ev to s: written straight to its connection when it can
+// be, else queued on its channel. False: the channel is full.
+func (s *Subscription) send(ev Event, chunk *sharedChunk) bool {
+	if s.st != nil && !ev.Done && len(ev.Lines) > 0 && s.st.deliver(ev, s, chunk) {
+		return true
+	}
+	s.pending.Add(1)
+	select {
+	case s.ch <- ev:
+		return true
+	default:
+		s.pending.Add(-1)
+		return false
+	}
+}
+
+// deliver writes ev's chunk to the stream's socket if the stream is idle and
+// caught up and the socket takes it whole without waiting. When it took only
+// part, the rest is kept to go first and s.last moves on (the queued event's
+// lines are then skipped), and deliver answers false so that the event is
+// queued to wake the stream.
+func (s *stream) deliver(ev Event, sub *Subscription, chunk *sharedChunk) bool {
+	if s.raw == nil || !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if !s.idle || sub.pending.Load() != 0 || s.failed || len(s.rest) > 0 {
+		return false
+	}
+	last := s.last
+	for _, ln := range ev.Lines {
+		if ln.Seq != last+1 || ln.frame == nil || (!s.since.IsZero() && ln.Time.Before(s.since)) {
+			return false // the stream's own path handles gaps, repeats and since
+		}
+		last = ln.Seq
+	}
+	b := chunk.bytes()
+	n, err := s.tryWrite(b)
+	switch {
+	case n == len(b):
+		s.last = last
+		return true
+	case n > 0:
+		s.last = last
+		s.rest = append([]byte(nil), b[n:]...)
+	case err != nil && !errors.Is(err, syscall.EAGAIN):
+		s.failed = true // the stream ends on its next flush
+	}
+	return false
+}
