@@ -42,12 +42,13 @@ func rawConn(conn net.Conn) syscall.RawConn {
 	return raw
 }
 
-// tryWrite writes b to the stream's socket once, without waiting for room.
-func (s *stream) tryWrite(b []byte) (int, error) {
-	var n int
-	var werr error
+// tryWrite writes b to the stream's socket once, without waiting for room,
+// and answers how many bytes it took (0 on any error).
+func (s *stream) tryWrite(b []byte) int {
+	n := 0
 	err := s.raw.Write(func(fd uintptr) bool {
 		for {
+			var werr error
 			n, werr = syscall.Write(int(fd), b)
 			if werr != syscall.EINTR {
 				return true
@@ -55,7 +56,7 @@ func (s *stream) tryWrite(b []byte) (int, error) {
 		}
 	})
 	if err != nil {
-		return 0, err
+		return 0
 	}
-	return max(n, 0), werr
+	return max(n, 0)
 }

@@ -1,11 +1,9 @@
 package logstream
 
 import (
-	"errors"
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 )
 
 // Direct delivery. A live stream on a taken-over connection that is idle
@@ -127,17 +125,18 @@ func (s *stream) deliver(ev Event, sub *Subscription, chunk *sharedChunk) bool {
 		}
 		last = ln.Seq
 	}
+	// Whatever fails here (a full socket, a write deadline the stream's
+	// goroutine set long ago and has passed, a closed connection) is left to
+	// the stream's own path, which sets a deadline and sees real errors.
 	b := chunk.bytes()
-	n, err := s.tryWrite(b)
-	switch {
-	case n == len(b):
+	n := s.tryWrite(b)
+	if n == len(b) {
 		s.last = last
 		return true
-	case n > 0:
+	}
+	if n > 0 {
 		s.last = last
 		s.rest = append([]byte(nil), b[n:]...)
-	case err != nil && !errors.Is(err, syscall.EAGAIN):
-		s.failed = true // the stream ends on its next flush
 	}
 	return false
 }

@@ -68,10 +68,15 @@ func benchAgainstFloor(c *http.Client, s *server, self, dir, dbName string, base
 // next measurement (its -duration less a second) and returns the function
 // that waits for it and writes it to <dir>/<db>-<route>.pprof.
 func (s *server) profile(dbName, name string) (wait func()) {
+	return s.profileFor(dbName, name, *flagDuration-time.Second)
+}
+
+// profileFor is profile over d (at least a second).
+func (s *server) profileFor(dbName, name string, d time.Duration) (wait func()) {
 	if *flagCPUProfile == "" {
 		return func() {}
 	}
-	secs := max(1, int((*flagDuration-time.Second)/time.Second))
+	secs := max(1, int(d/time.Second))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -253,7 +253,7 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		// One user holds every subscriber of the fan-out rows.
 		"KEELSON_MAX_LOG_STREAMS=50000",
 		// ... and every stream holds a connection.
-		"KEELSON_MAX_CONNS=50000",
+		"KEELSON_MAX_CONNS=50000", "KEELSON_MAX_CONNS_PER_ADDR=50000",
 		// The server's own overhead against a plain go build of the same
 		// commit on the host; docker vs process is BenchmarkTimeToLive in
 		// deployments/container.
@@ -722,10 +722,12 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	}
 	start := time.Now()
 	cpu0, self0 := cpuTime(s.cmd.Process.Pid), cpuTime(os.Getpid())
+	prof := s.profileFor("fanout", name, time.Duration(lines/max(rate, 1000))*time.Second) // while the lines are written
 	if err := os.WriteFile(trigger, nil, 0o644); err != nil {
 		return append(rows, Row{Name: name, NA: err.Error()})
 	}
 	wg.Wait()
+	prof()
 	cpu := cpuTime(s.cmd.Process.Pid) - cpu0
 	client := cpuTime(os.Getpid()) - self0
 	var all []time.Duration
