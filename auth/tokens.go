@@ -56,13 +56,6 @@ func (s *Service) signAccess(u *userRow, family string) (string, error) {
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.d.JWTSecret)
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 var errBadToken = platform.Unauthorized("invalid or expired access token")
 
 // Authenticate implements platform.Authenticator: it accepts an HS256 access
@@ -113,8 +106,8 @@ func (s *Service) parseAccess(token string) (accessClaims, error) {
 	if err != nil || c.Type != tokenTypeAccess || !platform.ValidID(c.Subject) || !platform.ValidID(c.Fam) {
 		return accessClaims{}, errBadToken
 	}
-	if c.IssuedAt != nil && c.NotBefore != nil { // as signAccess makes them; valid from both
-		s.verified.Put(token, c, later(c.IssuedAt.Time, c.NotBefore.Time), c.ExpiresAt.Time, now)
+	if c.IssuedAt != nil && c.NotBefore != nil { // as signAccess makes them; valid from the later
+		s.verified.Put(token, c, time.Unix(max(c.IssuedAt.Unix(), c.NotBefore.Unix()), 0), c.ExpiresAt.Time, now)
 	}
 	return c, nil
 }

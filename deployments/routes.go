@@ -3,7 +3,6 @@ package deployments
 import (
 	"context"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -252,8 +251,6 @@ func (h *handlers) rollback(ctx context.Context, in *idPath) (*triggerOutput, er
 	}
 	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
 }
-
-func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).
 func (View) SchemaName() string            { return "Deployment" }

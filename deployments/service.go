@@ -169,10 +169,9 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 	}
 	if p.ProjectID != "" {
 		// Filtering by someone else's (or no) project is a 404, like every
-		// other route that names a project the caller cannot see. Access
-		// alone answers that (ProjectForDeploy would open its secrets).
+		// other route that names a project the caller cannot see.
 		var err error
-		if s.d.Access != nil && p.OwnerID != "" {
+		if s.d.Access != nil && p.OwnerID != "" { // one query, no secrets opened
 			err = s.d.Access.Authorize(ctx, p.OwnerID, p.ProjectID, platform.DeploymentsRead)
 		} else if spec, err2 := s.projects.ProjectForDeploy(ctx, p.ProjectID); err2 != nil {
 			err = err2
@@ -207,8 +206,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 }
 
 // Status returns the deployment's state, synced from the engine (SPEC 3.1)
-// only while it can be stale: a terminal deployment's stored state is final
-// for every engine (docs/BEHAVIOUR.md), so a polled LIVE one costs no call.
+// while it is not terminal (then it is final: docs/BEHAVIOUR.md).
 func (s *Service) Status(ctx context.Context, ownerID, id string) (*Deployment, error) {
 	d, err := s.Get(ctx, ownerID, id)
 	if err != nil {

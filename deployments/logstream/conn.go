@@ -1,12 +1,10 @@
 package logstream
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -116,22 +114,22 @@ func (sv *Streams) takeOver(hctx huma.Context, s *stream, release func()) bool {
 	s.conn = conn
 	s.raw = rawConn(conn)
 	s.gone = make(chan struct{})
-	if !sv.conns.add(conn) { // the service is closing
+	if !sv.conns.Add(conn) { // the service is closing
 		_ = conn.Close()
 		release()
 		return true
 	}
 	setUserTimeout(conn, max(sv.heartbeat, writeTimeout))
 	go s.read()
-	ctx := sv.conns.ctx
+	ctx := sv.conns.Ctx
 	sub, ok := s.begin(ctx)
 	if !ok {
 		s.end(sub, release)
-		sv.conns.wg.Done() // no live goroutine
+		sv.conns.WG.Done() // no live goroutine
 		return true
 	}
 	go func() {
-		defer sv.conns.wg.Done()
+		defer sv.conns.WG.Done()
 		s.end(s.loop(ctx, sub, s.gone), release)
 	}()
 	return true
@@ -140,7 +138,7 @@ func (sv *Streams) takeOver(hctx huma.Context, s *stream, release func()) bool {
 // read waits for the client to hang up (a client sends nothing after its
 // request; whatever it sends is discarded) and closes gone.
 func (s *stream) read() {
-	defer s.sv.conns.wg.Done()
+	defer s.sv.conns.WG.Done()
 	buf := make([]byte, 16)
 	for {
 		if _, err := s.conn.Read(buf); err != nil {
@@ -164,75 +162,5 @@ func (s *stream) end(sub *Subscription, release func()) {
 	}
 	_ = s.flushConn(true)
 	_ = s.conn.Close()
-	s.sv.conns.remove(s.conn)
-}
-
-// streamConns tracks the taken-over connections of a Streams.
-type streamConns struct {
-	ctx    context.Context // for the streams' database reads; cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every stream's goroutines
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
-}
-
-func newStreamConns() *streamConns {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &streamConns{ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
-}
-
-// add registers a taken-over connection and counts its two goroutines; false
-// once closing.
-func (c *streamConns) add(conn net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.conns[conn] = struct{}{}
-	c.wg.Add(2)
-	return true
-}
-
-func (c *streamConns) remove(conn net.Conn) {
-	c.mu.Lock()
-	delete(c.conns, conn)
-	c.mu.Unlock()
-}
-
-// closeGrace is how long close lets streams end on their own (their last
-// chunk written) before it closes their connections.
-const closeGrace = 2 * time.Second
-
-// close ends every taken-over stream and waits, up to ctx, for their
-// goroutines: each stream ends its body and closes its connection; one still
-// stuck writing after closeGrace has its connection closed under it.
-func (c *streamConns) close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.cancel()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-grace.C:
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	for conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.mu.Unlock()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	s.sv.conns.Remove(s.conn)
 }

@@ -19,9 +19,7 @@ import (
 // the others and order is kept: the writer never writes to a stream while
 // an event it queued for it is unprocessed.
 
-// directMin is how many subscribers a deployment needs before its fan-out
-// is split over goroutines.
-const directMin = 256
+const directMin = 256 // subscribers of a deployment past which its fan-out is split over goroutines
 
 // sharedChunk is an event's lines framed as one HTTP/1.1 chunk, built by the
 // first stream that needs it.

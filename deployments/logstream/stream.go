@@ -7,15 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/deployments/logstream/internal/wire"
 )
 
 // The log stream (SPEC 6.1, DESIGN.md section 4).
@@ -52,120 +50,34 @@ type logEvent struct {
 
 // EventSchema registers one schema per event type and returns a reference
 // to DeploymentLogEvent, their oneOf with type as discriminator.
-func EventSchema(r huma.Registry) *huma.Schema {
-	const prefix = "#/components/schemas/"
-	typ := func(v string) *huma.Schema {
-		return &huma.Schema{Type: huma.TypeString, Enum: []any{v}, Description: "Event type"}
-	}
-	events := []struct {
-		name, typ, doc string
-		props          map[string]*huma.Schema
-	}{
-		{"DeploymentLogReady", "ready", "The stream is open; the backlog follows.", nil},
-		{"DeploymentLogLine", "log", "One log line. Its SSE id: line is the cursor.", map[string]*huma.Schema{
-			"cursor":    {Type: huma.TypeInteger, Format: "int64", Minimum: ptrFloat(1), Description: "The line's cursor (per-deployment sequence number), also its SSE id"},
-			"timestamp": {Type: huma.TypeString, Format: "date-time", Description: "When the line was logged (RFC 3339, UTC)"},
-			"stream":    {Type: huma.TypeString, Enum: []any{"system", "build", "app"}, Description: "Where the line came from"},
-			"message":   {Type: huma.TypeString, Description: "The line (absent when empty); secret env values are replaced by ***"},
-		}},
-		{"DeploymentLogError", "error", "The stream failed and ends.", map[string]*huma.Schema{
-			"message": {Type: huma.TypeString, Description: "What went wrong"},
-		}},
-		{"DeploymentLogDone", "done", "The deployment is terminal and every line was sent; the stream ends.", nil},
-	}
-	m := r.Map()
-	one := &huma.Schema{
-		Description:   "One event of a deployment's log stream (the JSON of its data: line).",
-		Discriminator: &huma.Discriminator{PropertyName: "type", Mapping: map[string]string{}},
-	}
-	for _, e := range events {
-		props := map[string]*huma.Schema{"type": typ(e.typ)}
-		required := []string{"type"}
-		for k, v := range e.props {
-			props[k] = v
-			if k != "message" || e.typ == "error" { // an empty log line has no message
-				required = append(required, k)
-			}
-		}
-		slices.Sort(required)
-		m[e.name] = &huma.Schema{Type: huma.TypeObject, Description: e.doc, Properties: props, Required: required,
-			AdditionalProperties: false}
-		ref := prefix + e.name
-		one.OneOf = append(one.OneOf, &huma.Schema{Ref: ref})
-		one.Discriminator.Mapping[e.typ] = ref
-	}
-	m["DeploymentLogEvent"] = one
-	return &huma.Schema{Ref: prefix + "DeploymentLogEvent"}
-}
-
-func ptrFloat(f float64) *float64 { return &f }
+func EventSchema(r huma.Registry) *huma.Schema { return wire.EventSchema(r) }
 
 // Start is where a stream's backlog begins.
-type Start struct {
-	After  int64     // the cursor of the last line the client has
-	Since  time.Time // lines at or after this time (with After 0)
-	Resume bool      // After comes from after= or Last-Event-ID (not since)
-}
+type Start = wire.Start
 
 // ParseStart reads a stream's after, since and Last-Event-ID parameters; a
 // bad one is a 400 naming it.
 func ParseStart(after, since, lastEventID string) (Start, error) {
-	var st Start
-	in := struct{ After, Since, LastEventID string }{after, since, lastEventID}
-	cursor := func(v, name string) (int64, error) {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < 0 {
-			return 0, platform.Invalidf("%s: must be a log cursor (a non-negative integer)", name)
-		}
-		return n, nil
-	}
-	// Validate every parameter given, even one that precedence ignores.
-	var afterN, last int64
-	var err error
-	if in.After != "" {
-		if afterN, err = cursor(in.After, "query.after"); err != nil {
-			return st, err
-		}
-	}
-	if in.LastEventID != "" {
-		if last, err = cursor(in.LastEventID, "header.Last-Event-ID"); err != nil {
-			return st, err
-		}
-	}
-	var sinceT time.Time
-	if in.Since != "" {
-		if sinceT, err = time.Parse(time.RFC3339Nano, in.Since); err != nil {
-			return st, platform.Invalid("query.since: must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
-		}
-	}
-	switch {
-	case in.LastEventID != "":
-		st.After, st.Resume = last, true
-	case in.Since != "":
-		st.Since = sinceT.UTC()
-	default:
-		st.After, st.Resume = afterN, in.After != ""
-	}
-	return st, nil
+	return wire.ParseStart(after, since, lastEventID)
 }
 
 // Streams serves the log streams of a Hub's deployments. Close ends them.
 type Streams struct {
 	hub       *Hub
 	heartbeat time.Duration
-	conns     *streamConns // taken-over log streams (conn.go)
+	conns     *wire.Conns // taken-over log streams (conn.go)
 }
 
 // NewStreams serves hub's lines, sending a heartbeat every heartbeat.
 func NewStreams(hub *Hub, heartbeat time.Duration) *Streams {
-	return &Streams{hub: hub, heartbeat: heartbeat, conns: newStreamConns()}
+	return &Streams{hub: hub, heartbeat: heartbeat, conns: wire.NewConns()}
 }
 
 // Close ends every taken-over stream (the Hub, closed first, ended their
 // subscriptions): it closes what is left of their connections (a stream
 // blocked writing to a client that does not read) and waits, up to ctx, for
 // their goroutines.
-func (sv *Streams) Close(ctx context.Context) error { return sv.conns.close(ctx) }
+func (sv *Streams) Close(ctx context.Context) error { return sv.conns.Close(ctx) }
 
 // Serve writes deploymentID's stream from start to hctx (headers included);
 // end is called once the stream ends, in whichever goroutine (Serve may
