@@ -14,8 +14,14 @@
 // writing a line to a subscriber reading it); the server's resident memory
 // idle and with 1,000 and 10,000 open streams (and per stream); and the time
 // from POST /deployments to LIVE for a trivial Go
-// app minus that app's own build and start time. It prints a table and, with
-// -json, writes the same as JSON. A row it cannot measure says why ("n/a").
+// app minus that app's own build and start time. The routes a UI polls
+// (GET /projects, GET /deployments/{id}/status, GET /deployments?projectId=
+// with 50 deployments, GET /projects/{id}) are each measured against their
+// own floor, net/http writing the same body (floor.go; -polled-only measures
+// only those, -cpuprofile DIR keeps the server's CPU profile of each). It
+// prints a table, then the goals of issue 28 with their figures and whether
+// they are met (goals.go), and with -json writes the same as JSON. A row it
+// cannot measure says why ("n/a").
 //
 // The load generator is closed-loop: a fixed number of workers, each sending
 // its next request when the previous one answered, for a fixed duration.
