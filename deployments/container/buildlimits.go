@@ -13,12 +13,13 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/keelson-dev/keelson/deployments/container/internal/buildcg"
 	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // setUpBuildCgroup makes the build's cgroup parent with the pids limit. The
 // build must not run without it: an error here fails the build.
-func (r *Runtime) setUpBuildCgroup(ctx context.Context, job rt.Job) (*buildCgroup, error) {
+func (r *Runtime) setUpBuildCgroup(ctx context.Context, job rt.Job) (*buildcg.Cgroup, error) {
 	r.mu.Lock()
 	driver := r.cgroupDriver
 	r.mu.Unlock()
@@ -40,16 +41,16 @@ func (r *Runtime) setUpBuildCgroup(ctx context.Context, job rt.Job) (*buildCgrou
 	if driver != "cgroupfs" {
 		return nil, refuse(fmt.Sprintf("the engine uses the %q cgroup driver; build limits need the cgroupfs driver", driver))
 	}
-	cg, err := newBuildCgroup(r.cfg.CgroupRoot, "keelson-build-"+r.cfg.Instance+"-"+strings.ToLower(job.DeploymentID), r.cfg.BuildPidsLimit)
+	cg, err := buildcg.New(r.cfg.CgroupRoot, "keelson-build-"+r.cfg.Instance+"-"+strings.ToLower(job.DeploymentID), r.cfg.BuildPidsLimit)
 	if err != nil {
 		return nil, refuse(err.Error())
 	}
 	return cg, nil
 }
 
-func (r *Runtime) removeBuildCgroup(cg *buildCgroup) {
-	if err := cg.remove(); err != nil {
-		r.cfg.Logger.Warn("container: removing a build's cgroup", "cgroup", cg.name, "err", err)
+func (r *Runtime) removeBuildCgroup(cg *buildcg.Cgroup) {
+	if err := cg.Remove(); err != nil {
+		r.cfg.Logger.Warn("container: removing a build's cgroup", "cgroup", cg.Parent, "err", err)
 	}
 }
 
@@ -194,7 +195,7 @@ func dirSize(root string) int64 {
 // not see the host's cgroup file system (a container with its own cgroup
 // namespace) makes its parent somewhere the engine never looks, and the
 // engine then makes one without the limit. Seen so, the build is stopped.
-func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildCgroup, trace *buildTrace, stop context.CancelCauseFunc) {
+func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildcg.Cgroup, trace *buildTrace, stop context.CancelCauseFunc) {
 	t := time.NewTicker(r.cfg.DiskPollInterval)
 	defer t.Stop()
 	checked := map[string]bool{}
@@ -204,8 +205,8 @@ func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildCgroup, trace *buil
 			return
 		case <-t.C:
 		}
-		if got := strings.TrimSpace(readFile(filepath.Join(cg.pidsDir(), "pids.max"))); got != strconv.FormatInt(r.cfg.BuildPidsLimit, 10) {
-			r.cfg.Logger.Error("container: a build's cgroup parent lost its pids.max", "parent", cg.pidsDir(), "pids.max", got)
+		if got := strings.TrimSpace(buildcg.ReadFile(filepath.Join(cg.PidsDir(), "pids.max"))); got != strconv.FormatInt(r.cfg.BuildPidsLimit, 10) {
+			r.cfg.Logger.Error("container: a build's cgroup parent lost its pids.max", "parent", cg.PidsDir(), "pids.max", got)
 			stop(fmt.Errorf("the build was stopped: its process limit (%d) is not in effect (its cgroup was removed or changed while it ran)", r.cfg.BuildPidsLimit))
 			return
 		}
@@ -222,14 +223,14 @@ func (r *Runtime) verifyCgroup(ctx context.Context, cg *buildCgroup, trace *buil
 		if !running() {
 			continue
 		}
-		found, _ := filepath.Glob(filepath.Join(cg.pidsDir(), cid+"*"))
+		found, _ := filepath.Glob(filepath.Join(cg.PidsDir(), cid+"*"))
 		if len(found) > 0 {
 			checked[cid] = true
 			continue
 		}
 		if running() { // running before and after: its cgroup is elsewhere
 			r.cfg.Logger.Error("container: a build step's cgroup is not under the parent the server made; the server does not see the host's cgroup file system",
-				"parent", cg.pidsDir(), "container", cid)
+				"parent", cg.PidsDir(), "container", cid)
 			stop(fmt.Errorf("the build was stopped: its process limit (%d) is not in effect (the engine did not put the build under the cgroup the server made); the operator must fix this (README: Security model)",
 				r.cfg.BuildPidsLimit))
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
+	"github.com/keelson-dev/keelson/deployments/container/internal/buildcg"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
@@ -123,7 +124,7 @@ func (c Config) withDefaults() Config {
 	c.DefaultCPUMillis = cmp.Or(c.DefaultCPUMillis, 1000)
 	c.PidsLimit = cmp.Or(c.PidsLimit, 256)
 	c.BuildPidsLimit = cmp.Or(c.BuildPidsLimit, 1024)
-	c.CgroupRoot = cmp.Or(c.CgroupRoot, cgroupRoot)
+	c.CgroupRoot = cmp.Or(c.CgroupRoot, buildcg.Root)
 	c.StorageGiB = cmp.Or(c.StorageGiB, 1<<30)
 	c.DiskPollInterval = cmp.Or(c.DiskPollInterval, time.Second)
 	return c
@@ -195,7 +196,7 @@ func New(cfg Config) (*Runtime, error) {
 	if !namePattern.MatchString(cfg.Instance) {
 		return nil, fmt.Errorf("container: instance %q must be lowercase letters and digits", cfg.Instance)
 	}
-	sweepBuildCgroups(cfg.CgroupRoot, cfg.Instance)
+	buildcg.Sweep(cfg.CgroupRoot, cfg.Instance)
 	if cfg.GitPath, err = exec.LookPath(cfg.GitPath); err != nil {
 		return nil, fmt.Errorf("container: git not found: %w", err)
 	}
@@ -407,7 +408,7 @@ func (r *Runtime) buildImage(ctx context.Context, job rt.Job, root, dockerfile s
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeContext(pw, src, dockerfile)) }()
 	defer pr.Close()
-	opts := r.buildOptions(job, cg.parent, dockerfile)
+	opts := r.buildOptions(job, cg.Parent, dockerfile)
 	res, err := r.docker.ImageBuild(ctx, pr, opts)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,4 +1,7 @@
-package container
+// Package buildcg is one image build's cgroup parent: the classic builder
+// takes no pids limit for its RUN containers, but it honours a cgroup
+// parent, and a pids.max on that parent bounds every process of the build.
+package buildcg
 
 import (
 	"errors"
@@ -11,66 +14,62 @@ import (
 	"time"
 )
 
-// The classic builder takes no pids limit for its RUN containers, but it
-// honours a cgroup parent: each step's container cgroup is made under it, and
-// a pids.max on the parent bounds every process of the build together.
-
-// cgroupRoot is where the host's cgroup file systems are mounted. The server
+// Root is where the host's cgroup file systems are mounted. The server
 // must see the host's (the engine resolves the parent there).
-const cgroupRoot = "/sys/fs/cgroup"
+const Root = "/sys/fs/cgroup"
 
-// buildCgroup is one build's cgroup parent, made by the server before the
+// Cgroup is one build's cgroup parent, made by the server before the
 // build and removed after it.
-type buildCgroup struct {
+type Cgroup struct {
 	root   string
 	name   string // keelson-build-<instance>-<deployment>
 	v2     bool
-	parent string // as the engine takes it (ImageBuildOptions.CgroupParent)
+	Parent string // as the engine takes it (ImageBuildOptions.CgroupParent)
 }
 
-// newBuildCgroup makes the parent cgroup name with pids.max = pids. An
+// New makes the parent cgroup name with pids.max = pids. An
 // error means the build would run without the limit, so it must not run.
-func newBuildCgroup(root, name string, pids int64) (*buildCgroup, error) {
-	cg := &buildCgroup{root: root, name: name, parent: "/" + name}
+func New(root, name string, pids int64) (*Cgroup, error) {
+	cg := &Cgroup{root: root, name: name, Parent: "/" + name}
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
 		cg.v2 = true
 		// The pids controller must be delegated to the root's children.
 		if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil &&
-			!strings.Contains(readFile(filepath.Join(root, "cgroup.subtree_control")), "pids") {
+			!strings.Contains(ReadFile(filepath.Join(root, "cgroup.subtree_control")), "pids") {
 			return nil, fmt.Errorf("enabling the pids controller: %w", err)
 		}
 	} else if _, err := os.Stat(filepath.Join(root, "pids")); err != nil {
 		return nil, fmt.Errorf("no pids controller under %s (cgroup v1 without pids, or not mounted): %w", root, err)
 	}
-	dir := cg.pidsDir()
+	dir := cg.PidsDir()
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
-		cg.remove()
+		cg.Remove()
 		return nil, fmt.Errorf("setting pids.max: %w", err)
 	}
-	if got := strings.TrimSpace(readFile(filepath.Join(dir, "pids.max"))); got != strconv.FormatInt(pids, 10) {
-		cg.remove()
+	if got := strings.TrimSpace(ReadFile(filepath.Join(dir, "pids.max"))); got != strconv.FormatInt(pids, 10) {
+		cg.Remove()
 		return nil, fmt.Errorf("pids.max reads %q after writing %d", got, pids)
 	}
 	return cg, nil
 }
 
-// pidsDir is the directory holding the parent's pids.max.
-func (cg *buildCgroup) pidsDir() string {
+// PidsDir is the directory holding the parent's pids.max.
+func (cg *Cgroup) PidsDir() string {
 	if cg.v2 {
 		return filepath.Join(cg.root, cg.name)
 	}
 	return filepath.Join(cg.root, "pids", cg.name)
 }
 
-// remove deletes the parent in every hierarchy the engine made it in (on v1,
+// Remove deletes the parent in every hierarchy the engine made it in (on v1,
 // runc makes it under each controller). A step's container cgroup may still
 // be going away as the build ends, so a busy parent is tried again for a
 // few seconds.
-func (cg *buildCgroup) remove() error {
-	dirs := []string{cg.pidsDir()}
+func (cg *Cgroup) Remove() error {
+	dirs := []string{cg.PidsDir()}
 	if !cg.v2 {
 		ents, _ := os.ReadDir(cg.root)
 		for _, e := range ents {
@@ -97,15 +96,16 @@ func (cg *buildCgroup) remove() error {
 	return errors.Join(errs...)
 }
 
-func readFile(p string) string {
+// ReadFile is the text of the file at p, "" when it cannot be read.
+func ReadFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
 
-// sweepBuildCgroups removes the empty build parents of instance that a
+// Sweep removes the empty build parents of instance that a
 // server killed during a build left behind (a parent still holding a
 // step's cgroup is busy and stays).
-func sweepBuildCgroups(root, instance string) {
+func Sweep(root, instance string) {
 	for _, pattern := range []string{filepath.Join(root, "*", "keelson-build-"+instance+"-*"), filepath.Join(root, "keelson-build-"+instance+"-*")} {
 		found, _ := filepath.Glob(pattern)
 		for _, d := range found {
