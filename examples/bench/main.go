@@ -78,6 +78,7 @@ type Report struct {
 	Duration    string    `json:"duration"`
 	Concurrency int       `json:"concurrency"`
 	Rows        []Row     `json:"rows"`
+	Goals       []Goal    `json:"goals,omitempty"`
 }
 
 var (
@@ -166,22 +167,24 @@ func run() error {
 		dbs = append(dbs, struct{ name, url string }{"postgres", *flagPostgres})
 	}
 	var pb *peer
-	if *flagStreamsOnly {
-		pb = &peer{na: "-streams-only"}
+	if *flagStreamsOnly || *flagIngressOnly {
+		pb = &peer{na: "-streams-only or -ingress-only"}
 	} else {
 		fmt.Fprintln(os.Stderr, "peer: starting PocketBase...")
 		pb = startPeer(filepath.Join(tmp, "pocketbase"))
 		defer pb.stop()
 	}
 	for _, d := range dbs {
-		rows, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
+		rows, goals, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
 		rep.Rows = append(rep.Rows, rows...)
+		rep.Goals = append(rep.Goals, goals...)
 		if err != nil {
 			rep.Rows = append(rep.Rows, Row{DB: d.name, Name: "server", NA: err.Error()})
 		}
 	}
 
 	printTable(os.Stdout, rep)
+	printGoals(os.Stdout, rep.Goals)
 	if *flagJSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*flagJSON, append(b, '\n'), 0o644); err != nil {
@@ -195,6 +198,7 @@ func run() error {
 
 type server struct {
 	url     string
+	ingress string // the apps' ingress (KEELSON_INGRESS_ADDR)
 	cmd     *exec.Cmd
 	dataDir string
 	pprof   string // the server's pprof listener (KEELSON_PPROF_ADDR)
@@ -243,6 +247,8 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		"KEELSON_MAX_LOG_STREAMS=50000",
 		// ... and every stream holds a connection.
 		"KEELSON_MAX_CONNS=50000",
+		// The ingress rows open 512 connections and more from one address.
+		"KEELSON_INGRESS_MAX_CONNS_PER_ADDR=8192",
 		// The server's own overhead against a plain go build of the same
 		// commit on the host; docker vs process is BenchmarkTimeToLive in
 		// deployments/container.
@@ -255,7 +261,7 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
+	s := &server{url: "http://" + addr, ingress: "http://" + ingress, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
 	if err := waitHTTP(s.url+"/readyz", 60*time.Second); err != nil {
 		stop(cmd)
 		return nil, fmt.Errorf("server did not become ready (log: %s): %w", logf.Name(), err)
@@ -263,12 +269,12 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 	return s, nil
 }
 
-func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, err error) {
+func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, goals []Goal, err error) {
 	dir := filepath.Join(tmp, dbName)
 	fmt.Fprintf(os.Stderr, "%s: starting the server...\n", dbName)
 	s, err := startServer(bin, dir, dbURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stop(s.cmd)
 	add := func(r Row) { r.DB = dbName; rows = append(rows, r) }
@@ -281,68 +287,81 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	// that allows what the bench creates.
 	adminTok, err := signup(admin, s.url, "bench-admin@example.com")
 	if err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	// ADMIN needs a verified address: redeem the link the server logged
 	// (no SMTP configured, so mail goes to its log).
 	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	var plan struct{ ID string }
 	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
 		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
 		"maxBandwidthGb": 100, "buildTimeoutMins": 60}, 201, &plan); err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	users := map[string]string{}
 	for _, name := range []string{"reader", "writer"} {
 		tok, err := signup(admin, s.url, "bench-"+name+"@example.com")
 		if err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 		var me struct{ ID string }
 		if err := call(admin, "GET", s.url+"/auth/me", tok, nil, 200, &me); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 		if err := call(admin, "PUT", s.url+"/plans/"+plan.ID+"/accounts/"+me.ID, adminTok, nil, 204, nil); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 		users[name] = tok
 	}
 	for i := 0; i < 20; i++ {
 		if err := call(admin, "POST", s.url+"/projects", users["reader"], projectBody(fmt.Sprintf("list-%02d", i)), 201, nil); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 	}
 
 	n := *flagConcurrency
 	c := newClient("", n)
 	if *flagStreamsOnly {
-		return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+		rows, err := benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+		return rows, nil, err
+	}
+	if *flagIngressOnly {
+		fmt.Fprintf(os.Stderr, "%s: POST /deployments -> LIVE...\n", dbName)
+		live, slug, depRows := benchDeploy(admin, s.url, users["reader"], dir)
+		for _, r := range depRows {
+			add(r)
+		}
+		if live == "" {
+			return rows, nil, nil
+		}
+		ing, goals := benchIngress(s, slug, dir, dbName)
+		return append(rows, ing...), goals, nil
 	}
 	fmt.Fprintf(os.Stderr, "%s: GET /projects...\n", dbName)
 	var list []json.RawMessage
 	if err := call(admin, "GET", s.url+"/projects", users["reader"], nil, 200, &list); err != nil || len(list) != 20 {
-		return rows, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
+		return rows, nil, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
 	}
 	// The floor: net/http writing the very bytes GET /projects answers (no
 	// auth, no database), in its own process, measured in this same run.
 	body, err := rawGet(admin, s.url+"/projects", users["reader"])
 	if err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	bodyFile := filepath.Join(dir, "projects.json")
 	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	floorAddr := freeAddr()
 	floorCmd := exec.Command(self, "-serve-baseline", floorAddr, "-serve-file", bodyFile)
 	if err := floorCmd.Start(); err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	if err := waitHTTP("http://"+floorAddr+"/", 10*time.Second); err != nil {
 		stop(floorCmd)
-		return rows, fmt.Errorf("floor server: %w", err)
+		return rows, nil, fmt.Errorf("floor server: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "%s: floor (net/http, the same %d bytes)...\n", dbName, len(body))
 	floorRow := measured(floorCmd.Process.Pid, dbName, fmt.Sprintf("floor: net/http writing the same %d bytes", len(body)), baseline,
@@ -368,7 +387,7 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	var seq atomic.Int64
 	for i := 0; i < 1000; i++ {
 		if err := call(admin, "POST", s.url+"/projects", users["writer"], projectBody(fmt.Sprintf("seed-%d", i)), 201, nil); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 	}
 	add(measured(pid, dbName, "POST /projects (1,000+ already owned)", baseline, func() loadResult {
@@ -377,7 +396,7 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 		})
 	}))
 	if *flagAPIOnly {
-		return rows, nil
+		return rows, nil, nil
 	}
 
 	fmt.Fprintf(os.Stderr, "%s: POST /auth/login...\n", dbName)
@@ -389,12 +408,19 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 		add(Row{Name: "time POST /deployments -> LIVE minus app build+start", NA: na})
 		add(Row{Name: "GET /deployments/{id}/status", NA: na})
 		add(Row{Name: "SSE fan-out", NA: na})
-		return rows, nil
+		return rows, nil, nil
 	}
 	fmt.Fprintf(os.Stderr, "%s: POST /deployments -> LIVE...\n", dbName)
-	live, depRows := benchDeploy(admin, s.url, users["reader"], dir)
+	live, slug, depRows := benchDeploy(admin, s.url, users["reader"], dir)
 	for _, r := range depRows {
 		add(r)
+	}
+	if live != "" {
+		ing, g := benchIngress(s, slug, dir, dbName)
+		for _, r := range ing {
+			add(r)
+		}
+		goals = append(goals, g...)
 	}
 	if live == "" {
 		add(Row{Name: "GET /deployments/{id}/status", NA: "no LIVE deployment (see the row above)"})
@@ -405,7 +431,8 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 		}))
 	}
 
-	return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+	rows, err = benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+	return rows, goals, err
 }
 
 // benchStreams adds the SSE fan-out rows (1, 100, 1,000 and 10,000
@@ -505,6 +532,7 @@ import (
 
 func main() {
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	http.HandleFunc("/where", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, os.Getenv("PORT"), " ", os.Getpid()) })
 	if err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil); err != nil {
 		panic(err)
 	}
@@ -573,27 +601,27 @@ func deployAndWait(c *http.Client, base, tok, projectID string, want string) (st
 // benchDeploy deploys the trivial app twice (the first warms the server's
 // build cache) and compares the second with a plain `go build` (on an equally
 // warm cache of its own) plus starting the binary until it answers HTTP.
-func benchDeploy(c *http.Client, base, tok, dir string) (liveID string, rows []Row) {
+func benchDeploy(c *http.Client, base, tok, dir string) (liveID, slug string, rows []Row) {
 	name := "time POST /deployments -> LIVE minus app build+start"
 	repo, err := makeRepo(dir)
 	if err != nil {
-		return "", []Row{{Name: name, NA: err.Error()}}
+		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
-	var p struct{ ID string }
+	var p struct{ ID, Slug string }
 	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, &p); err != nil {
-		return "", []Row{{Name: name, NA: err.Error()}}
+		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
 	_, _, first, err := deployAndWait(c, base, tok, p.ID, "LIVE")
 	if err != nil {
-		return "", []Row{{Name: name, NA: "first deployment: " + err.Error()}}
+		return "", "", []Row{{Name: name, NA: "first deployment: " + err.Error()}}
 	}
 	id, st, total, err := deployAndWait(c, base, tok, p.ID, "LIVE")
 	if err != nil {
-		return "", []Row{{Name: name, NA: "second deployment: " + err.Error()}}
+		return "", "", []Row{{Name: name, NA: "second deployment: " + err.Error()}}
 	}
 	plain, err := plainBuildAndStart(repo, dir)
 	if err != nil {
-		return id, []Row{{Name: name, NA: "plain build and start: " + err.Error()}}
+		return id, p.Slug, []Row{{Name: name, NA: "plain build and start: " + err.Error()}}
 	}
 	var steps []string
 	for _, s := range st.Steps {
@@ -601,7 +629,7 @@ func benchDeploy(c *http.Client, base, tok, dir string) (liveID string, rows []R
 			steps = append(steps, fmt.Sprintf("%s %s", s.Name, s.FinishedAt.Sub(*s.StartedAt).Round(time.Millisecond)))
 		}
 	}
-	return id, []Row{{Name: name, Value: (total - plain).Round(time.Millisecond).String(),
+	return id, p.Slug, []Row{{Name: name, Value: (total - plain).Round(time.Millisecond).String(),
 		Note: fmt.Sprintf("POST -> LIVE %s (status polled every 5 ms; first deploy, cold build cache: %s); plain go build + start on a warm cache %s; steps: %s",
 			total.Round(time.Millisecond), first.Round(time.Millisecond), plain.Round(time.Millisecond), strings.Join(steps, ", "))}}
 }
