@@ -38,6 +38,7 @@ var (
 	flagCaddy       = flag.String("caddy", "", "Caddy "+caddyVersion+" binary; default: built by the bench into $XDG_CACHE_HOME/keelson/caddy-"+caddyVersion+" (go build from the module proxy, once); \"off\" skips the peer")
 	flagIngressOnly = flag.Bool("ingress-only", false, "measure only the ingress rows (and the deployment they need)")
 	flagIngressConc = flag.String("ingress-conns", "64,512", "the ingress rows' client connections, comma-separated")
+	flagIngressProf = flag.String("ingress-profile", "", "write the server's CPU profile during the first ingress row to this file (go tool pprof it)")
 )
 
 const caddyVersion = "v2.11.9"
@@ -286,7 +287,12 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []Goal) {
 			cr = wrkRow(caddy.cmd.Process.Pid, db, cr.Name, caddy.url+"/", "", n)
 			cr.Note = "CPU is Caddy's"
 		}
+		prof := profile(s, *flagIngressProf)
+		*flagIngressProf = ""
 		ir := wrkRow(s.cmd.Process.Pid, db, fmt.Sprintf("ingress (%d conns)", n), s.ingress+"/", host, n)
+		if err := prof(); err != nil {
+			ir.Note = joinNotes(ir.Note, "profile: "+err.Error())
+		}
 		ir.Note = "CPU is the server's (ingress, metering on)"
 		for _, r := range []*Row{&cr, &ir} {
 			if r.NA == "" && d.ReqPerS > 0 {
@@ -324,6 +330,29 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []Goal) {
 		rows = append(rows, cm)
 	}
 	return rows, goals
+}
+
+// profile starts taking s's CPU profile for the next -duration into file
+// (nothing when file is empty); the function it answers waits for it.
+func profile(s *server, file string) func() error {
+	if file == "" {
+		return func() error { return nil }
+	}
+	errc := make(chan error, 1)
+	go func() {
+		res, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.pprof, max(1, int(flagDuration.Seconds())-1)))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err == nil {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		errc <- err
+	}()
+	return func() error { return <-errc }
 }
 
 // getHost answers the body of GET url sent with Host host (status 200 required).
