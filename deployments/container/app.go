@@ -192,6 +192,7 @@ func (l *launcher) startContainer(ctx context.Context) (*instance, error) {
 	if _, err := l.r.docker.ContainerStart(ctx, l.cid, client.ContainerStartOptions{}); err != nil {
 		return nil, l.r.engineError("starting the app's container", err)
 	}
+	l.out.System("the app's container started; waiting for it to answer HTTP")
 	if err := l.readPort(ctx); err != nil {
 		return nil, err
 	}

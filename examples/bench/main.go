@@ -141,6 +141,13 @@ func run() error {
 		return fmt.Errorf("go build ./examples/server: %w", err)
 	}
 
+	if *flagContainersOnly {
+		rep.Rows, rep.Goals = benchContainers(bin, filepath.Join(tmp, "containers"))
+		printTable(os.Stdout, rep)
+		printGoals(os.Stdout, rep.Goals)
+		return nil
+	}
+
 	// Baseline: the same load on a hello-world, in its own process like the server.
 	self, err := os.Executable()
 	if err != nil {
@@ -183,6 +190,10 @@ func run() error {
 		}
 	}
 
+	if !*flagAPIOnly && !*flagStreamsOnly && !*flagIngressOnly {
+		rows, goals := benchContainers(bin, filepath.Join(tmp, "containers"))
+		rep.Rows, rep.Goals = append(rep.Rows, rows...), append(rep.Goals, goals...)
+	}
 	printTable(os.Stdout, rep)
 	printGoals(os.Stdout, rep.Goals)
 	if *flagJSON != "" {
@@ -228,7 +239,9 @@ func (s *server) liveKiB() int64 {
 	return total / 1024
 }
 
-func startServer(bin, dir, dbURL string) (*server, error) {
+// startServer runs the server on a fresh data dir under dir; env, when
+// given, is added to (and overrides) its environment.
+func startServer(bin, dir, dbURL string, env ...string) (*server, error) {
 	dataDir := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -256,6 +269,7 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		// The stream memory rows read the heap after a GC here.
 		"KEELSON_PPROF_ADDR="+pprofAddr,
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -283,37 +297,9 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	time.Sleep(time.Second) // settle start-up work (seeding, engine start) before reading idle memory
 	add(Row{Name: "server RSS, idle", Value: rss(s.cmd.Process.Pid)})
 
-	// Accounts: an admin, a reader with 20 projects, a writer; both on a plan
-	// that allows what the bench creates.
-	adminTok, err := signup(admin, s.url, "bench-admin@example.com")
+	users, err := benchAccounts(admin, s, dir)
 	if err != nil {
 		return rows, nil, err
-	}
-	// ADMIN needs a verified address: redeem the link the server logged
-	// (no SMTP configured, so mail goes to its log).
-	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
-		return rows, nil, err
-	}
-	var plan struct{ ID string }
-	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
-		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
-		"maxBandwidthGb": 100, "buildTimeoutMins": 60}, 201, &plan); err != nil {
-		return rows, nil, err
-	}
-	users := map[string]string{}
-	for _, name := range []string{"reader", "writer"} {
-		tok, err := signup(admin, s.url, "bench-"+name+"@example.com")
-		if err != nil {
-			return rows, nil, err
-		}
-		var me struct{ ID string }
-		if err := call(admin, "GET", s.url+"/auth/me", tok, nil, 200, &me); err != nil {
-			return rows, nil, err
-		}
-		if err := call(admin, "PUT", s.url+"/plans/"+plan.ID+"/accounts/"+me.ID, adminTok, nil, 204, nil); err != nil {
-			return rows, nil, err
-		}
-		users[name] = tok
 	}
 	for i := 0; i < 20; i++ {
 		if err := call(admin, "POST", s.url+"/projects", users["reader"], projectBody(fmt.Sprintf("list-%02d", i)), 201, nil); err != nil {
@@ -433,6 +419,44 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 
 	rows, err = benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
 	return rows, goals, err
+}
+
+// benchAccounts makes an admin, a reader and a writer; both on a plan that
+// allows what the bench creates. It answers the users' tokens by name.
+func benchAccounts(admin *http.Client, s *server, dir string) (map[string]string, error) {
+	// Accounts: an admin, a reader with 20 projects, a writer; both on a plan
+	// that allows what the bench creates.
+	adminTok, err := signup(admin, s.url, "bench-admin@example.com")
+	if err != nil {
+		return nil, err
+	}
+	// ADMIN needs a verified address: redeem the link the server logged
+	// (no SMTP configured, so mail goes to its log).
+	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
+		return nil, err
+	}
+	var plan struct{ ID string }
+	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
+		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
+		"maxBandwidthGb": 100, "buildTimeoutMins": 60}, 201, &plan); err != nil {
+		return nil, err
+	}
+	users := map[string]string{}
+	for _, name := range []string{"reader", "writer"} {
+		tok, err := signup(admin, s.url, "bench-"+name+"@example.com")
+		if err != nil {
+			return nil, err
+		}
+		var me struct{ ID string }
+		if err := call(admin, "GET", s.url+"/auth/me", tok, nil, 200, &me); err != nil {
+			return nil, err
+		}
+		if err := call(admin, "PUT", s.url+"/plans/"+plan.ID+"/accounts/"+me.ID, adminTok, nil, 204, nil); err != nil {
+			return nil, err
+		}
+		users[name] = tok
+	}
+	return users, nil
 }
 
 // benchStreams adds the SSE fan-out rows (1, 100, 1,000 and 10,000
