@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -89,17 +90,31 @@ func (p *pool) dial(ctx context.Context) (*upConn, error) {
 }
 
 // alive reports whether an idle connection is still open: nothing to read
-// yet (a read times out at once), not an EOF or stray bytes.
+// yet, not an end of stream (the app closed it) or stray bytes. It peeks at
+// the socket without blocking (a read deadline in the past would answer
+// before asking the socket).
 func alive(uc *upConn) bool {
-	if err := uc.conn.SetReadDeadline(time.Now()); err != nil {
+	if uc.br.Buffered() > 0 {
 		return false
 	}
-	_, err := uc.br.Peek(1)
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
+	sc, ok := uc.conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
 		return false
 	}
-	return uc.conn.SetReadDeadline(time.Time{}) == nil
+	var b [1]byte
+	var n int
+	var perr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait: an answer either way
+	}); err != nil {
+		return false
+	}
+	return errors.Is(perr, syscall.EAGAIN) || (perr == nil && n < 0)
 }
 
 // put keeps uc for reuse, or closes it when the pool is full or closed.

@@ -81,7 +81,9 @@ func scratchRepo(dir string) (string, error) {
 			return "", err
 		}
 	}
-	files := map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n", "main.go": appMain}
+	// In a container the app must listen beyond its own loopback.
+	files := map[string]string{"go.mod": "module example.com/app\n\ngo 1.21\n",
+		"main.go": strings.Replace(appMain, `"127.0.0.1:"+`, `":"+`, 1)}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(src, n), []byte(body), 0o644); err != nil {
 			return "", err
@@ -132,11 +134,23 @@ func deployScratch(bin, dir, repo, kind string) (timedDeploy, error) {
 	tok := users["reader"]
 	project := map[string]any{"name": "scratch-" + kind, "repoUrl": repo, "framework": "docker", "port": 8080}
 	if kind == "process" {
-		project["framework"], project["buildCommand"], project["startCommand"] = "go", "true", "./app"
+		project["framework"] = "go"
 	}
 	var p struct{ ID string }
 	if err := call(c, "POST", s.url+"/projects", tok, project, 201, &p); err != nil {
 		return d, err
+	}
+	if kind == "process" {
+		// Its settings: what it has, and the two commands.
+		var cur map[string]any
+		if err := call(c, "GET", s.url+"/projects/"+p.ID, tok, nil, 200, &cur); err != nil {
+			return d, err
+		}
+		settings := map[string]any{"region": cur["region"], "planName": cur["planName"], "envVars": []any{},
+			"buildCommand": "true", "startCommand": "./app"}
+		if err := call(c, "PATCH", s.url+"/projects/"+p.ID+"/settings", tok, settings, 200, nil); err != nil {
+			return d, err
+		}
 	}
 	if _, _, _, err := deployAndWait(c, s.url, tok, p.ID, "LIVE"); err != nil {
 		return d, fmt.Errorf("warm-up deployment: %w", err)

@@ -2,6 +2,8 @@
 // bare net/http hello-world on the same machine, over loopback only:
 //
 //	go run ./examples/bench [-postgres URL] [-duration 10s] [-concurrency 32] [-json out.json] [-pocketbase PATH]
+//	go run ./examples/bench -ingress-only [-ingress-conns 64,512] [-caddy PATH] [-ingress-profile cpu.pprof]
+//	go run ./examples/bench -containers-only
 //
 // It builds the server, runs it as a subprocess (SQLite in a temporary data
 // dir; also Postgres when -postgres is given) configured through its
@@ -14,8 +16,12 @@
 // writing a line to a subscriber reading it); the server's resident memory
 // idle and with 1,000 and 10,000 open streams (and per stream); and the time
 // from POST /deployments to LIVE for a trivial Go
-// app minus that app's own build and start time. It prints a table and, with
-// -json, writes the same as JSON. A row it cannot measure says why ("n/a").
+// app minus that app's own build and start time; the ingress against the app
+// served directly and against Caddy (ingress.go, wrk); a prebuilt binary
+// FROM scratch under the docker runtime against the process runtime
+// (containers.go). It prints a table, then the goals with their figures
+// (goal | figure | target | met), and, with -json, writes the same as JSON.
+// A row it cannot measure says why ("n/a").
 //
 // The load generator is closed-loop: a fixed number of workers, each sending
 // its next request when the previous one answered, for a fixed duration.
