@@ -28,7 +28,7 @@ var flagContainersOnly = flag.Bool("containers-only", false, "measure only the c
 const scratchDockerfile = "FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\n"
 
 // benchContainers measures the container rows with the server binary bin.
-func benchContainers(bin, dir string) (rows []Row, goals []Goal) {
+func benchContainers(bin, dir string) (rows []Row, goals []GoalFigure) {
 	name := "container time to LIVE, changed binary FROM scratch"
 	repo, err := scratchRepo(dir)
 	if err != nil {
@@ -57,7 +57,7 @@ func benchContainers(bin, dir string) (rows []Row, goals []Goal) {
 	r := Row{Name: name + " (docker runtime)", Value: ms3(dock.total), Note: dock.split}
 	if proc.total > 0 {
 		r.Note = joinNotes(fmt.Sprintf("%s over the process runtime", ms3(dock.total-proc.total)), r.Note)
-		goals = append(goals, Goal{Name: "container time to LIVE over the process runtime (changed binary)",
+		goals = append(goals, GoalFigure{Name: "container time to LIVE over the process runtime (changed binary)",
 			Figure: ms3(dock.total - proc.total), Target: "<= 1s", Met: dock.total-proc.total <= time.Second})
 	}
 	rows = append(rows, r, Row{Name: "container time to LIVE, same commit again (docker runtime)", Value: ms3(dock.same), Note: dock.sameSplit})

@@ -249,7 +249,7 @@ func liveKiBAt(base string) func() int64 {
 // each client count, the app directly, Caddy tuned (64 idle upstream
 // connections) and the ingress, then the memory per open client connection
 // of the ingress and of Caddy.
-func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []Goal) {
+func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []GoalFigure) {
 	name := "ingress"
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return []Row{{DB: db, Name: name, NA: "wrk not found (Debian/Ubuntu: apt-get install wrk)"}}, nil
@@ -307,8 +307,8 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []Goal) {
 		}
 		rows = append(rows, d, cr, ir)
 		goals = append(goals,
-			Goal{Name: fmt.Sprintf("ingress / app direct, %d conns", n), Figure: fmt.Sprintf("%.3f", ir.Ratio), Target: ">= 0.35", Met: ir.Ratio >= 0.35},
-			Goal{Name: fmt.Sprintf("ingress / Caddy tuned, %d conns", n), Figure: fmtOr(vsCaddy, "%.2fx", cr.NA), Target: ">= 1.25x", Met: vsCaddy >= 1.25})
+			GoalFigure{Name: fmt.Sprintf("ingress / app direct, %d conns", n), Figure: fmt.Sprintf("%.3f", ir.Ratio), Target: ">= 0.35", Met: ir.Ratio >= 0.35},
+			GoalFigure{Name: fmt.Sprintf("ingress / Caddy tuned, %d conns", n), Figure: fmtOr(vsCaddy, "%.2fx", cr.NA), Target: ">= 1.25x", Met: vsCaddy >= 1.25})
 	}
 	const open = 2000
 	mem := Row{DB: db, Name: fmt.Sprintf("ingress memory per open client connection (%d open)", open)}
@@ -382,16 +382,16 @@ func fmtOr(v float64, format, na string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// Goal is one of issue 28's goals with its figure from this run.
-type Goal struct {
+// GoalFigure is one of issue 28's goals with its figure from this run.
+type GoalFigure struct {
 	Name   string `json:"name"`
 	Figure string `json:"figure"`
 	Target string `json:"target"`
 	Met    bool   `json:"met"`
 }
 
-// printGoals prints the goals as a table.
-func printGoals(w io.Writer, goals []Goal) {
+// printGoalFigures prints the goals as a table.
+func printGoalFigures(w io.Writer, goals []GoalFigure) {
 	if len(goals) == 0 {
 		return
 	}

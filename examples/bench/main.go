@@ -76,15 +76,15 @@ type Row struct {
 
 // Report is the JSON output.
 type Report struct {
-	Time        time.Time `json:"time"`
-	Command     string    `json:"command"`
-	GoVersion   string    `json:"goVersion"`
-	CPUs        int       `json:"cpus"`
-	CPUModel    string    `json:"cpuModel"`
-	Duration    string    `json:"duration"`
-	Concurrency int       `json:"concurrency"`
-	Rows        []Row     `json:"rows"`
-	Goals       []Goal    `json:"goals,omitempty"`
+	Time        time.Time    `json:"time"`
+	Command     string       `json:"command"`
+	GoVersion   string       `json:"goVersion"`
+	CPUs        int          `json:"cpus"`
+	CPUModel    string       `json:"cpuModel"`
+	Duration    string       `json:"duration"`
+	Concurrency int          `json:"concurrency"`
+	Rows        []Row        `json:"rows"`
+	GoalFigures []GoalFigure `json:"goalFigures,omitempty"`
 }
 
 var (
@@ -148,9 +148,9 @@ func run() error {
 	}
 
 	if *flagContainersOnly {
-		rep.Rows, rep.Goals = benchContainers(bin, filepath.Join(tmp, "containers"))
+		rep.Rows, rep.GoalFigures = benchContainers(bin, filepath.Join(tmp, "containers"))
 		printTable(os.Stdout, rep)
-		printGoals(os.Stdout, rep.Goals)
+		printGoalFigures(os.Stdout, rep.GoalFigures)
 		return nil
 	}
 
@@ -190,7 +190,7 @@ func run() error {
 	for _, d := range dbs {
 		rows, goals, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
 		rep.Rows = append(rep.Rows, rows...)
-		rep.Goals = append(rep.Goals, goals...)
+		rep.GoalFigures = append(rep.GoalFigures, goals...)
 		if err != nil {
 			rep.Rows = append(rep.Rows, Row{DB: d.name, Name: "server", NA: err.Error()})
 		}
@@ -198,10 +198,10 @@ func run() error {
 
 	if !*flagAPIOnly && !*flagStreamsOnly && !*flagIngressOnly {
 		rows, goals := benchContainers(bin, filepath.Join(tmp, "containers"))
-		rep.Rows, rep.Goals = append(rep.Rows, rows...), append(rep.Goals, goals...)
+		rep.Rows, rep.GoalFigures = append(rep.Rows, rows...), append(rep.GoalFigures, goals...)
 	}
 	printTable(os.Stdout, rep)
-	printGoals(os.Stdout, rep.Goals)
+	printGoalFigures(os.Stdout, rep.GoalFigures)
 	if *flagJSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*flagJSON, append(b, '\n'), 0o644); err != nil {
@@ -289,7 +289,7 @@ func startServer(bin, dir, dbURL string, env ...string) (*server, error) {
 	return s, nil
 }
 
-func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, goals []Goal, err error) {
+func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, goals []GoalFigure, err error) {
 	dir := filepath.Join(tmp, dbName)
 	fmt.Fprintf(os.Stderr, "%s: starting the server...\n", dbName)
 	s, err := startServer(bin, dir, dbURL)
