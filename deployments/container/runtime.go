@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
+	"github.com/keelson-dev/keelson/deployments/container/scratchimage"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
@@ -371,13 +372,13 @@ func (r *Runtime) makeImage(ctx context.Context, job rt.Job, root, dockerfile st
 	bctx, bcancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("build timed out after %s", timeout))
 	defer bcancel()
 	start := time.Now()
-	if img, ok := planScratch(dockerfile, filepath.Join(root, "src")); ok {
+	if img, ok := scratchimage.Plan(dockerfile, filepath.Join(root, "src")); ok {
 		err := r.loadScratch(bctx, img, root, filepath.Join(root, "src"), r.imageTag(job))
 		if err == nil {
 			out.System(fmt.Sprintf("image built in %.1fs (FROM scratch: its files and settings, loaded without build steps)", time.Since(start).Seconds()))
 			return nil
 		}
-		if !errors.Is(err, errNotScratch) {
+		if !errors.Is(err, scratchimage.ErrNotPlain) {
 			if bctx.Err() != nil {
 				return context.Cause(bctx)
 			}

@@ -2,9 +2,6 @@ package container
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +9,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments/container/dockerfile"
+	"github.com/keelson-dev/keelson/deployments/container/scratchimage"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 	"github.com/keelson-dev/keelson/deployments/rt"
 )
@@ -38,22 +36,18 @@ func (r *Runtime) contextKey(ctx context.Context, root, text string) string {
 	if err != nil {
 		return ""
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "tree %s\ndockerfile %d\n%s\n", strings.TrimSpace(string(tree)), len(text), text)
+	images := map[string]string{}
 	ok := true
 	_ = dockerfile.Check("Dockerfile", text, func(ref string) error {
 		res, err := r.docker.ImageInspect(ctx, ref)
-		if err != nil {
-			ok = false
-			return nil
-		}
-		fmt.Fprintf(h, "image %s %s\n", ref, res.ID)
+		ok = ok && err == nil
+		images[ref] = res.ID
 		return nil
 	})
 	if !ok {
 		return ""
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return scratchimage.Key(strings.TrimSpace(string(tree)), text, images)
 }
 
 // reuseUnchanged tags the project's newest image for job when it was built

@@ -1,4 +1,4 @@
-package container
+package scratchimage
 
 import (
 	"archive/tar"
@@ -19,7 +19,7 @@ func TestPlanScratch(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(src, "static", "css"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "static", "css", "a.css"), []byte("a"), 0o644))
 	labels := `LABEL "dev.keelson"="1" "dev.keelson.project"="p1"` + "\n"
-	img, ok := planScratch("FROM scratch\nCOPY app /app\nCOPY static /srv/\nWORKDIR /srv\nENV A=1 B=2\nEXPOSE 8080\nUSER 65534:65534\n"+
+	img, ok := Plan("FROM scratch\nCOPY app /app\nCOPY static /srv/\nWORKDIR /srv\nENV A=1 B=2\nEXPOSE 8080\nUSER 65534:65534\n"+
 		"ENTRYPOINT [\"/app\"]\nCMD [\"serve\"]\n"+labels, src)
 	require.True(t, ok)
 	c := img.config
@@ -58,11 +58,11 @@ func TestPlanScratch(t *testing.T) {
 		"single quotes":    "FROM scratch\nLABEL a='b'\n",
 		"an open continue": "FROM scratch\nCOPY app \\",
 	} {
-		_, ok := planScratch(text, src)
+		_, ok := Plan(text, src)
 		assert.False(t, ok, name)
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(src, ".dockerignore"), []byte("x\n"), 0o644))
-	_, ok = planScratch("FROM scratch\nCOPY app /app\n", src)
+	_, ok = Plan("FROM scratch\nCOPY app /app\n", src)
 	assert.False(t, ok, ".dockerignore")
 }
 
@@ -71,7 +71,7 @@ func TestPlanScratch(t *testing.T) {
 func TestScratchLayerRefusesSymlinks(t *testing.T) {
 	src := t.TempDir()
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(src, "app")))
-	img, ok := planScratch("FROM scratch\nCOPY app /app\n", src)
+	img, ok := Plan("FROM scratch\nCOPY app /app\n", src)
 	require.True(t, ok)
-	assert.ErrorIs(t, img.writeLayer(io.Discard, src), errNotScratch)
+	assert.ErrorIs(t, img.writeLayer(io.Discard, src), ErrNotPlain)
 }
