@@ -310,6 +310,12 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []GoalFigu
 			GoalFigure{Name: fmt.Sprintf("ingress / app direct, %d conns", n), Figure: fmt.Sprintf("%.3f", ir.Ratio), Target: ">= 0.35", Met: ir.Ratio >= 0.35},
 			GoalFigure{Name: fmt.Sprintf("ingress / Caddy tuned, %d conns", n), Figure: fmtOr(vsCaddy, "%.2fx", cr.NA), Target: ">= 1.25x", Met: vsCaddy >= 1.25})
 	}
+	return append(rows, connRows(s, caddy, host, db)...), goals
+}
+
+// connRows are the memory per open client connection of the ingress and
+// of Caddy (when it runs).
+func connRows(s *server, caddy *caddyPeer, host, db string) []Row {
 	const open = 2000
 	mem := Row{DB: db, Name: fmt.Sprintf("ingress memory per open client connection (%d open)", open)}
 	if kib, err := connKiB(s.ingress, host, open, s.liveKiB); err != nil {
@@ -318,7 +324,7 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []GoalFigu
 		mem.Value = fmt.Sprintf("%.1f KiB", kib)
 		mem.Note = "growth of heap + stacks in use after a GC, each connection idle after one request"
 	}
-	rows = append(rows, mem)
+	rows := []Row{mem}
 	if caddy != nil {
 		cm := Row{DB: db, Name: fmt.Sprintf("Caddy memory per open client connection (%d open)", open)}
 		if kib, err := connKiB(caddy.url, host, open, liveKiBAt(caddy.admin)); err != nil {
@@ -329,7 +335,7 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []GoalFigu
 		}
 		rows = append(rows, cm)
 	}
-	return rows, goals
+	return rows
 }
 
 // profile starts taking s's CPU profile for the next -duration into file
