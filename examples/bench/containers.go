@@ -152,6 +152,9 @@ func deployScratch(bin, dir, repo, kind string) (timedDeploy, error) {
 			return d, err
 		}
 	}
+	// The project goes when the row is done: its containers and images
+	// with it (the engine outlives the bench).
+	defer deleteProject(c, s.url, tok, p.ID)
 	if _, _, _, err := deployAndWait(c, s.url, tok, p.ID, "LIVE"); err != nil {
 		return d, fmt.Errorf("warm-up deployment: %w", err)
 	}
@@ -244,4 +247,21 @@ func logSplit(c *http.Client, base, tok, id string, t0 time.Time, total time.Dur
 		out = append(out, p+" "+ms3(end.Sub(at[i])))
 	}
 	return strings.Join(out, ", ")
+}
+
+// deleteProject deletes a project and waits (up to a minute) until its
+// deletion, which removes its containers and images, is done.
+func deleteProject(c *http.Client, base, tok, id string) {
+	if err := call(c, "DELETE", base+"/projects/"+id, tok, nil, 202, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: deleting the project:", err)
+		return
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var st struct{ Status string }
+		if err := call(c, "GET", base+"/projects/"+id+"/delete-status", tok, nil, 200, &st); err != nil || st.Status == "DELETED" || st.Status == "FAILED" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // polling the deletion's status
+	}
 }
