@@ -36,7 +36,7 @@ type launcher struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	upstream string // 127.0.0.1:<published port>
+	upstream string // <address on the app network>:<port>
 }
 
 func (l *launcher) getUpstream() string {
@@ -47,7 +47,7 @@ func (l *launcher) getUpstream() string {
 
 // Start runs the deployment's image as its container (or adopts the
 // container a previous server left running), waits until it answers HTTP and
-// returns its upstream (127.0.0.1:<published port>).
+// returns its upstream (its address on the app network and its port).
 func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
 	if err := checkID(job.DeploymentID); err != nil {
 		return "", err
@@ -168,12 +168,14 @@ func (l *launcher) launch(ctx context.Context) (*instance, error) {
 			ExposedPorts: network.PortSet{l.port: {}},
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode:  container.NetworkMode(r.appNetwork()),
-			PortBindings: network.PortMap{l.port: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: ""}}},
-			CapDrop:      []string{"ALL"},
-			SecurityOpt:  []string{"no-new-privileges:true"},
-			Privileged:   false,
-			LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+			// No published port: the ingress reaches the app at its address
+			// on the app network (readPort), so a start spawns no
+			// docker-proxy and adds no NAT rules.
+			NetworkMode: container.NetworkMode(r.appNetwork()),
+			CapDrop:     []string{"ALL"},
+			SecurityOpt: []string{"no-new-privileges:true"},
+			Privileged:  false,
+			LogConfig:   container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 			Resources: container.Resources{
 				Memory: mem, MemorySwap: mem, NanoCPUs: nano, PidsLimit: &pids,
 			},
@@ -196,6 +198,7 @@ func (l *launcher) startContainer(ctx context.Context) (*instance, error) {
 	if _, err := l.r.docker.ContainerStart(ctx, l.cid, client.ContainerStartOptions{}); err != nil {
 		return nil, l.r.engineError("starting the app's container", err)
 	}
+	l.out.System("the app's container started; waiting for it to answer HTTP")
 	if err := l.readPort(ctx); err != nil {
 		return nil, err
 	}
@@ -226,6 +229,13 @@ func (l *launcher) readPort(ctx context.Context) error {
 		return l.r.engineError("inspecting the app's container", err)
 	}
 	if ns := res.Container.NetworkSettings; ns != nil {
+		if ep := ns.Networks[l.r.appNetwork()]; ep != nil && ep.IPAddress.Is4() {
+			l.mu.Lock()
+			l.upstream = netip.AddrPortFrom(ep.IPAddress, l.port.Num()).String()
+			l.mu.Unlock()
+			return nil
+		}
+		// A container an older Keelson made publishes its port on 127.0.0.1.
 		for _, b := range ns.Ports[l.port] {
 			if b.HostIP.Is4() && b.HostIP.IsLoopback() && b.HostPort != "" {
 				l.mu.Lock()
@@ -238,7 +248,7 @@ func (l *launcher) readPort(ctx context.Context) error {
 	if st := res.Container.State; st != nil && !st.Running {
 		return fmt.Errorf("the app exited before answering HTTP (%s); last output:\n%s", exitText(int64(st.ExitCode), st.OOMKilled, l.memMi), l.out.Tail())
 	}
-	return errors.New("the container engine published no port for the app")
+	return errors.New("the container engine gave the app no address on its network")
 }
 
 // exit is how a container run ended.

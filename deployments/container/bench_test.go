@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +123,89 @@ func idleMiB(b *testing.B, docker *client.Client, deploymentID string) float64 {
 		used = s.MemoryStats.Usage - f
 	}
 	return float64(used) / (1 << 20)
+}
+
+// timeline is a LogSink that keeps each line with the time it arrived.
+type timeline struct {
+	mu    sync.Mutex
+	t0    time.Time
+	lines []string
+}
+
+func (t *timeline) Log(stream, line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, fmt.Sprintf("%6dms %s %s", time.Since(t.t0).Milliseconds(), stream, line))
+}
+
+// BenchmarkScratchTimeToLive is issue 28's container case: a prebuilt
+// static binary FROM scratch, a new binary (a new commit) each time, from
+// Build to a routed app, under docker and under the process runtime (the
+// same binary, started as ./app). With -v it logs each deployment's
+// timeline (the runtime's log lines, stamped from the start of Build).
+//
+//	go test ./deployments/container/ -run '^$' -bench ScratchTimeToLive -benchtime 5x -v
+func BenchmarkScratchTimeToLive(b *testing.B) {
+	bin := containertest.HostileBinary(b)
+	imgs, docker := containertest.Images(b)
+	for _, kind := range []string{"process", "docker"} {
+		b.Run(kind, func(b *testing.B) {
+			router, err := ingress.New(ingress.Config{})
+			require.NoError(b, err)
+			defer router.Close()
+			var rt interface {
+				deployments.Runtime
+				Close(context.Context) error
+			}
+			if kind == "docker" {
+				crt, err := container.New(container.Config{DataDir: b.TempDir(), AllowLocalRepos: true, Ingress: router, Images: imgs, Client: docker})
+				require.NoError(b, err)
+				defer containertest.RemoveInstance(docker, crt.Instance())
+				rt = crt
+			} else {
+				prt, err := process.New(process.Config{DataDir: b.TempDir(), AllowLocalRepos: true, Ingress: router})
+				require.NoError(b, err)
+				rt = prt
+			}
+			defer rt.Close(context.Background()) //nolint:errcheck
+			repo := scratchRepo(b, bin, containertest.ScratchDockerfile)
+			projectID := platform.NewID()
+			ctx := context.Background()
+			deploy := func(i int) (time.Duration, string, *timeline) {
+				// A changed binary: the same program with bytes appended.
+				require.NoError(b, os.WriteFile(filepath.Join(repo, "app"), append(append([]byte{}, bin...), fmt.Sprint(i, time.Now().UnixNano())...), 0o755))
+				git(b, repo, "commit", "-q", "-am", "bench")
+				job := goJob(repo)
+				job.ProjectID, job.ProjectSlug, job.Framework = projectID, "bench", "docker"
+				if kind == "process" {
+					job.BuildCommand, job.StartCommand = "true", "./app"
+				}
+				job.Limits = deployments.Limits{MemoryMi: 64, CPUMillis: 1000}
+				tl := &timeline{t0: time.Now()}
+				_, err := rt.Build(ctx, job, tl)
+				require.NoError(b, err, strings.Join(tl.lines, "\n"))
+				tl.Log("bench", "built")
+				up, err := rt.Start(ctx, job, tl)
+				require.NoError(b, err, strings.Join(tl.lines, "\n"))
+				tl.Log("bench", "started")
+				_, err = rt.Route(ctx, "bench", job.DeploymentID, up)
+				require.NoError(b, err)
+				tl.Log("bench", "routed")
+				return time.Since(tl.t0), job.DeploymentID, tl
+			}
+			_, warm, _ := deploy(0)
+			require.NoError(b, rt.Cleanup(ctx, warm))
+			var live time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				l, id, tl := deploy(i + 1)
+				live += l
+				b.StopTimer()
+				b.Logf("%s deployment %d: %s\n%s", kind, i+1, l.Round(time.Millisecond), strings.Join(tl.lines, "\n"))
+				require.NoError(b, rt.Cleanup(ctx, id))
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(live.Milliseconds())/float64(b.N), "live-ms/op")
+		})
+	}
 }

@@ -5,8 +5,9 @@
 // runtime (deployments/process) remains for development and single-tenant use.
 //
 // It is not a scheduler: one engine, one machine. The ingress proxy
-// (deployments/ingress) stays in the server and reaches each app on a port the
-// engine publishes on 127.0.0.1 only.
+// (deployments/ingress) stays in the server and reaches each app at its
+// address on the instance's app network (a bridge of this host); no port is
+// published.
 //
 // BUILD: the repository is cloned with git on the host into
 // <DataDir>/containers/<deploymentID>/src (the credential stays in the
@@ -53,9 +54,11 @@
 // no-new-privileges, never privileged, no mount of any host path, the
 // instance's one app network (inter-container traffic off, so apps cannot
 // reach each other; one network however many apps, so Docker's address pools
-// do not bound their number), PORT and the job's env. The container port is published on
-// 127.0.0.1 with a port the engine picks; that is the upstream the ingress
-// proxies to. The app counts as started when GET / gets any HTTP answer.
+// do not bound their number), PORT and the job's env. The container's address on
+// the app network and its PORT are the upstream the ingress proxies to (no
+// port is published: a start spawns no docker-proxy and adds no NAT rules;
+// the host reaches its own bridges, and the egress rules let the answers
+// back in). The app counts as started when GET / gets any HTTP answer.
 // Its stdout and stderr flow to the deployment's log (masked). When it exits
 // the runtime says why in plain words ("app killed: out of memory (limit 64
 // MiB)") and starts it again with backoff; after MaxRestarts crashes within

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,7 +151,9 @@ func TestGoApp_LimitsRestartsOOMAdoptionAndCleanup(t *testing.T) {
 
 	up, err := e.rt.Start(ctx, job, logs)
 	require.NoError(t, err, logs.All())
-	require.True(t, strings.HasPrefix(up, "127.0.0.1:"), up)
+	ap, err := netip.ParseAddrPort(up)
+	require.NoError(t, err, up)
+	require.True(t, ap.Addr().IsPrivate(), "the app's address on its network: %s", up) // no published port
 	_, err = e.rt.Route(ctx, job.ProjectSlug, job.DeploymentID, up)
 	require.NoError(t, err)
 	host := job.ProjectSlug + ".localhost"

@@ -14,14 +14,19 @@ import (
 
 // BenchmarkProxy is the ingress hot path on loopback: a 1 KiB POST answered
 // with 4 KiB, through a Router without a meter (the path before metering)
-// and with one (counting both bodies, the blocked-slug check). Compare the
-// two in one run:
+// and with one (counting both bodies, the blocked-slug check), and a GET
+// answered with 5 bytes (what examples/bench's ingress rows send), metered.
+// Compare them in one run:
 //
 //	go test -run '^$' -bench BenchmarkProxy -benchtime=20000x ./deployments/ingress/
 func BenchmarkProxy(b *testing.B) {
 	reply := bytes.Repeat([]byte("x"), 4096)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/small" {
+			_, _ = io.WriteString(w, "hello")
+			return
+		}
 		_, _ = w.Write(reply)
 	}))
 	defer up.Close()
@@ -29,7 +34,8 @@ func BenchmarkProxy(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		meter *ingress.Meter
-	}{{"plain", nil}, {"metered", ingress.NewMeter()}} {
+		get   bool
+	}{{"plain", nil, false}, {"metered", ingress.NewMeter(), false}, {"get", ingress.NewMeter(), true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			r, err := ingress.New(ingress.Config{Meter: bc.meter})
 			if err != nil {
@@ -42,11 +48,16 @@ func BenchmarkProxy(b *testing.B) {
 			srv := httptest.NewServer(r)
 			defer srv.Close()
 			client := srv.Client()
-			b.SetBytes(int64(len(body) + len(reply)))
+			if !bc.get {
+				b.SetBytes(int64(len(body) + len(reply)))
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/", bytes.NewReader(body))
+				if bc.get {
+					req, _ = http.NewRequest(http.MethodGet, srv.URL+"/small", nil)
+				}
 				req.Host = "site.localhost"
 				res, err := client.Do(req)
 				if err != nil {
@@ -60,7 +71,7 @@ func BenchmarkProxy(b *testing.B) {
 			}
 			b.StopTimer()
 			if bc.meter != nil {
-				if got := bc.meter.Take()["site"]; got.In == 0 || got.Out == 0 {
+				if got := bc.meter.Take()["site"]; (got.In == 0 && !bc.get) || got.Out == 0 {
 					b.Fatalf("nothing counted: %+v", got)
 				}
 			}

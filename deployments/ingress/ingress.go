@@ -87,6 +87,7 @@ type route struct {
 	Route
 	target   *url.URL
 	inflight *atomic.Int64
+	pool     *pool // idle connections to Upstream (upstream.go)
 }
 
 // Router is the ingress handler. Safe for concurrent use; the zero value is not
@@ -100,6 +101,8 @@ type Router struct {
 	table    atomic.Pointer[map[string]*route] // slug -> route; replaced, never mutated
 	hosts    atomic.Pointer[map[string]string] // custom hostname -> slug; replaced, never mutated
 	counters map[string]*atomic.Int64          // deploymentID -> requests in flight
+	pools    map[string]*pool                  // upstream -> its connections, while routed
+	dialer   *net.Dialer
 
 	remote  remoteTable // slugs other hosts serve (remote.go)
 	token   string      // forwardHeader's value; "" without Config.ForwardKey
@@ -120,14 +123,15 @@ func New(cfg Config) (*Router, error) {
 	if strings.ContainsAny(cfg.AppsDomain, "/:@ ") {
 		return nil, fmt.Errorf("ingress: apps domain %q is not a domain name", cfg.AppsDomain)
 	}
-	r := &Router{cfg: cfg, counters: map[string]*atomic.Int64{}}
+	r := &Router{cfg: cfg, counters: map[string]*atomic.Int64{}, pools: map[string]*pool{},
+		dialer: &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}}
 	empty := map[string]*route{}
 	r.table.Store(&empty)
 	noHosts := map[string]string{}
 	r.hosts.Store(&noHosts)
 	r.tr = &http.Transport{
 		Proxy:       nil, // never send app traffic through the server's HTTP_PROXY
-		DialContext: (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: r.dialer.DialContext,
 		// Idle connections kept per app, so many clients at once reuse them
 		// instead of closing and opening them per request (64 churned past
 		// 64 clients); bounded per app, and by the idle timeout.
@@ -186,6 +190,7 @@ func (r *Router) Set(slug, deploymentID, upstream string) error {
 		Route:    Route{Slug: slug, DeploymentID: deploymentID, Upstream: upstream},
 		target:   &url.URL{Scheme: "http", Host: upstream},
 		inflight: c,
+		pool:     r.poolOf(upstream),
 	}
 	r.swap(func(m map[string]*route) { m[slug] = rt })
 	return nil
@@ -220,6 +225,7 @@ func (r *Router) Update(slug, deploymentID, upstream string) (bool, error) {
 		Route:    Route{Slug: slug, DeploymentID: deploymentID, Upstream: upstream},
 		target:   &url.URL{Scheme: "http", Host: upstream},
 		inflight: cur.inflight,
+		pool:     r.poolOf(upstream),
 	}
 	r.swap(func(m map[string]*route) { m[slug] = rt })
 	return true, nil
@@ -248,12 +254,38 @@ func (r *Router) swap(fn func(map[string]*route)) {
 	}
 	fn(next)
 	r.table.Store(&next)
-	// Forget counters of deployments no longer routed and idle.
+	// Forget counters of deployments no longer routed and idle, and close
+	// the connections to upstreams no longer routed.
 	for id, c := range r.counters {
 		if c.Load() == 0 && !routed(next, id) {
 			delete(r.counters, id)
 		}
 	}
+	for addr, p := range r.pools {
+		if !upstreamRouted(next, addr) {
+			p.close()
+			delete(r.pools, addr)
+		}
+	}
+}
+
+// poolOf answers the connection pool of upstream. Caller holds r.mu.
+func (r *Router) poolOf(upstream string) *pool {
+	p := r.pools[upstream]
+	if p == nil {
+		p = newPool(upstream, r.dialer)
+		r.pools[upstream] = p
+	}
+	return p
+}
+
+func upstreamRouted(m map[string]*route, upstream string) bool {
+	for _, rt := range m {
+		if rt.Upstream == upstream {
+			return true
+		}
+	}
+	return false
 }
 
 func routed(m map[string]*route, deploymentID string) bool {
@@ -385,7 +417,14 @@ func (r *Router) Drain(ctx context.Context, deploymentID string) error {
 }
 
 // Close closes idle connections to upstreams.
-func (r *Router) Close() { r.tr.CloseIdleConnections() }
+func (r *Router) Close() {
+	r.tr.CloseIdleConnections()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pools {
+		p.close()
+	}
+}
 
 // normHost is host without a port or a trailing dot, in lower case.
 func normHost(host string) string {
@@ -436,9 +475,22 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer rt.inflight.Add(-1)
+	m := r.cfg.Meter
+	if direct(req) {
+		var c *slugBytes
+		if m != nil {
+			if b, ok := m.Blocked(rt.Slug); ok {
+				refuse(w, b)
+				return
+			}
+			c = m.counter(rt.Slug)
+		}
+		r.serveDirect(w, req, rt, c)
+		return
+	}
 	req = req.WithContext(context.WithValue(req.Context(), ctxKey{}, rt))
-	if r.cfg.Meter != nil {
-		r.cfg.Meter.serve(w, req, rt.Slug, r.proxy)
+	if m != nil {
+		m.serve(w, req, rt.Slug, r.proxy)
 		return
 	}
 	r.proxy.ServeHTTP(w, req)
@@ -448,7 +500,14 @@ func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error)
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
-	rt := req.Context().Value(ctxKey{}).(*route)
+	r.upstreamFailed(w, req, req.Context().Value(ctxKey{}).(*route), err)
+}
+
+// upstreamFailed logs why rt's app did not answer req and answers 502.
+func (r *Router) upstreamFailed(w http.ResponseWriter, req *http.Request, rt *route, err error) {
+	if req.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
 	r.cfg.Logger.Warn("ingress: upstream failed", "slug", rt.Slug, "deployment", rt.DeploymentID,
 		"upstream", rt.Upstream, "err", err)
 	plain(w, http.StatusBadGateway, fmt.Sprintf("the app %q is not answering\n", rt.Slug))

@@ -2,6 +2,8 @@
 // bare net/http hello-world on the same machine, over loopback only:
 //
 //	go run ./examples/bench [-postgres URL] [-duration 10s] [-concurrency 32] [-json out.json] [-pocketbase PATH]
+//	go run ./examples/bench -ingress-only [-ingress-conns 64,512] [-caddy PATH] [-ingress-profile cpu.pprof]
+//	go run ./examples/bench -containers-only
 //
 // It builds the server, runs it as a subprocess (SQLite in a temporary data
 // dir; also Postgres when -postgres is given) configured through its
@@ -20,8 +22,11 @@
 // own floor, net/http writing the same body (floor.go; -polled-only measures
 // only those, -cpuprofile DIR keeps the server's CPU profile of each). It
 // prints a table, then the goals of issue 28 with their figures and whether
-// they are met (goals.go), and with -json writes the same as JSON. A row it
-// cannot measure says why ("n/a").
+// they are met (goals.go); the ingress against the app served directly and
+// against Caddy (ingress.go, wrk); a prebuilt binary FROM scratch under the
+// docker runtime against the process runtime (containers.go), with their
+// goals (goal | figure | target | met). With -json it writes the same as
+// JSON. A row it cannot measure says why ("n/a").
 //
 // The load generator is closed-loop: a fixed number of workers, each sending
 // its next request when the previous one answered, for a fixed duration.
@@ -82,15 +87,16 @@ type Row struct {
 
 // Report is the JSON output.
 type Report struct {
-	Time        time.Time `json:"time"`
-	Command     string    `json:"command"`
-	GoVersion   string    `json:"goVersion"`
-	CPUs        int       `json:"cpus"`
-	CPUModel    string    `json:"cpuModel"`
-	Duration    string    `json:"duration"`
-	Concurrency int       `json:"concurrency"`
-	Rows        []Row     `json:"rows"`
-	Goals       []Goal    `json:"goals"`
+	Time        time.Time    `json:"time"`
+	Command     string       `json:"command"`
+	GoVersion   string       `json:"goVersion"`
+	CPUs        int          `json:"cpus"`
+	CPUModel    string       `json:"cpuModel"`
+	Duration    string       `json:"duration"`
+	Concurrency int          `json:"concurrency"`
+	Rows        []Row        `json:"rows"`
+	Goals       []Goal       `json:"goals"`
+	GoalFigures []GoalFigure `json:"goalFigures,omitempty"`
 }
 
 var (
@@ -155,6 +161,13 @@ func run() error {
 		return fmt.Errorf("go build ./examples/server: %w", err)
 	}
 
+	if *flagContainersOnly {
+		rep.Rows, rep.GoalFigures = benchContainers(bin, filepath.Join(tmp, "containers"))
+		printTable(os.Stdout, rep)
+		printGoalFigures(os.Stdout, rep.GoalFigures)
+		return nil
+	}
+
 	// Baseline: the same load on a hello-world, in its own process like the server.
 	self, err := os.Executable()
 	if err != nil {
@@ -181,24 +194,30 @@ func run() error {
 		dbs = append(dbs, struct{ name, url string }{"postgres", *flagPostgres})
 	}
 	var pb *peer
-	if *flagStreamsOnly {
-		pb = &peer{na: "-streams-only"}
+	if *flagStreamsOnly || *flagIngressOnly {
+		pb = &peer{na: "-streams-only or -ingress-only"}
 	} else {
 		fmt.Fprintln(os.Stderr, "peer: starting PocketBase...")
 		pb = startPeer(filepath.Join(tmp, "pocketbase"))
 		defer pb.stop()
 	}
 	for _, d := range dbs {
-		rows, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
+		rows, goals, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
 		rep.Rows = append(rep.Rows, rows...)
+		rep.GoalFigures = append(rep.GoalFigures, goals...)
 		if err != nil {
 			rep.Rows = append(rep.Rows, Row{DB: d.name, Name: "server", NA: err.Error()})
 		}
 	}
 
+	if !*flagAPIOnly && !*flagStreamsOnly && !*flagIngressOnly && !*flagPolledOnly {
+		rows, goals := benchContainers(bin, filepath.Join(tmp, "containers"))
+		rep.Rows, rep.GoalFigures = append(rep.Rows, rows...), append(rep.GoalFigures, goals...)
+	}
 	rep.Goals = goals(rep.Rows)
 	printTable(os.Stdout, rep)
 	printGoals(os.Stdout, rep.Goals)
+	printGoalFigures(os.Stdout, rep.GoalFigures)
 	if *flagJSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*flagJSON, append(b, '\n'), 0o644); err != nil {
@@ -212,6 +231,7 @@ func run() error {
 
 type server struct {
 	url     string
+	ingress string // the apps' ingress (KEELSON_INGRESS_ADDR)
 	cmd     *exec.Cmd
 	dataDir string
 	pprof   string // the server's pprof listener (KEELSON_PPROF_ADDR)
@@ -241,7 +261,9 @@ func (s *server) liveKiB() int64 {
 	return total / 1024
 }
 
-func startServer(bin, dir, dbURL string) (*server, error) {
+// startServer runs the server on a fresh data dir under dir; env, when
+// given, is added to (and overrides) its environment.
+func startServer(bin, dir, dbURL string, env ...string) (*server, error) {
 	dataDir := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -260,6 +282,8 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		"KEELSON_MAX_LOG_STREAMS=50000",
 		// ... and every stream holds a connection.
 		"KEELSON_MAX_CONNS=50000", "KEELSON_MAX_CONNS_PER_ADDR=50000",
+		// The ingress rows open 512 connections and more from one address.
+		"KEELSON_INGRESS_MAX_CONNS_PER_ADDR=8192",
 		// The server's own overhead against a plain go build of the same
 		// commit on the host; docker vs process is BenchmarkTimeToLive in
 		// deployments/container.
@@ -267,12 +291,13 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 		// The stream memory rows read the heap after a GC here.
 		"KEELSON_PPROF_ADDR="+pprofAddr,
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
+	s := &server{url: "http://" + addr, ingress: "http://" + ingress, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
 	if err := waitHTTP(s.url+"/readyz", 60*time.Second); err != nil {
 		stop(cmd)
 		return nil, fmt.Errorf("server did not become ready (log: %s): %w", logf.Name(), err)
@@ -280,12 +305,12 @@ func startServer(bin, dir, dbURL string) (*server, error) {
 	return s, nil
 }
 
-func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, err error) {
+func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *peer) (rows []Row, goals []GoalFigure, err error) {
 	dir := filepath.Join(tmp, dbName)
 	fmt.Fprintf(os.Stderr, "%s: starting the server...\n", dbName)
 	s, err := startServer(bin, dir, dbURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stop(s.cmd)
 	add := func(r Row) { r.DB = dbName; rows = append(rows, r) }
@@ -294,57 +319,40 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	time.Sleep(time.Second) // settle start-up work (seeding, engine start) before reading idle memory
 	add(Row{Name: "server RSS, idle", Value: rss(s.cmd.Process.Pid)})
 
-	// Accounts: an admin, a reader with 20 projects, a writer; both on a plan
-	// that allows what the bench creates.
-	adminTok, err := signup(admin, s.url, "bench-admin@example.com")
+	users, err := benchAccounts(admin, s, dir)
 	if err != nil {
-		return rows, err
-	}
-	// ADMIN needs a verified address: redeem the link the server logged
-	// (no SMTP configured, so mail goes to its log).
-	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
-		return rows, err
-	}
-	var plan struct{ ID string }
-	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
-		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
-		"maxBandwidthGb": 100, "buildTimeoutMins": 60}, 201, &plan); err != nil {
-		return rows, err
-	}
-	users := map[string]string{}
-	for _, name := range []string{"reader", "writer"} {
-		tok, err := signup(admin, s.url, "bench-"+name+"@example.com")
-		if err != nil {
-			return rows, err
-		}
-		var me struct{ ID string }
-		if err := call(admin, "GET", s.url+"/auth/me", tok, nil, 200, &me); err != nil {
-			return rows, err
-		}
-		if err := call(admin, "PUT", s.url+"/plans/"+plan.ID+"/accounts/"+me.ID, adminTok, nil, 204, nil); err != nil {
-			return rows, err
-		}
-		users[name] = tok
+		return rows, nil, err
 	}
 	for i := 0; i < 20; i++ {
 		if err := call(admin, "POST", s.url+"/projects", users["reader"], projectBody(fmt.Sprintf("list-%02d", i)), 201, nil); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 	}
 
 	n := *flagConcurrency
 	c := newClient("", n)
 	if *flagStreamsOnly {
-		return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+		rows, err := benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+		return rows, nil, err
+	}
+	if *flagIngressOnly {
+		// One deployment of the hello app: the upstream the rows measure.
+		fmt.Fprintf(os.Stderr, "%s: deploying the hello app...\n", dbName)
+		slug, err := deployHello(admin, s.url, users["reader"], dir)
+		if err != nil {
+			return append(rows, Row{DB: dbName, Name: "ingress", NA: "deploying the hello app: " + err.Error()}), nil, nil
+		}
+		ing, goals := benchIngress(s, slug, dir, dbName)
+		return append(rows, ing...), goals, nil
 	}
 	var list []json.RawMessage
 	if err := call(admin, "GET", s.url+"/projects", users["reader"], nil, 200, &list); err != nil || len(list) != 20 {
-		return rows, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
+		return rows, nil, fmt.Errorf("GET /projects: %d projects, %v", len(list), err)
 	}
 	floorRow, row, err := benchAgainstFloor(admin, s, self, dir, dbName, baseline,
 		floorRoute{name: "GET /projects (20 projects)", url: s.url + "/projects", tok: users["reader"]})
 	if err != nil {
-		return rows, err
+		return rows, nil, err
 	}
 	add(floorRow)
 	pid := s.cmd.Process.Pid
@@ -353,18 +361,18 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 	add(row)
 	add(pbRow)
 	if *flagPolledOnly {
-		live, depRows := benchDeploy(admin, s.url, users["reader"], dir)
+		live, _, depRows := benchDeploy(admin, s.url, users["reader"], dir)
 		for _, r := range depRows {
 			add(r)
 		}
-		return benchPolledRows(admin, s, self, dir, dbName, users["reader"], live, baseline, rows), nil
+		return benchPolledRows(admin, s, self, dir, dbName, users["reader"], live, baseline, rows), nil, nil
 	}
 
 	fmt.Fprintf(os.Stderr, "%s: POST /projects (1,000 owned)...\n", dbName)
 	var seq atomic.Int64
 	for i := 0; i < 1000; i++ {
 		if err := call(admin, "POST", s.url+"/projects", users["writer"], projectBody(fmt.Sprintf("seed-%d", i)), 201, nil); err != nil {
-			return rows, err
+			return rows, nil, err
 		}
 	}
 	add(measured(pid, dbName, "POST /projects (1,000+ already owned)", baseline, func() loadResult {
@@ -373,7 +381,7 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 		})
 	}))
 	if *flagAPIOnly {
-		return rows, nil
+		return rows, nil, nil
 	}
 
 	fmt.Fprintf(os.Stderr, "%s: POST /auth/login...\n", dbName)
@@ -385,16 +393,62 @@ func benchServer(bin, self, tmp, dbName, dbURL string, baseline float64, pb *pee
 		add(Row{Name: "time POST /deployments -> LIVE minus app build+start", NA: na})
 		add(Row{Name: "GET /deployments/{id}/status", NA: na})
 		add(Row{Name: "SSE fan-out", NA: na})
-		return rows, nil
+		return rows, nil, nil
 	}
 	fmt.Fprintf(os.Stderr, "%s: POST /deployments -> LIVE...\n", dbName)
-	live, depRows := benchDeploy(admin, s.url, users["reader"], dir)
+	live, slug, depRows := benchDeploy(admin, s.url, users["reader"], dir)
 	for _, r := range depRows {
 		add(r)
 	}
+	if live != "" {
+		ing, g := benchIngress(s, slug, dir, dbName)
+		for _, r := range ing {
+			add(r)
+		}
+		goals = append(goals, g...)
+	}
 	rows = benchPolledRows(admin, s, self, dir, dbName, users["reader"], live, baseline, rows)
 
-	return benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+	rows, err = benchStreams(admin, s, users["reader"], self, dir, dbName, rows)
+	return rows, goals, err
+}
+
+// benchAccounts makes an admin, a reader and a writer; both on a plan that
+// allows what the bench creates. It answers the users' tokens by name.
+func benchAccounts(admin *http.Client, s *server, dir string) (map[string]string, error) {
+	// Accounts: an admin, a reader with 20 projects, a writer; both on a plan
+	// that allows what the bench creates.
+	adminTok, err := signup(admin, s.url, "bench-admin@example.com")
+	if err != nil {
+		return nil, err
+	}
+	// ADMIN needs a verified address: redeem the link the server logged
+	// (no SMTP configured, so mail goes to its log).
+	if err := verifyFromLog(admin, s.url, filepath.Join(dir, "server.log"), "bench-admin@example.com"); err != nil {
+		return nil, err
+	}
+	var plan struct{ ID string }
+	if err := call(admin, "POST", s.url+"/plans", adminTok, map[string]any{"name": "bench", "tier": "ENTERPRISE",
+		"maxProjects": 1000000, "maxDeployments": 1000000, "maxMemoryMi": 1024, "maxCpuM": 1000, "maxStorageGi": 10,
+		"maxBandwidthGb": 100, "buildTimeoutMins": 60}, 201, &plan); err != nil {
+		return nil, err
+	}
+	users := map[string]string{}
+	for _, name := range []string{"reader", "writer"} {
+		tok, err := signup(admin, s.url, "bench-"+name+"@example.com")
+		if err != nil {
+			return nil, err
+		}
+		var me struct{ ID string }
+		if err := call(admin, "GET", s.url+"/auth/me", tok, nil, 200, &me); err != nil {
+			return nil, err
+		}
+		if err := call(admin, "PUT", s.url+"/plans/"+plan.ID+"/accounts/"+me.ID, adminTok, nil, 204, nil); err != nil {
+			return nil, err
+		}
+		users[name] = tok
+	}
+	return users, nil
 }
 
 // benchStreams adds the SSE fan-out rows (1, 100, 1,000 and 10,000
@@ -494,6 +548,7 @@ import (
 
 func main() {
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	http.HandleFunc("/where", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, os.Getenv("PORT"), " ", os.Getpid()) })
 	if err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil); err != nil {
 		panic(err)
 	}
@@ -562,27 +617,27 @@ func deployAndWait(c *http.Client, base, tok, projectID string, want string) (st
 // benchDeploy deploys the trivial app twice (the first warms the server's
 // build cache) and compares the second with a plain `go build` (on an equally
 // warm cache of its own) plus starting the binary until it answers HTTP.
-func benchDeploy(c *http.Client, base, tok, dir string) (liveID string, rows []Row) {
+func benchDeploy(c *http.Client, base, tok, dir string) (liveID, slug string, rows []Row) {
 	name := "time POST /deployments -> LIVE minus app build+start"
 	repo, err := makeRepo(dir)
 	if err != nil {
-		return "", []Row{{Name: name, NA: err.Error()}}
+		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
-	var p struct{ ID string }
+	var p struct{ ID, Slug string }
 	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, &p); err != nil {
-		return "", []Row{{Name: name, NA: err.Error()}}
+		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
 	_, _, first, err := deployAndWait(c, base, tok, p.ID, "LIVE")
 	if err != nil {
-		return "", []Row{{Name: name, NA: "first deployment: " + err.Error()}}
+		return "", "", []Row{{Name: name, NA: "first deployment: " + err.Error()}}
 	}
 	id, st, total, err := deployAndWait(c, base, tok, p.ID, "LIVE")
 	if err != nil {
-		return "", []Row{{Name: name, NA: "second deployment: " + err.Error()}}
+		return "", "", []Row{{Name: name, NA: "second deployment: " + err.Error()}}
 	}
 	plain, err := plainBuildAndStart(repo, dir)
 	if err != nil {
-		return id, []Row{{Name: name, NA: "plain build and start: " + err.Error()}}
+		return id, p.Slug, []Row{{Name: name, NA: "plain build and start: " + err.Error()}}
 	}
 	var steps []string
 	for _, s := range st.Steps {
@@ -590,9 +645,23 @@ func benchDeploy(c *http.Client, base, tok, dir string) (liveID string, rows []R
 			steps = append(steps, fmt.Sprintf("%s %s", s.Name, s.FinishedAt.Sub(*s.StartedAt).Round(time.Millisecond)))
 		}
 	}
-	return id, []Row{{Name: name, Value: (total - plain).Round(time.Millisecond).String(),
+	return id, p.Slug, []Row{{Name: name, Value: (total - plain).Round(time.Millisecond).String(),
 		Note: fmt.Sprintf("POST -> LIVE %s (status polled every 5 ms; first deploy, cold build cache: %s); plain go build + start on a warm cache %s; steps: %s",
 			total.Round(time.Millisecond), first.Round(time.Millisecond), plain.Round(time.Millisecond), strings.Join(steps, ", "))}}
+}
+
+// deployHello deploys the hello app once and answers its slug.
+func deployHello(c *http.Client, base, tok, dir string) (string, error) {
+	repo, err := makeRepo(dir)
+	if err != nil {
+		return "", err
+	}
+	var p struct{ ID, Slug string }
+	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, &p); err != nil {
+		return "", err
+	}
+	_, _, _, err = deployAndWait(c, base, tok, p.ID, "LIVE")
+	return p.Slug, err
 }
 
 // plainBuildAndStart builds the app as the go preset does (once to warm a

@@ -1,4 +1,4 @@
-package container
+package dockerfile
 
 import (
 	"os"
@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 func TestDockerfileFor(t *testing.T) {
-	imgs := Images{Go: "b/go", GoRun: "r/go", Node: "n/node", Static: "s/static"}
+	imgs := Presets{Go: "b/go", GoRun: "r/go", Node: "n/node", Static: "s/static"}
 	dir := func(files ...string) string {
 		d := t.TempDir()
 		for _, f := range files {
@@ -21,45 +21,45 @@ func TestDockerfileFor(t *testing.T) {
 		}
 		return d
 	}
-	job := func(fw string) deployments.Job { return deployments.Job{Framework: fw} }
+	job := func(fw string) rt.Job { return rt.Job{Framework: fw} }
 
-	got, err := dockerfileFor(job("go"), dir("go.mod", "go.sum", "main.go"), imgs)
+	got, err := For(job("go"), dir("go.mod", "go.sum", "main.go"), imgs)
 	require.NoError(t, err)
 	assert.Equal(t, "FROM b/go AS build\nWORKDIR /src\nENV CGO_ENABLED=0\nCOPY go.mod go.sum ./\nRUN go mod download\n"+
 		"COPY . .\nRUN go build -trimpath -o /out/app .\nFROM r/go\nCOPY --from=build /out/app /app\nUSER 65534:65534\nENTRYPOINT [\"/app\"]\n", got)
 
-	got, err = dockerfileFor(job("nextjs"), dir("package.json"), imgs)
+	got, err = For(job("nextjs"), dir("package.json"), imgs)
 	require.NoError(t, err)
 	assert.Contains(t, got, "FROM n/node AS build\n")
 	assert.Contains(t, got, "RUN npm ci || npm install\n")
 	assert.Contains(t, got, "USER 65534:65534\nCMD [\"npm\", \"start\"]\n")
 
-	got, err = dockerfileFor(job("static"), dir("public/index.html"), imgs)
+	got, err = For(job("static"), dir("public/index.html"), imgs)
 	require.NoError(t, err)
 	assert.Contains(t, got, "FROM s/static\nCOPY public/ /site/\n")
 
 	// A repository's own Dockerfile wins whatever the framework.
-	got, err = dockerfileFor(job("go"), dir("Dockerfile"), imgs)
+	got, err = For(job("go"), dir("Dockerfile"), imgs)
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
 	// Its own commands run in the preset's builder image.
 	j := job("go")
 	j.BuildCommand, j.StartCommand = "make app", "./bin/app --serve"
-	got, err = dockerfileFor(j, dir("main.go"), imgs)
+	got, err = For(j, dir("main.go"), imgs)
 	require.NoError(t, err)
 	assert.Equal(t, "FROM b/go\nWORKDIR /src\nCOPY . .\nRUN make app\nUSER 65534:65534\nCMD [\"sh\", \"-c\", \"exec ./bin/app --serve\"]\n", got)
 	j.BuildCommand = "make\nRUN evil"
-	_, err = dockerfileFor(j, dir("main.go"), imgs)
+	_, err = For(j, dir("main.go"), imgs)
 	assert.ErrorContains(t, err, "one line")
 
-	_, err = dockerfileFor(job("docker"), dir("index.html"), imgs)
+	_, err = For(job("docker"), dir("index.html"), imgs)
 	assert.ErrorContains(t, err, `framework "docker" needs a Dockerfile at the root of the repository`)
-	_, err = dockerfileFor(job("cobol"), dir("main.cob"), imgs)
+	_, err = For(job("cobol"), dir("main.cob"), imgs)
 	assert.ErrorContains(t, err, `framework "cobol" has no preset`)
 
 	d := dir()
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(d, "Dockerfile")))
-	_, err = dockerfileFor(job("go"), d, imgs)
+	_, err = For(job("go"), d, imgs)
 	assert.ErrorContains(t, err, "not a regular file")
 }
