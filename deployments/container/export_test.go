@@ -4,12 +4,13 @@ import (
 	"context"
 	"strings"
 
+	"github.com/keelson-dev/keelson/deployments/container/internal/egress"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 	"github.com/keelson-dev/keelson/deployments/rt"
 )
 
 // BridgeID is the id in the names of an instance's bridges and egress chains.
-func BridgeID(instance string) string { return bridgeID(instance) }
+func BridgeID(instance string) string { return egress.BridgeID(instance) }
 
 // ReadBuildOutput reads an engine build stream as Build does.
 func ReadBuildOutput(stream string) error {

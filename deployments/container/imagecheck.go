@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments/container/dockerfile"
+	"github.com/keelson-dev/keelson/deployments/container/internal/egress"
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 )
@@ -62,7 +63,7 @@ func privateRegistry(host string, lookup func(string) ([]netip.Addr, error), all
 		addrs = got
 	}
 	for _, a := range addrs {
-		if a = a.Unmap(); !egressPublic(a) && !allowed(a) {
+		if a = a.Unmap(); !egress.Public(a) && !allowed(a) {
 			return fmt.Errorf("the image's registry %s is on a private address (%s), which builds may not reach "+
 				"(KEELSON_EGRESS_ALLOW_CIDRS allows named private networks)", host, a)
 		}
@@ -109,7 +110,7 @@ func (r *Runtime) checkRepoDockerfile(ctx context.Context, text string, out *run
 		if !fenced {
 			return nil // the build pulls it
 		}
-		if err := privateRegistry(dockerfile.RegistryHost(ref), lookup, r.cfg.Egress.allowed); err != nil {
+		if err := privateRegistry(dockerfile.RegistryHost(ref), lookup, r.cfg.Egress.Allowed); err != nil {
 			return err
 		}
 		out.System("pulling " + ref)

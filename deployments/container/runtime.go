@@ -23,6 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/keelson-dev/keelson/deployments/container/internal/buildcg"
+	"github.com/keelson-dev/keelson/deployments/container/internal/egress"
 	"github.com/keelson-dev/keelson/deployments/container/scratchimage"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/lifecycle"
@@ -40,6 +41,9 @@ const (
 	LabelProject    = "dev.keelson.project"    // the project id
 	LabelRole       = "dev.keelson.role"       // app, build-network, app-network
 )
+
+// Egress is what tenant code may reach (deployments/container/internal/egress).
+type Egress = egress.Config
 
 // Config configures a Runtime.
 type Config struct {
@@ -140,9 +144,9 @@ type Runtime struct {
 	base      context.Context // cancelled by Close: ends every build
 	cancel    context.CancelFunc
 
-	buildMu sync.RWMutex // held (read) by builds using the build network, (write) to remove it
-	fw      *firewall    // nil when egress is open
-	netMu   sync.Mutex   // one ensureNetwork at a time: the engine would make two networks of one name
+	buildMu sync.RWMutex     // held (read) by builds using the build network, (write) to remove it
+	fw      *egress.Firewall // nil when egress is open
+	netMu   sync.Mutex       // one ensureNetwork at a time: the engine would make two networks of one name
 
 	mu           sync.Mutex
 	cgroupDriver string // the engine's, asked once
@@ -208,18 +212,18 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		own = true
 	}
-	var fw *firewall
+	var fw *egress.Firewall
 	if !cfg.Egress.Open {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if fw, err = newFirewall(ctx, cfg.Instance, cfg.Egress); err == nil {
-			err = fw.install(ctx)
+		if fw, err = egress.New(ctx, cfg.Instance, cfg.Egress); err == nil {
+			err = fw.Install(ctx)
 		}
 		if err != nil {
 			if own {
 				docker.Close()
 			}
-			return nil, fmt.Errorf("container: builds and apps cannot be kept off the host's networks: %s; %s", oneLine(err.Error()), openEgressHint)
+			return nil, fmt.Errorf("container: builds and apps cannot be kept off the host's networks: %s; %s", oneLine(err.Error()), egress.OpenHint)
 		}
 	}
 	base, cancel := context.WithCancel(context.Background())
@@ -605,12 +609,12 @@ func baseImageOf(msg string) string {
 }
 
 func (r *Runtime) ensureBuildNetwork(ctx context.Context) error {
-	return r.ensureNetwork(ctx, r.buildNetwork(), buildBridge(r.cfg.Instance), "build-network")
+	return r.ensureNetwork(ctx, r.buildNetwork(), egress.BuildBridge(r.cfg.Instance), "build-network")
 }
 
 // ensureAppNetwork makes the one network every app of this instance is on.
 func (r *Runtime) ensureAppNetwork(ctx context.Context) error {
-	return r.ensureNetwork(ctx, r.appNetwork(), appBridge(r.cfg.Instance), "app-network")
+	return r.ensureNetwork(ctx, r.appNetwork(), egress.AppBridge(r.cfg.Instance), "app-network")
 }
 
 const bridgeNameOption = "com.docker.network.bridge.name"
@@ -651,7 +655,7 @@ func (r *Runtime) checkBridge(bridge string) error {
 		return nil
 	}
 	if _, err := net.InterfaceByName(bridge); err != nil {
-		return fmt.Errorf("the engine's network bridge %s is not on this host (is DOCKER_HOST another machine?), so the egress rules cannot apply; %s", bridge, openEgressHint)
+		return fmt.Errorf("the engine's network bridge %s is not on this host (is DOCKER_HOST another machine?), so the egress rules cannot apply; %s", bridge, egress.OpenHint)
 	}
 	return nil
 }
@@ -797,7 +801,7 @@ func (r *Runtime) removeFirewall(ctx context.Context) error {
 		r.cfg.Logger.Warn("container: containers of this instance still run; egress rules kept", "containers", len(res.Items))
 		return nil
 	}
-	if err := r.fw.remove(ctx); err != nil {
+	if err := r.fw.Remove(ctx); err != nil {
 		return fmt.Errorf("removing the egress rules: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package container
+package egress
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/gitclone"
 )
 
-// Egress is what tenant code (RUN steps of builds, running apps) may reach.
+// Config is what tenant code (RUN steps of builds, running apps) may reach.
 // By default the public internet and nothing else: Keelson keeps iptables
 // rules for its own bridges (apps' and builds') that refuse new connections
 // to this host (any of its addresses, the bridges' gateways), to loopback,
@@ -27,8 +27,9 @@ import (
 // through. Containers on one bridge cannot talk to each other either
 // (inter-container traffic is off). The rules sit in chains of Keelson's own
 // (KEELSON-FWD-<id>, KEELSON-IN-<id>) jumped to from the engine's DOCKER-USER
-// chain and from INPUT, installed by New and removed by Close.
-type Egress struct {
+// chain and from INPUT, installed as the runtime starts and removed by its
+// Close.
+type Config struct {
 	// Open leaves tenant code's traffic alone: it reaches whatever the host
 	// reaches (KEELSON_EGRESS=open). Only for single-tenant use.
 	Open bool
@@ -55,9 +56,9 @@ var blocked4 = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// egressPublic reports whether a is an address tenant code may reach by
+// Public reports whether a is an address tenant code may reach by
 // default: public unicast, none of blocked4.
-func egressPublic(a netip.Addr) bool {
+func Public(a netip.Addr) bool {
 	a = a.Unmap()
 	if !gitclone.PublicAddr(a) {
 		return false
@@ -70,31 +71,31 @@ func egressPublic(a netip.Addr) bool {
 	return !a.Is6() || !netip.MustParsePrefix("fc00::/7").Contains(a)
 }
 
-// firewall is the rules of one instance's bridges.
-type firewall struct {
+// Firewall is the rules of one instance's bridges.
+type Firewall struct {
 	ipt, ip6t string // commands; ip6t "" when the host has no IPv6
 	iface     string // iptables interface pattern of the bridges ("kls<id>+")
 	fwd, in   string // chain names
 	allow     []netip.Prefix
 }
 
-// bridgeID is the short id in the bridge and chain names of an instance
+// BridgeID is the short id in the bridge and chain names of an instance
 // (interface names hold 15 bytes, chain names 28).
-func bridgeID(instance string) string {
+func BridgeID(instance string) string {
 	sum := sha256.Sum256([]byte(instance))
 	return hex.EncodeToString(sum[:4])
 }
 
-func appBridge(instance string) string   { return "kls" + bridgeID(instance) + "a" }
-func buildBridge(instance string) string { return "kls" + bridgeID(instance) + "b" }
+func AppBridge(instance string) string   { return "kls" + BridgeID(instance) + "a" }
+func BuildBridge(instance string) string { return "kls" + BridgeID(instance) + "b" }
 
-// openEgressHint is how an operator accepts open egress instead.
-const openEgressHint = "run Keelson as root on the engine's host with iptables, or set KEELSON_EGRESS=open to let builds and apps reach the host's networks (single-tenant only)"
+// OpenHint is how an operator accepts open egress instead.
+const OpenHint = "run Keelson as root on the engine's host with iptables, or set KEELSON_EGRESS=open to let builds and apps reach the host's networks (single-tenant only)"
 
-// newFirewall finds the iptables the engine uses; it changes nothing.
-func newFirewall(ctx context.Context, instance string, e Egress) (*firewall, error) {
-	id := bridgeID(instance)
-	f := &firewall{iface: "kls" + id + "+", fwd: "KEELSON-FWD-" + id, in: "KEELSON-IN-" + id, allow: e.AllowCIDRs}
+// New finds the iptables the engine uses; it changes nothing.
+func New(ctx context.Context, instance string, e Config) (*Firewall, error) {
+	id := BridgeID(instance)
+	f := &Firewall{iface: "kls" + id + "+", fwd: "KEELSON-FWD-" + id, in: "KEELSON-IN-" + id, allow: e.AllowCIDRs}
 	cands := []string{"iptables", "iptables-nft", "iptables-legacy"}
 	if e.IPTables != "" {
 		cands = []string{e.IPTables}
@@ -150,7 +151,7 @@ func run(ctx context.Context, cmd string, args ...string) (string, error) {
 
 // rules are the rules of the forward and input chains of one family (IPv6
 // when six), as iptables -S prints them.
-func (f *firewall) rules(six bool) (fwd, in [][]string) {
+func (f *Firewall) rules(six bool) (fwd, in [][]string) {
 	est := []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"}
 	reject := []string{"-j", "REJECT", "--reject-with", "icmp-admin-prohibited"}
 	if six {
@@ -234,7 +235,7 @@ func nameservers() []netip.Addr {
 
 // install puts the chains in place (unchanged when they already hold
 // these rules) and the jumps to them.
-func (f *firewall) install(ctx context.Context) error {
+func (f *Firewall) Install(ctx context.Context) error {
 	for _, six := range []bool{false, true} {
 		ipt := f.ipt
 		if six {
@@ -266,7 +267,7 @@ func (f *firewall) install(ctx context.Context) error {
 }
 
 // chain makes name hold exactly rules.
-func (f *firewall) chain(ctx context.Context, ipt, name string, rules [][]string) error {
+func (f *Firewall) chain(ctx context.Context, ipt, name string, rules [][]string) error {
 	want := []string{"-N " + name}
 	for _, r := range rules {
 		want = append(want, "-A "+name+" "+strings.Join(r, " "))
@@ -290,8 +291,8 @@ func (f *firewall) chain(ctx context.Context, ipt, name string, rules [][]string
 	return nil
 }
 
-// remove deletes the jumps and the chains.
-func (f *firewall) remove(ctx context.Context) error {
+// Remove deletes the jumps and the chains.
+func (f *Firewall) Remove(ctx context.Context) error {
 	var errs []error
 	for _, six := range []bool{false, true} {
 		ipt, parent := f.ipt, "DOCKER-USER"
@@ -319,8 +320,8 @@ func (f *firewall) remove(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// allowed reports whether a is in one of the allowed networks.
-func (e Egress) allowed(a netip.Addr) bool {
+// Allowed reports whether a is in one of the allowed networks.
+func (e Config) Allowed(a netip.Addr) bool {
 	for _, p := range e.AllowCIDRs {
 		if p.Contains(a.Unmap()) {
 			return true

@@ -1,4 +1,4 @@
-package container
+package egress
 
 import (
 	"context"
@@ -17,13 +17,13 @@ import (
 func TestFirewallInstallAndRemove(t *testing.T) {
 	ctx := context.Background()
 	instance := "fwtest" + strings.ReplaceAll(t.Name(), "/", "")[:6]
-	f, err := newFirewall(ctx, instance, Egress{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24")}})
+	f, err := New(ctx, instance, Config{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24")}})
 	if err != nil {
 		t.Skipf("no iptables with the engine's DOCKER-USER chain here: %v", err)
 	}
-	t.Cleanup(func() { _ = f.remove(ctx) })
-	require.NoError(t, f.install(ctx))
-	require.NoError(t, f.install(ctx), "a second install")
+	t.Cleanup(func() { _ = f.Remove(ctx) })
+	require.NoError(t, f.Install(ctx))
+	require.NoError(t, f.Install(ctx), "a second install")
 	fwd, in := f.rules(false)
 	for _, c := range []struct {
 		name  string
@@ -43,11 +43,11 @@ func TestFirewallInstallAndRemove(t *testing.T) {
 	all, _ := exec.Command(f.ipt, "-w", "-S").CombinedOutput()
 	assert.Equal(t, 1, strings.Count(string(all), "-A DOCKER-USER -i "+f.iface+" -j "+f.fwd), "one jump, however many installs")
 	assert.Equal(t, 1, strings.Count(string(all), "-A INPUT -i "+f.iface+" -j "+f.in))
-	require.NoError(t, f.remove(ctx))
+	require.NoError(t, f.Remove(ctx))
 	all, _ = exec.Command(f.ipt, "-w", "-S").CombinedOutput()
-	assert.NotContains(t, string(all), bridgeID(instance))
+	assert.NotContains(t, string(all), BridgeID(instance))
 	if f.ip6t != "" {
 		all, _ = exec.Command(f.ip6t, "-w", "-S").CombinedOutput()
-		assert.NotContains(t, string(all), bridgeID(instance))
+		assert.NotContains(t, string(all), BridgeID(instance))
 	}
 }
