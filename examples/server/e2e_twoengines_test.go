@@ -124,7 +124,7 @@ func TestTwoEnginesE2E(t *testing.T) {
 
 	// Host two is drained while a client asks app two through each ingress
 	// without pause: app two moves to host one, and no request fails.
-	steadyWhile(t, []*testServer{w1, ingress2}, two.Slug, func() {
+	steadyWhile(t, []*testServer{w1, ingress2}, two.Slug, "200 hello bin", func() {
 		moving := liveOf(t, api, alice, two.Slug)
 		if _, err := api.App.Hosts.Drain(ctx, host2); err != nil {
 			t.Fatal(err)
@@ -239,8 +239,8 @@ func hostPortOf(t *testing.T, dbURL string) string {
 }
 
 // steadyWhile runs fn while a client asks the app through each ingress every
-// 10 ms, and fails the test if any request did not answer 200.
-func steadyWhile(t *testing.T, through []*testServer, slug string, fn func()) {
+// 10 ms, and fails the test if any answer was not want (status and body).
+func steadyWhile(t *testing.T, through []*testServer, slug, want string, fn func()) {
 	t.Helper()
 	stop := make(chan struct{})
 	failed := make(chan string, len(through))
@@ -254,7 +254,7 @@ func steadyWhile(t *testing.T, through []*testServer, slug string, fn func()) {
 					return
 				default:
 				}
-				if got := askApp(w, slug); !strings.HasPrefix(got, "200 ") && bad == "" {
+				if got := askApp(w, slug); got != want && bad == "" {
 					bad = fmt.Sprintf("request %d through %s at %s answered %q", n, w.Ingress, time.Now().Format("15:04:05.000"), got)
 				}
 				n++

@@ -98,41 +98,17 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 
 	// Host two is drained while clients ask app two through each ingress
 	// without pause: app two moves to host one, and no request fails.
-	moving := liveOf(t, api, alice, slug2)
-	stop := make(chan struct{})
-	failed := make(chan string, 2)
-	for _, w := range []*testServer{w1, w2} {
-		go func() {
-			n, bad := 0, ""
-			for {
-				select {
-				case <-stop:
-					failed <- bad
-					return
-				default:
-				}
-				if got := askApp(w, slug2); got != "200 version two" && bad == "" {
-					bad = fmt.Sprintf("request %d through %s (host one %s, host two %s) at %s answered %q", n, w.Ingress, w1.Ingress, w2.Ingress, time.Now().Format("15:04:05.000"), got)
-				}
-				n++
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
-	if _, err := w1.App.Hosts.Drain(ctx, w2.App.localHost.ID); err != nil {
-		t.Fatal(err)
-	}
-	platformtest.Eventually(t, time.Minute, "app two to move to host one", func() bool {
-		d := liveOf(t, api, alice, slug2)
-		return d.ID != moving.ID && d.Host == w1.App.localHost.Queue
-	})
-	time.Sleep(5 * time.Second) // past the old app's release
-	close(stop)
-	for range 2 {
-		if bad := <-failed; bad != "" {
-			t.Fatalf("a request failed during the drain: %s", bad)
+	steadyWhile(t, []*testServer{w1, w2}, slug2, "200 version two", func() {
+		moving := liveOf(t, api, alice, slug2)
+		if _, err := w1.App.Hosts.Drain(ctx, w2.App.localHost.ID); err != nil {
+			t.Fatal(err)
 		}
-	}
+		platformtest.Eventually(t, time.Minute, "app two to move to host one", func() bool {
+			d := liveOf(t, api, alice, slug2)
+			return d.ID != moving.ID && d.Host == w1.App.localHost.Queue
+		})
+		time.Sleep(5 * time.Second) // past the old app's release
+	})
 	cordon(w2, false)
 
 	// Host one stops (its heartbeat, its apps, its ingress): within a
