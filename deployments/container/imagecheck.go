@@ -81,6 +81,12 @@ func privateRegistry(host string, lookup func(string) ([]netip.Addr, error), all
 // image the engine does not have is pulled first, so that its labels and
 // ONBUILD triggers are checked before they run.
 func (r *Runtime) checkRepoDockerfile(ctx context.Context, text string, out *runlog.Output) error {
+	if emptyDockerfile(text) {
+		// Checked here: the image's LABEL line is appended before the
+		// engine sees it, and the engine would then answer only "no build
+		// stage in current context".
+		return errors.New("the repository's Dockerfile is empty: it needs at least a FROM instruction")
+	}
 	fenced := !r.cfg.Egress.Open
 	lookup := func(host string) ([]netip.Addr, error) {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -133,4 +139,15 @@ func onBuild(res client.ImageInspectResult) []string {
 		return nil
 	}
 	return res.Config.OnBuild
+}
+
+// emptyDockerfile reports whether text holds no instruction (only blank
+// lines, comments and parser directives).
+func emptyDockerfile(text string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
 }

@@ -343,16 +343,18 @@ func TestEngineErrorsInPlainWords(t *testing.T) {
 	assert.NotContains(t, err.Error(), "Error response from daemon")
 
 	// A build the engine refuses outright carries the engine's reason, which
-	// is about the tenant's own Dockerfile.
+	// is about the tenant's own Dockerfile; an empty one is refused before
+	// the engine sees it (with the image's LABEL line appended).
 	for dockerfile, reason := range map[string]string{
-		"":                      "the Dockerfile (Dockerfile) cannot be empty",
-		"FROM scratch\nFOO x\n": "dockerfile parse error line 2: unknown instruction: FOO",
+		"":                      "the repository's Dockerfile is empty: it needs at least a FROM instruction",
+		"# nothing\n\n":         "the repository's Dockerfile is empty: it needs at least a FROM instruction",
+		"FROM scratch\nFOO x\n": "the container engine refused the build: dockerfile parse error line 2: unknown instruction: FOO",
 	} {
 		bad := goJob(newRepo(t, map[string]string{"Dockerfile": dockerfile}))
 		bad.Framework = "docker"
 		_, err = e.rt.Build(ctx, bad, &sink{})
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "the container engine refused the build: "+reason)
+		assert.Contains(t, err.Error(), reason)
 		assert.NotContains(t, err.Error(), "Error response from daemon")
 		require.NoError(t, e.rt.Cleanup(ctx, bad.DeploymentID))
 	}
