@@ -85,8 +85,8 @@ func TestHostDownMovesFromTheRegistryE2E(t *testing.T) {
 	platformtest.Eventually(t, time.Minute, "the app through host two after host one stopped", func() bool {
 		return strings.Contains(tryApp(w2, "", p.Slug), "registry app one")
 	})
-	now := liveOf(t, api, alice, p.Slug)
-	if now.ID == was.ID || now.Host != w2.App.localHost.Queue || now.Image != was.Image || now.RollbackOf != was.ID {
+	now := liveAfter(t, api, p.Slug, was.ID)
+	if now.Host != w2.App.localHost.Queue || now.Image != was.Image || now.RollbackOf != was.ID {
 		t.Fatalf("after the move: %+v, before: %+v", now, was)
 	}
 	old := strings.Join(streamLogs(t, api, alice, was.ID), "\n")

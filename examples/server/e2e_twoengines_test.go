@@ -149,8 +149,8 @@ func TestTwoEnginesE2E(t *testing.T) {
 		return askApp(w1, three.Slug) == "200 hello bin"
 	})
 	t.Logf("host two's app answered through host one %.1fs after its death", time.Since(died).Seconds())
-	now := liveOf(t, api, alice, three.Slug)
-	if now.ID == was.ID || now.Host != w1.App.localHost.Queue || now.Image != was.Image || !strings.HasPrefix(was.Image, reg.Repository()+"/") {
+	now := liveAfter(t, api, three.Slug, was.ID)
+	if now.Host != w1.App.localHost.Queue || now.Image != was.Image || !strings.HasPrefix(was.Image, reg.Repository()+"/") {
 		t.Fatalf("after host two died: %+v (before: %+v)", now, was)
 	}
 	// Nothing was built again: host one pulled the image host two built.

@@ -119,8 +119,8 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	platformtest.Eventually(t, time.Minute, "the apps through host two after host one stopped", func() bool {
 		return tryApp(w2, "", slug1) == "version one" && tryApp(w2, url2, slug2) == "version two"
 	})
-	now := liveOf(t, api, alice, slug1)
-	if now.ID == was.ID || now.CommitSHA != was.CommitSHA {
+	now := liveAfter(t, api, slug1, was.ID)
+	if now.CommitSHA != was.CommitSHA {
 		t.Fatalf("after the move: %+v, before: %+v", now, was)
 	}
 	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" builds commit "+was.CommitSHA+" again (its image is in no registry) on another host") {
@@ -147,6 +147,20 @@ func liveOf(t *testing.T, ts *testServer, token, slug string) *deployments.Deplo
 		return out != nil
 	})
 	return out
+}
+
+// liveAfter is the project's LIVE deployment once it is no longer the one
+// with id was. The ingress serves a route from the DNS step on, a moment
+// before the deployment is marked LIVE, so an app answering from its new
+// place does not yet mean its deployment reads LIVE.
+func liveAfter(t *testing.T, ts *testServer, slug, was string) *deployments.Deployment {
+	t.Helper()
+	var now *deployments.Deployment
+	platformtest.Eventually(t, 10*time.Second, "a LIVE deployment of "+slug+" other than "+was, func() bool {
+		now = liveOf(t, ts, "", slug)
+		return now.ID != was
+	})
+	return now
 }
 
 // tryApp is the app's answer through ts's ingress, or "" (any failure).
