@@ -70,6 +70,11 @@ func Migrations() db.MigrationSet {
 			// The image pushed to the registry, by digest (Deployment.Image).
 			ID: "0007_image",
 			Up: db.AddColumn("deployments", "image", "VARCHAR(512) NOT NULL DEFAULT ''"),
+		}, {
+			// What each app may use, for placement by memory and CPU (Deployment.MemoryMi).
+			ID: "0008_needs",
+			Up: db.Steps(db.AddColumn("deployments", "memory_mi", "INTEGER NOT NULL DEFAULT 0"),
+				db.AddColumn("deployments", "cpu_m", "INTEGER NOT NULL DEFAULT 0")),
 		}},
 	}
 }

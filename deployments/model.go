@@ -148,6 +148,10 @@ type Deployment struct {
 	// Image is the deployment's image in the registry by digest
 	// (repository@sha256:...), when its build was pushed: any host runs it.
 	Image string `bun:"image,notnull,default:''"`
+	// MemoryMi and CPUm are what its app may use (the plan's limits when it
+	// was triggered; 0 unlimited): what placement counts on its host.
+	MemoryMi int `bun:"memory_mi,notnull,default:0"`
+	CPUm     int `bun:"cpu_m,notnull,default:0"`
 	// audit is the audit action of a new deployment (TriggerParams.Action); not stored.
 	audit string `bun:"-"`
 	// BuildKept is set on a replaced deployment whose build (image or

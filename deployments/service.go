@@ -88,6 +88,7 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 		Status: StatusQueued, Steps: NewSteps(), CommitSHA: p.CommitSHA, Reason: reason,
 		Region: spec.Region, WorkflowName: "deploy-" + id, Attempt: 1, CreatedAt: at, UpdatedAt: at,
 		RollbackOf: p.RollbackOf, audit: cmp.Or(p.Action, "deployment.create"),
+		MemoryMi: spec.Limits.MemoryMi, CPUm: spec.Limits.CPUMillis,
 	}
 	used, err := s.store.DeploymentInsert(ctx, d, spec.MaxDeploymentsPerMonth)
 	if errors.Is(err, errQuota) {
@@ -316,42 +317,6 @@ func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment
 	}
 	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA,
 		Reason: "rollback to " + id, RollbackOf: id, Action: "deployment.rollback"})
-}
-
-// MoveOffHost deploys each LIVE deployment of the host queue again on
-// another host (a host down, or drained), each log saying why (why) and how:
-// from its image in the registry, with no clone and no build (a rollback to
-// it, placed anywhere); or, when its image went to no registry, by building
-// the same commit again. A project with a deployment under way already is
-// left to it.
-func (s *Service) MoveOffHost(ctx context.Context, queue, why string) error {
-	lives, err := s.store.DeploymentsWhere(ctx, Filter{Statuses: []Status{StatusLive}, Host: queue})
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range lives {
-		busy, err := s.store.DeploymentsWhere(ctx, Filter{ProjectID: d.ProjectID, Statuses: Statuses()[:4]}) // not ended, not LIVE
-		if err != nil || len(busy) > 0 {
-			if errs = append(errs, err); err == nil {
-				s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; deployment %s of the project is under way and replaces this one", why, busy[0].ID))
-			}
-			continue
-		}
-		p, how := TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA, RollbackOf: d.ID,
-			Reason: fmt.Sprintf("%s: moving deployment %s", why, d.ID)}, "starts from its image "+d.Image+" (nothing built again)"
-		if d.Image == "" {
-			p.RollbackOf, how = "", "builds commit "+d.CommitSHA+" again (its image is in no registry)"
-		}
-		next, err := s.Trigger(ctx, p)
-		if err != nil {
-			s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; moving the app failed: %s", why, err))
-			errs = append(errs, fmt.Errorf("deployment %s: %w", d.ID, err))
-			continue
-		}
-		s.acts.Note(ctx, d.ID, fmt.Sprintf("%s; deployment %s %s on another host", why, next.ID, how))
-	}
-	return errors.Join(append(errs, s.logs.Flush(ctx))...)
 }
 
 // Delete removes the owner's deployment: cancels it if it runs, stops its app,

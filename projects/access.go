@@ -199,6 +199,31 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 	return nil
 }
 
+// checkHost refuses a changed host pin unless the caller has the platform
+// ADMIN role (host ids are the operators': checked before the host, so
+// no one else learns which exist), then a host Deps.HostExists does not
+// know (400 naming it). Sending back the stored pin is fine.
+func (s *Service) checkHost(ctx context.Context, cur *projectRow, host *string) error {
+	if host == nil || *host == cur.Host {
+		return nil
+	}
+	if p, _ := platform.PrincipalFrom(ctx); !p.IsAdmin() {
+		return platform.Forbidden("pinning a project to a host needs the platform ADMIN role")
+	}
+	if *host == "" {
+		return nil
+	}
+	if s.d.HostExists == nil {
+		return platform.Invalidf("host %q: this installation has no hosts register (KEELSON_ENGINE=temporal)", *host)
+	}
+	if err := s.d.HostExists(ctx, *host); errors.Is(err, platform.ErrNotFound) {
+		return platform.Invalidf("host %q is not registered (GET /hosts lists the hosts)", *host)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
 // checkSettingsRole refuses a settings update beyond role: secret env vars
 // and the webhook secret need admin (a developer sends secrets back masked,
 // unchanged), a changed httpsRedirect admin (DomainsWrite), another plan

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,8 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 // Users of the test authenticator: the token is the user's name.
 var users = map[string]string{"alice": platform.NewID(), "bob": platform.NewID(),
 	// The list cache's Postgres tests: notifications reach every schema.
-	"carol": platform.NewID(), "dave": platform.NewID()}
+	"carol": platform.NewID(), "dave": platform.NewID(),
+	"root": platform.NewID()} // the platform ADMIN
 
 // tokenAuth stands in for the auth module (built elsewhere; the reference
 // server's e2e tests use the real one).
@@ -35,7 +37,11 @@ type tokenAuth struct{}
 
 func (tokenAuth) Authenticate(_ context.Context, tok string) (platform.Principal, error) {
 	if id, ok := users[tok]; ok {
-		return platform.Principal{UserID: id, Email: tok + "@example.com", Role: platform.RoleUser}, nil
+		role := platform.RoleUser
+		if tok == "root" {
+			role = platform.RoleAdmin
+		}
+		return platform.Principal{UserID: id, Email: tok + "@example.com", Role: role}, nil
 	}
 	return platform.Principal{}, platform.ErrUnauthorized
 }
@@ -172,6 +178,7 @@ type opts struct {
 	planChannel string                 // Deps.PlanChannel
 	reserved    []string               // Deps.ReservedSlugs
 	redirect    func(projectID string) // Deps.HTTPSRedirectChanged
+	hosts       []string               // Deps.HostExists knows these
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} }
@@ -195,6 +202,12 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
 		HTTPSRedirectChanged: o.redirect,
+		HostExists: func(_ context.Context, id string) error {
+			if slices.Contains(o.hosts, id) {
+				return nil
+			}
+			return platform.NotFound("no host " + id)
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

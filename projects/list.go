@@ -30,7 +30,7 @@ func (l *listStmts) init(s *Service) {
 	l.once.Do(func() {
 		cols := "id, name, slug, repo_url, framework, port, is_private, auto_deploy, auto_deploy_branch, " +
 			"codehost_repository_id, webhook_secret <> '', region, plan_name, env_vars, start_command, " +
-			"build_command, keep_http, status, error_message, " +
+			"build_command, keep_http, host, status, error_message, " +
 			db.TimeColumn(s.d.DB, "created_at") + ", " + db.TimeColumn(s.d.DB, "updated_at")
 		for v := range l.stmts {
 			var q strings.Builder
@@ -87,7 +87,7 @@ func (s *Service) listRows(ctx context.Context, owner string, p ListParams, limi
 		)
 		if err := rows.Scan(&pr.ID, &pr.Name, &pr.Slug, &pr.RepoURL, &pr.Framework, &port, &pr.IsPrivate,
 			&pr.AutoDeploy, &pr.AutoDeployBranch, &pr.CodehostRepositoryID, &hasSecret, &pr.Region,
-			&pr.PlanName, &env, &pr.StartCommand, &pr.BuildCommand, &keep, &pr.Status, &pr.ErrorMessage,
+			&pr.PlanName, &env, &pr.StartCommand, &pr.BuildCommand, &keep, &pr.Host, &pr.Status, &pr.ErrorMessage,
 			created, updated); err != nil {
 			return nil, wrap("list", err)
 		}

@@ -36,6 +36,7 @@ type projectRow struct {
 	StartCommand         string    `bun:"start_command,notnull"`
 	BuildCommand         string    `bun:"build_command,notnull"`
 	KeepHTTP             bool      `bun:"keep_http,notnull,default:false"` // httpsRedirect false; stored inverted so the default is false
+	Host                 string    `bun:"host,notnull,default:''"`         // the host id its apps are pinned to; "" any
 	Status               string    `bun:"status,notnull,type:varchar(16)"`
 	ErrorMessage         string    `bun:"error_message,notnull"`
 	TeardownAt           time.Time `bun:"teardown_at,nullzero"` // when the current teardown attempt began
@@ -93,6 +94,10 @@ func Migrations() db.MigrationSet {
 		// httpsRedirect false: the ingress serves the project's hosts on plain HTTP too.
 		ID: "0005_keep_http",
 		Up: db.AddColumn("projects", "keep_http", "BOOLEAN NOT NULL DEFAULT FALSE"),
+	}, {
+		// host: the project's apps run only on that host (Deps.HostExists).
+		ID: "0006_host",
+		Up: db.AddColumn("projects", "host", "VARCHAR(64) NOT NULL DEFAULT ''"),
 	}}}
 }
 
@@ -116,6 +121,7 @@ type Project struct {
 	EnvVars              []EnvVarOut `json:"envVars" doc:"Environment variables; secret values are masked"`
 	StartCommand         string      `json:"startCommand" doc:"Start command (empty: the framework preset)"`
 	BuildCommand         string      `json:"buildCommand" doc:"Build command (empty: the framework preset)"`
+	Host                 string      `json:"host,omitempty" doc:"The host (GET /hosts) the project's apps are pinned to: placed only there, failing when it cannot take them; absent: any host"`
 	HTTPSRedirect        bool        `json:"httpsRedirect" doc:"Plain HTTP to the app's hosts redirects (308) to HTTPS once the ingress holds a certificate for the host (default true); false serves plain HTTP too"`
 	Status               string      `json:"status" enum:"ACTIVE,DELETING,FAILED" doc:"ACTIVE, DELETING, or FAILED (a teardown failed; DELETE retries)"`
 	ErrorMessage         string      `json:"errorMessage,omitempty" doc:"Why the last teardown failed"`
@@ -164,7 +170,7 @@ func (r *projectRow) toProject() (*Project, error) {
 		IsPrivate: r.IsPrivate, AutoDeploy: r.AutoDeploy, AutoDeployBranch: r.AutoDeployBranch,
 		CodehostRepositoryID: r.CodehostRepositoryID, HasWebhookSecret: r.WebhookSecret != "",
 		Region: r.Region, PlanName: r.PlanName, EnvVars: out, StartCommand: r.StartCommand,
-		BuildCommand: r.BuildCommand, HTTPSRedirect: !r.KeepHTTP, Status: r.Status, ErrorMessage: r.ErrorMessage,
+		BuildCommand: r.BuildCommand, HTTPSRedirect: !r.KeepHTTP, Host: r.Host, Status: r.Status, ErrorMessage: r.ErrorMessage,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

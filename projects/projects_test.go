@@ -882,3 +882,56 @@ func TestReservedSlugs(t *testing.T) {
 		}
 	})
 }
+
+// host: only the platform ADMIN pins a project (a 403 first, so no one
+// else learns which host ids exist), to a registered host (an unknown one
+// is a 400 naming it); the pin is shown, listed, audited, read by
+// PinnedHost for placement, kept when left out or sent back unchanged by
+// anyone, and "" unpins.
+func TestHostPin(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb, opts{hosts: []string{"host-a"}})
+		ctx := context.Background()
+		own := e.create("alice", validCreate("mine"))
+		p := e.create("root", validCreate("pinned"))
+		patch := func(who, id string, v any) *httptest.ResponseRecorder {
+			body := validSettings()
+			if v != nil {
+				body["host"] = v
+			}
+			return e.api.Patch("/projects/"+id+"/settings", as(who), body)
+		}
+		for _, host := range []string{"host-a", "nope"} {
+			if resp := patch("alice", own.ID, host); resp.Code != 403 || !strings.Contains(resp.Body.String(), "platform ADMIN") {
+				t.Fatalf("alice pins to %s: %d %s", host, resp.Code, resp.Body)
+			}
+		}
+		if resp := patch("root", p.ID, "nope"); resp.Code != 400 || !strings.Contains(resp.Body.String(), `host \"nope\" is not registered`) {
+			t.Fatalf("unknown host: %d %s", resp.Code, resp.Body)
+		}
+		if resp := patch("root", p.ID, "bad host!"); resp.Code != 422 && resp.Code != 400 {
+			t.Fatalf("bad id: %d %s", resp.Code, resp.Body)
+		}
+		if resp := patch("root", p.ID, "host-a"); resp.Code != 200 || decode[projects.Project](t, resp.Body.Bytes()).Host != "host-a" {
+			t.Fatalf("pin: %d %s", resp.Code, resp.Body)
+		}
+		if h, err := e.svc.PinnedHost(ctx, p.ID); h != "host-a" || err != nil {
+			t.Fatalf("PinnedHost: %q %v", h, err)
+		}
+		if resp := patch("root", p.ID, nil); resp.Code != 200 || decode[projects.Project](t, resp.Body.Bytes()).Host != "host-a" {
+			t.Fatalf("left out: %d %s", resp.Code, resp.Body)
+		}
+		for _, l := range e.list("root") {
+			if l.ID == p.ID && l.Host != "host-a" {
+				t.Fatalf("listed: %+v", l)
+			}
+		}
+		if resp := patch("root", p.ID, ""); resp.Code != 200 || decode[projects.Project](t, resp.Body.Bytes()).Host != "" {
+			t.Fatalf("unpin: %d %s", resp.Code, resp.Body)
+		}
+		if h, err := e.svc.PinnedHost(ctx, own.ID); h != "" || err != nil {
+			t.Fatalf("PinnedHost of an unpinned project: %q %v", h, err)
+		}
+	})
+}

@@ -50,6 +50,7 @@ type SettingsInput struct {
 	CodehostRepositoryID *string    `json:"codehostRepositoryId,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9_.:-]*$" patternDescription:"the code host's repository id" doc:"Repository id at the code host"`
 	WebhookSecret        *string    `json:"webhookSecret,omitempty" maxLength:"256" writeOnly:"true" doc:"Write-only; empty string removes it"`
 	HTTPSRedirect        *bool      `json:"httpsRedirect,omitempty" doc:"Redirect plain HTTP to HTTPS once a certificate is held (true, the default), or serve plain HTTP too (false). Changing it needs admin"`
+	Host                 *string    `json:"host,omitempty" maxLength:"64" pattern:"^[A-Za-z0-9._:-]*$" patternDescription:"a host id (GET /hosts)" doc:"Pin the project's apps to this host (GET /hosts), or \"\" to unpin. Changing it needs the platform ADMIN role; an unknown host is a 400"`
 }
 
 func (in *CreateInput) validate(allowLocal bool) (repo, key string, err error) {
@@ -300,6 +301,9 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 	if err := s.checkSettingsRole(ctx, role, cur, &in); err != nil {
 		return nil, err
 	}
+	if err := s.checkHost(ctx, cur, in.Host); err != nil {
+		return nil, err
+	}
 	if cur.Status != StatusActive {
 		return nil, platform.Conflict("project is being deleted (status " + cur.Status + "); its settings cannot change")
 	}
@@ -353,6 +357,7 @@ func (s *Service) applySettings(cur *projectRow, in SettingsInput, env []storedE
 	if in.HTTPSRedirect != nil {
 		upd.KeepHTTP = !*in.HTTPSRedirect
 	}
+	setStr(&upd.Host, in.Host)
 	if in.WebhookSecret != nil {
 		upd.WebhookSecret = ""
 		if *in.WebhookSecret != "" {
@@ -372,7 +377,7 @@ func (s *Service) storeSettings(ctx context.Context, cur, upd *projectRow, env [
 	return db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 		res, err := tx.NewUpdate().Model(upd).
 			Column("region", "plan_name", "env_vars", "start_command", "build_command", "auto_deploy_branch",
-				"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "updated_at").
+				"codehost_repository_id", "is_private", "auto_deploy", "webhook_secret", "keep_http", "host", "updated_at").
 			Where("id = ? AND owner_id = ? AND status = ?", cur.ID, cur.OwnerID, StatusActive).Exec(ctx)
 		if err != nil {
 			return err
@@ -393,7 +398,7 @@ func settingsSummary(cur, upd *projectRow, env []storedEnv) string {
 		{"autoDeployBranch", cur.AutoDeployBranch, upd.AutoDeployBranch}, {"codehostRepositoryId", cur.CodehostRepositoryID, upd.CodehostRepositoryID},
 		{"isPrivate", strconv.FormatBool(cur.IsPrivate), strconv.FormatBool(upd.IsPrivate)},
 		{"autoDeploy", strconv.FormatBool(cur.AutoDeploy), strconv.FormatBool(upd.AutoDeploy)},
-		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}}, envvars.Map(old), envvars.Map(env))
+		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}, {"host", cur.Host, upd.Host}}, envvars.Map(old), envvars.Map(env))
 }
 
 func setStr(dst *string, v *string) {

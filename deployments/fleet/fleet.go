@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/platform/db"
 )
 
@@ -36,25 +37,38 @@ func (q Queries) LiveHosts(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// PlacedByHost counts, by host queue, the deployments placed on a host
-// that are not LIVE yet (building, starting, routing).
-func (q Queries) PlacedByHost(ctx context.Context) (map[string]int, error) {
+// LoadByHost gives, by host queue, what each host holds: its deployments
+// LIVE or placed and not LIVE yet (queued on it, building, starting,
+// routing), and the sum of their memory and CPU (Deployment.MemoryMi,
+// CPUm), in one grouped query (the hosts register's Deps.Load).
+func (q Queries) LoadByHost(ctx context.Context) (map[string]hosts.Load, error) {
 	var rows []struct {
 		Host string `bun:"host"`
 		N    int    `bun:"n"`
+		Mem  int64  `bun:"mem"`
+		CPU  int64  `bun:"cpu"`
 	}
 	err := q.DB.NewSelect().Model((*deployments.Deployment)(nil)).Column("host").ColumnExpr("count(*) AS n").
+		ColumnExpr("COALESCE(SUM(memory_mi), 0) AS mem").ColumnExpr("COALESCE(SUM(cpu_m), 0) AS cpu").
 		Where("status IN (?)", bun.In([]deployments.Status{deployments.StatusQueued, deployments.StatusBuilding,
-			deployments.StatusProvisioning, deployments.StatusConfiguringDNS})).
+			deployments.StatusProvisioning, deployments.StatusConfiguringDNS, deployments.StatusLive})).
 		Where("host <> ''").Group("host").Scan(ctx, &rows)
 	if err != nil {
 		return nil, db.Translate(err)
 	}
-	out := make(map[string]int, len(rows))
+	out := make(map[string]hosts.Load, len(rows))
 	for _, r := range rows {
-		out[r.Host] = r.N
+		out[r.Host] = hosts.Load{Apps: r.N, MemoryMi: r.Mem, CPUm: r.CPU}
 	}
 	return out, nil
+}
+
+// CountLive counts the LIVE deployments on host queue (its heartbeat's
+// app count), in one COUNT query.
+func (q Queries) CountLive(ctx context.Context, queue string) (int, error) {
+	n, err := q.DB.NewSelect().Model((*deployments.Deployment)(nil)).
+		Where("status = ?", deployments.StatusLive).Where("host = ?", queue).Count(ctx)
+	return int(n), db.Translate(err)
 }
 
 // CountByStatus counts the deployments in each status, in one grouped

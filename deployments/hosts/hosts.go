@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -112,13 +114,19 @@ type Deps struct {
 	// one of the processes with a Local host (after its heartbeat): it moves
 	// the down host's apps elsewhere. An error runs it again next time.
 	HostDown func(ctx context.Context, h *Host) error
+	// MoveDue, when set, is asked at each pass about each down host whose
+	// outage was handled: whether a move of its apps failed and is due to
+	// be tried again at now (Clock; bounded, with backoff); if so HostDown
+	// runs again, once across every process, and the reason is logged.
+	MoveDue func(ctx context.Context, h *Host, now time.Time) (due bool, why string, err error)
 	// MoveApps deploys the apps of host h on other hosts, each log saying
 	// why (Drain); required by Drain.
 	MoveApps func(ctx context.Context, h *Host, why string) error
-	// Placed, when set, counts by host queue the deployments placed but
-	// not LIVE yet (building, starting): Place adds them to each host's
-	// heartbeat count, so a burst of deployments spreads out.
-	Placed func(ctx context.Context) (map[string]int, error)
+	// Load, when set, gives by host queue what each host holds: its
+	// deployments LIVE or placed and not LIVE yet, and their needs (one
+	// grouped query), so a burst of deployments spreads out. Without it
+	// Place counts each host's apps of its last heartbeat, needing nothing.
+	Load func(ctx context.Context) (map[string]Load, error)
 }
 
 // Service is the hosts module.
@@ -298,59 +306,114 @@ func (s *Service) Addresses(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// Place chooses the host a new deployment builds and runs on: of the
-// active hosts (not cordoned, not down) with room (fewer apps than their
-// MaxApps), the one with the fewest apps per GiB of memory, then the fewest
-// apps, then by id. It returns the host's queue and the reason in words for
-// the deployment's log; "" when no host qualifies (any worker takes it).
-// A host's apps are those of its last heartbeat plus those placed on it
-// and not LIVE yet (Deps.Placed).
-func (s *Service) Place(ctx context.Context) (queue, reason string, err error) {
+// Need is what a deployment asks of its host: its plan's memory and CPU
+// per app (0: unlimited, counted as none), and the host its project is
+// pinned to ("" for any).
+type Need struct {
+	MemoryMi, CPUm int
+	Pin            string
+}
+
+// Load is what a host holds: its deployments LIVE or placed and not LIVE
+// yet (building, starting), and the sum of their Needs.
+type Load struct {
+	Apps           int
+	MemoryMi, CPUm int64
+}
+
+// ErrNoRoom is wrapped by Place's error when no host can take a deployment:
+// the deployment fails, the message naming why each host was refused.
+var ErrNoRoom = errors.New("no host can take the deployment")
+
+// Place chooses the host a new deployment builds and runs on. Of the active
+// hosts (not cordoned, not down) with room for need (its apps under MaxApps,
+// the memory and CPU its deployments need plus need's within its own), it
+// takes the one with the largest share of its memory free, then the fewest
+// apps, then the first id; a pinned deployment only its pinned host. It
+// returns the host's queue and the reason in words for the deployment's
+// log, each other host with why it was not chosen. With no host registered
+// (one machine) it returns "" (any worker); with none that can take it, an
+// error wrapping ErrNoRoom. Two queries: the hosts, and Deps.Load.
+func (s *Service) Place(ctx context.Context, need Need) (queue, reason string, err error) {
 	hs, err := s.List(ctx)
-	if err != nil {
+	if err != nil || len(hs) == 0 {
 		return "", "", err
 	}
-	if s.d.Placed != nil {
-		placed, err := s.d.Placed(ctx)
-		if err != nil {
+	loads := map[string]Load{}
+	if s.d.Load != nil {
+		if loads, err = s.d.Load(ctx); err != nil {
 			return "", "", err
 		}
+	} else {
 		for _, h := range hs {
-			h.Apps += placed[h.Queue]
+			loads[h.Queue] = Load{Apps: h.Apps}
 		}
 	}
 	var best *Host
+	var bestFree float64
 	var others []string
-	load := func(h *Host) float64 { return float64(h.Apps) * 1024 / float64(max(h.MemoryMB, 1)) }
 	for _, h := range hs {
-		switch {
-		case h.State != StateActive:
-			others = append(others, fmt.Sprintf("%s %s", h.ID, h.State))
-			continue
-		case h.MaxApps > 0 && h.Apps >= h.MaxApps:
-			others = append(others, fmt.Sprintf("%s full (%d of %d apps)", h.ID, h.Apps, h.MaxApps))
+		l := loads[h.Queue]
+		h.Apps = l.Apps
+		if why := refusal(h, l, need); why != "" {
+			others = append(others, why)
 			continue
 		}
-		if best == nil || load(h) < load(best) || (load(h) == load(best) && h.Apps < best.Apps) {
+		free := 0.0
+		if h.MemoryMB > 0 {
+			free = 1 - float64(l.MemoryMi)/float64(h.MemoryMB)
+		}
+		if best == nil || free > bestFree || (free == bestFree && h.Apps < best.Apps) {
 			if best != nil {
-				others = append(others, fmt.Sprintf("%s %d apps", best.ID, best.Apps))
+				others = append(others, fmt.Sprintf("%s %d apps, %s of %s MiB held", best.ID, best.Apps, num(loads[best.Queue].MemoryMi), num(best.MemoryMB)))
 			}
-			best = h
+			best, bestFree = h, free
 		} else {
-			others = append(others, fmt.Sprintf("%s %d apps", h.ID, h.Apps))
+			others = append(others, fmt.Sprintf("%s %d apps, %s of %s MiB held", h.ID, h.Apps, num(l.MemoryMi), num(h.MemoryMB)))
 		}
+	}
+	if best == nil && need.Pin != "" && !slices.ContainsFunc(hs, func(h *Host) bool { return h.ID == need.Pin }) {
+		return "", "", fmt.Errorf("%w: the project is pinned to host %q, which is not registered", ErrNoRoom, need.Pin)
 	}
 	if best == nil {
-		if len(hs) == 0 {
-			return "", "", nil
-		}
-		return "", "no host can take it (" + strings.Join(others, ", ") + "); the first worker free builds it", nil
+		return "", "", fmt.Errorf("%w: %s", ErrNoRoom, strings.Join(others, "; "))
 	}
-	reason = fmt.Sprintf("placed on host %s (%d apps, %d MiB, %d CPUs)", best.ID, best.Apps, best.MemoryMB, best.CPUs)
+	l := loads[best.Queue]
+	reason = fmt.Sprintf("placed on host %s (%d apps, %s of %s MiB and %s of %s millicores held; needs %s MiB, %s millicores)",
+		best.ID, best.Apps, num(l.MemoryMi), num(best.MemoryMB), num(l.CPUm), num(int64(best.CPUs)*1000), num(int64(need.MemoryMi)), num(int64(need.CPUm)))
+	if need.Pin != "" {
+		reason += "; the project is pinned to it"
+	}
 	if len(others) > 0 {
-		reason += "; others: " + strings.Join(others, ", ")
+		reason += "; others: " + strings.Join(others, "; ")
 	}
 	return best.Queue, reason, nil
+}
+
+// refusal says why host h, holding l, cannot take need; "" when it can.
+func refusal(h *Host, l Load, need Need) string {
+	switch {
+	case need.Pin != "" && h.ID != need.Pin:
+		return fmt.Sprintf("%s not the pinned host", h.ID)
+	case h.State != StateActive:
+		return fmt.Sprintf("%s %s", h.ID, h.State)
+	case h.MaxApps > 0 && l.Apps >= h.MaxApps:
+		return fmt.Sprintf("%s full: %d of %d apps", h.ID, l.Apps, h.MaxApps)
+	case h.MemoryMB > 0 && need.MemoryMi > 0 && l.MemoryMi+int64(need.MemoryMi) > h.MemoryMB:
+		return fmt.Sprintf("%s full: %s of %s MiB held, needs %s", h.ID, num(l.MemoryMi), num(h.MemoryMB), num(int64(need.MemoryMi)))
+	case h.CPUs > 0 && need.CPUm > 0 && l.CPUm+int64(need.CPUm) > int64(h.CPUs)*1000:
+		return fmt.Sprintf("%s full: %s of %s millicores held, needs %s", h.ID, num(l.CPUm), num(int64(h.CPUs)*1000), num(int64(need.CPUm)))
+	}
+	return ""
+}
+
+// num writes n with thousands separators: 4,096.
+func num(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // Get returns one host; platform.ErrNotFound when there is none.
@@ -391,6 +454,9 @@ func (s *Service) HandleDown(ctx context.Context) error {
 	if s.d.HostDown == nil {
 		return nil
 	}
+	if err := s.retryDue(ctx); err != nil {
+		return err
+	}
 	var rows []*hostRow
 	cutoff := s.now().Add(-s.d.DownAfter)
 	if err := s.d.DB.NewSelect().Model(&rows).Where("heartbeat_at < ?", cutoff).Where("down_handled IS NULL").
@@ -415,6 +481,37 @@ func (s *Service) HandleDown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// retryDue releases the handled outage of each down host that Deps.MoveDue
+// says is due a move again, for HandleDown to run HostDown once more.
+func (s *Service) retryDue(ctx context.Context) error {
+	if s.d.MoveDue == nil {
+		return nil
+	}
+	var rows []*hostRow
+	if err := s.d.DB.NewSelect().Model(&rows).Where("heartbeat_at < ?", s.now().Add(-s.d.DownAfter)).
+		Where("down_handled IS NOT NULL").Order("id").Scan(ctx); err != nil {
+		return db.Translate(err)
+	}
+	for _, r := range rows {
+		due, why, err := s.d.MoveDue(ctx, s.out(r), s.now())
+		if err != nil || !due {
+			if err != nil {
+				return fmt.Errorf("host %s: %w", r.ID, err)
+			}
+			continue
+		}
+		res, err := s.d.DB.NewUpdate().Model((*hostRow)(nil)).Set("down_handled = NULL").
+			Where("id = ?", r.ID).Where("down_handled = ?", *r.DownHandled).Exec(ctx)
+		if err != nil {
+			return db.Translate(err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			s.d.Log.WarnContext(ctx, "hosts: a move off a down host failed; moving its apps again", "host", r.ID, "why", why)
+		}
+	}
+	return nil
 }
 
 // Drain cordons host id and moves its apps to other hosts: each is

@@ -248,48 +248,69 @@ func TestHostsDownIsHandledOncePerOutage(t *testing.T) {
 	})
 }
 
-// Place takes the active host with room and the fewest apps per GiB,
-// counting the deployments placed on it that are not LIVE yet, so a burst
-// spreads out before the next heartbeats; cordoned, down and full hosts are
-// skipped, and the reason names them.
-func TestHostsPlaceSpreadsABurst(t *testing.T) {
+// Place takes the active host with room for the deployment's memory and
+// CPU and the largest share of its memory free, then the fewest apps,
+// counting what each host holds (Deps.Load: LIVE and placed, so a burst
+// spreads out); cordoned, down, full and unpinned hosts are refused, each
+// with its reason; with none left it fails closed (ErrNoRoom) naming them;
+// with no host registered at all any worker takes it.
+func TestHostsPlaceByMemoryAndCPU(t *testing.T) {
 	dbtest.Each(t, []db.MigrationSet{hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
 		ctx := context.Background()
 		c := newClock()
-		a := join(t, bdb, c, "a")
-		join(t, bdb, c, "b")
-		a.apps.Store(1)
-		require.NoError(t, a.svc.Heartbeat(ctx))
-		placed := map[string]int{}
-		svc, err := hosts.New(hosts.Deps{DB: bdb, Clock: c, Placed: func(context.Context) (map[string]int, error) { return placed, nil }})
+		loads := map[string]hosts.Load{}
+		svc, err := hosts.New(hosts.Deps{DB: bdb, Clock: c, Load: func(context.Context) (map[string]hosts.Load, error) { return loads, nil }})
 		require.NoError(t, err)
+		q, why, err := svc.Place(ctx, hosts.Need{MemoryMi: 512, Pin: "a"})
+		require.NoError(t, err)
+		assert.Empty(t, q+why, "one machine: any worker")
+
+		join(t, bdb, c, "a") // 2,048 MiB, 2 CPUs, 40 apps
+		join(t, bdb, c, "b")
+		need := hosts.Need{MemoryMi: 512, CPUm: 500}
 		place := func() string {
-			q, why, err := svc.Place(ctx)
+			q, why, err := svc.Place(ctx, need)
 			require.NoError(t, err)
 			require.NotEmpty(t, why)
-			placed[q]++
+			l := loads[q]
+			loads[q] = hosts.Load{Apps: l.Apps + 1, MemoryMi: l.MemoryMi + 512, CPUm: l.CPUm + 500}
 			return q
 		}
-		// b (0 apps) first while a has 1; then each placement counts (a tie
-		// goes to the first id), so the burst alternates.
-		first := place()
-		assert.Equal(t, "q/worker/b", first)
+		// A tie goes to the first id, then each placement counts: the burst alternates.
+		assert.Equal(t, "q/worker/a", place())
 		for range 3 {
 			place()
 		}
-		assert.Equal(t, map[string]int{"q/worker/a": 2, "q/worker/b": 2}, placed, "spread, not all on the emptiest")
+		assert.Equal(t, hosts.Load{Apps: 2, MemoryMi: 1024, CPUm: 1000}, loads["q/worker/b"], "spread, not all on the emptiest")
 
-		_, err = svc.SetCordoned(ctx, "b", true, "")
+		loads["q/worker/a"] = hosts.Load{Apps: 1, MemoryMi: 1536}
+		loads["q/worker/b"] = hosts.Load{Apps: 3, MemoryMi: 512}
+		q, why, err = svc.Place(ctx, need)
 		require.NoError(t, err)
-		q, why, err := svc.Place(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, "q/worker/a", q)
-		assert.Contains(t, why, "b cordoned")
+		assert.Equal(t, "q/worker/b", q, "the most memory free, not the fewest apps")
+		assert.Equal(t, "placed on host b (3 apps, 512 of 2,048 MiB and 0 of 2,000 millicores held; needs 512 MiB, 500 millicores); others: a 1 apps, 1,536 of 2,048 MiB held", why)
 
-		placed["q/worker/a"] = 40 // a's MaxApps (join) with its heartbeat's 1
-		q, why, err = svc.Place(ctx)
+		loads["q/worker/b"] = hosts.Load{Apps: 1, MemoryMi: 1024, CPUm: 1600}
+		_, _, err = svc.Place(ctx, hosts.Need{MemoryMi: 1024, CPUm: 500})
+		require.ErrorIs(t, err, hosts.ErrNoRoom)
+		assert.Equal(t, "no host can take the deployment: a full: 1,536 of 2,048 MiB held, needs 1,024; b full: 1,600 of 2,000 millicores held, needs 500", err.Error())
+
+		q, why, err = svc.Place(ctx, hosts.Need{MemoryMi: 512, Pin: "a"})
 		require.NoError(t, err)
-		assert.Empty(t, q, "no host has room")
-		assert.Contains(t, why, "a full (41 of 40 apps)")
+		assert.Equal(t, "q/worker/a", q, "pinned, though b has more room")
+		assert.Contains(t, why, "pinned to it; others: b not the pinned host")
+		_, err = svc.SetCordoned(ctx, "a", true, "")
+		require.NoError(t, err)
+		_, _, err = svc.Place(ctx, hosts.Need{Pin: "a"})
+		assert.EqualError(t, err, "no host can take the deployment: a cordoned; b not the pinned host", "never elsewhere")
+		_, _, err = svc.Place(ctx, hosts.Need{Pin: "gone"})
+		assert.EqualError(t, err, `no host can take the deployment: the project is pinned to host "gone", which is not registered`)
+
+		loads["q/worker/b"] = hosts.Load{Apps: 40}
+		_, _, err = svc.Place(ctx, hosts.Need{})
+		assert.EqualError(t, err, "no host can take the deployment: a cordoned; b full: 40 of 40 apps")
+		c.add(time.Minute)
+		_, _, err = svc.Place(ctx, hosts.Need{})
+		assert.EqualError(t, err, "no host can take the deployment: a down; b down")
 	})
 }

@@ -33,27 +33,31 @@ type activities struct {
 }
 
 // place asks the Placer for the deployment's host and notes its reason in
-// the deployment's log. Without a Placer, or when it fails, any worker.
+// the deployment's log. Without a Placer, or when it fails, any worker; a
+// refusal (no host can take it) is returned for the workflow to fail it.
 func (a *activities) place(ctx context.Context, id string) (PlaceResult, error) {
 	if a.placer == nil {
 		return PlaceResult{}, nil
 	}
-	queue, reason, err := a.placer.Place(ctx)
+	p, err := a.placer.Place(ctx, id)
 	if err != nil {
 		a.log.Warn("placement failed; any worker builds it", "deployment", id, "err", err)
 		return PlaceResult{}, nil
 	}
-	if queue != "" {
+	if p.Refused {
+		return PlaceResult{Refused: p.Reason}, nil
+	}
+	if p.Queue != "" {
 		// Counted as placed there (Placer's load) from now, not only once it runs.
-		if err := a.store.DeploymentSetHost(ctx, id, queue); err != nil {
+		if err := a.store.DeploymentSetHost(ctx, id, p.Queue); err != nil {
 			a.log.Warn("record the placement; any worker builds it", "deployment", id, "err", err)
 			return PlaceResult{}, nil
 		}
 	}
-	if reason != "" {
-		a.acts.Note(ctx, id, reason)
+	if p.Reason != "" {
+		a.acts.Note(ctx, id, p.Reason)
 	}
-	return PlaceResult{Queue: queue}, nil
+	return PlaceResult{Queue: p.Queue}, nil
 }
 
 // build runs BUILD and returns this worker's own task queue, where PROVISION

@@ -14,12 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
@@ -555,10 +555,32 @@ func TestTemporalRollbackRunsOnTheHostThatKeptTheBuild(t *testing.T) {
 	require.Contains(t, c.logText(t, back.ID), "nothing cloned or built")
 }
 
+// regPlacer adapts the hosts register to the Placer, as the reference
+// server does (without pins): the deployment's needs are its row's.
+type regPlacer struct {
+	reg   *hosts.Service
+	store *deployments.Store
+}
+
+func (p regPlacer) Place(ctx context.Context, id string) (Placement, error) {
+	d, err := p.store.DeploymentGet(ctx, id)
+	if err != nil {
+		return Placement{}, err
+	}
+	q, why, err := p.reg.Place(ctx, hosts.Need{MemoryMi: d.MemoryMi, CPUm: d.CPUm})
+	if errors.Is(err, hosts.ErrNoRoom) {
+		return Placement{Reason: err.Error(), Refused: true}, nil
+	}
+	return Placement{Queue: q, Reason: why}, err
+}
+
 // TestTemporalPlacementChoosesTheLeastLoadedHost: with the hosts register as
 // the Placer, a deployment builds and runs on the active host with the
-// fewest apps per GiB that has room, and its log says why; a full host
-// (at its max apps) is skipped.
+// largest share of its memory free that has room for the plan's memory and
+// CPU, counting what the deployments on each host need (fleet.LoadByHost,
+// plus some held outside this test's project), and its log says why; a
+// full host is skipped; when every host is full the deployment FAILS at
+// placement naming why each was refused, and the LIVE one keeps serving.
 func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
 	srv := temporaltest.StartDevServer(t)
 	ctx := context.Background()
@@ -566,35 +588,45 @@ func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
 	projects := deploytest.NewProjects()
 	slug := "placed-" + platformtest.Unique(8)
 	spec := goSpec(goAppRepo(t, "v1"), slug)
+	spec.Limits.MemoryMi, spec.Limits.CPUMillis = 1024, 500
 	pid := projects.Add(spec)
 	c := newCluster(t, srv, bdb, projects)
-	register, err := hosts.New(hosts.Deps{DB: bdb})
+	var mu sync.Mutex
+	extra := map[string]int64{} // MiB held on each host queue by others
+	register, err := hosts.New(hosts.Deps{DB: bdb, Load: func(ctx context.Context) (map[string]hosts.Load, error) {
+		loads, err := fleet.Queries{DB: bdb}.LoadByHost(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		for q, mi := range extra {
+			l := loads[q]
+			l.MemoryMi += mi
+			loads[q] = l
+		}
+		return loads, err
+	}})
 	require.NoError(t, err)
-	c.placer = register
+	c.placer = regPlacer{register, c.store}
 	rtA, ingA := processRuntime(t)
 	rtB, ingB := processRuntime(t)
 	a, _ := c.startHost(t, rtA, "host-a")
 	b, _ := c.startHost(t, rtB, "host-b")
-	apps := map[string]*atomic.Int64{"host-a": {}, "host-b": {}}
-	beat := map[string]*hosts.Service{}
 	for id, w := range map[string]*Worker{"host-a": a, "host-b": b} {
-		n := apps[id]
 		svc, err := hosts.New(hosts.Deps{DB: bdb, HeartbeatEvery: time.Hour, Local: &hosts.Local{
 			Host:      hosts.Host{ID: id, Queue: w.HostQueue(), MemoryMB: 4096, CPUs: 2, MaxApps: 3},
-			CountApps: func(context.Context) (int, error) { return int(n.Load()), nil }}})
+			CountApps: func(ctx context.Context) (int, error) { return fleet.Queries{DB: bdb}.CountLive(ctx, w.HostQueue()) }}})
 		require.NoError(t, err)
 		require.NoError(t, svc.Start(ctx))
 		t.Cleanup(func() { _ = svc.Close(ctx) })
-		beat[id] = svc
 	}
-	load := func(id string, n int64) {
-		apps[id].Store(n)
-		require.NoError(t, beat[id].Heartbeat(ctx))
+	hold := func(w *Worker, mi int64) { mu.Lock(); extra[w.HostQueue()] = mi; mu.Unlock() }
+	trigger := func() *deployments.Deployment {
+		d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
+		require.NoError(t, err)
+		return d
 	}
 	deployOn := func(w *Worker, ing *httptest.Server, why string) {
 		t.Helper()
-		d, err := c.svc.Trigger(ctx, deployments.TriggerParams{ProjectID: pid, OwnerID: spec.OwnerID})
-		require.NoError(t, err)
+		d := trigger()
 		c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusLive)
 		got, err := c.store.DeploymentGet(ctx, d.ID)
 		require.NoError(t, err)
@@ -604,8 +636,14 @@ func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
 		require.Contains(t, c.logText(t, d.ID), why)
 	}
 
-	load("host-a", 2)
-	deployOn(b, ingB, "placed on host host-b (0 apps, 4096 MiB, 2 CPUs); others: host-a 2 apps")
-	load("host-b", 3) // full
-	deployOn(a, ingA, "placed on host host-a (2 apps, 4096 MiB, 2 CPUs); others: host-b full (3 of 3 apps)")
+	hold(a, 3072) // room for 1,024 more, but b has more free
+	deployOn(b, ingB, "placed on host host-b (0 apps, 0 of 4,096 MiB and 0 of 2,000 millicores held; needs 1,024 MiB, 500 millicores); others: host-a 0 apps, 3,072 of 4,096 MiB held")
+	hold(b, 3072) // with its LIVE app's 1,024: full
+	deployOn(a, ingA, "placed on host host-a (0 apps, 3,072 of 4,096 MiB and 0 of 2,000 millicores held; needs 1,024 MiB, 500 millicores); others: host-b full: 4,096 of 4,096 MiB held, needs 1,024")
+	hold(b, 3584)
+	d := trigger()
+	failed, _ := c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusFailed)
+	require.Equal(t, "deployment failed: placement: no host can take the deployment: host-a full: 4,096 of 4,096 MiB held, needs 1,024; host-b full: 3,584 of 4,096 MiB held, needs 1,024", failed.ErrorMessage)
+	code, _ := getApp(t, ingA.URL, slug)
+	require.Equal(t, http.StatusOK, code, "the LIVE deployment keeps serving")
 }

@@ -55,10 +55,17 @@ type WorkerConfig struct {
 	SlotLease time.Duration
 }
 
-// Placer chooses the host a new deployment builds and runs on: its task
-// queue ("" for any worker) and the reason, for the deployment's log.
+// Placer chooses the host a new deployment builds and runs on.
 type Placer interface {
-	Place(ctx context.Context) (queue, reason string, err error)
+	Place(ctx context.Context, deploymentID string) (Placement, error)
+}
+
+// Placement is a Placer's answer: the host's task queue ("" for any
+// worker) and the reason, for the deployment's log; Refused when no host
+// can take it: the deployment fails with Reason.
+type Placement struct {
+	Queue, Reason string
+	Refused       bool
 }
 
 // WorkerStore is what a worker reads and writes of the deployments directly

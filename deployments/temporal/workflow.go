@@ -240,7 +240,10 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 // away) hands it to any worker.
 func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout time.Duration) (BuildResult, error) {
 	st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-	queue, placed := st.place(ctx, in)
+	queue, placed, refused := st.place(ctx, in)
+	if refused != "" {
+		return BuildResult{}, temporal.NewNonRetryableApplicationError("placement: "+refused, errTypeStepFailed, nil)
+	}
 	var br BuildResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout)),
 		activityBuild, in.DeploymentID).Get(ctx, &br)
@@ -259,12 +262,13 @@ func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout 
 // place is the host queue BUILD runs on: a rollback's is the host that
 // keeps the build (in.BuildQueue); else the Placer's choice (placed true),
 // or "" (any worker) without one, when it has none, or when it fails.
-func (st *State) place(ctx workflow.Context, in Input) (queue string, placed bool) {
+// refused says why no host can take it (the deployment fails).
+func (st *State) place(ctx workflow.Context, in Input) (queue string, placed bool, refused string) {
 	if in.BuildQueue != "" {
-		return in.BuildQueue, false
+		return in.BuildQueue, false, ""
 	}
 	if workflow.GetVersion(ctx, versionPlacement, workflow.DefaultVersion, 1) < 1 {
-		return "", false
+		return "", false, ""
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
@@ -273,14 +277,16 @@ func (st *State) place(ctx workflow.Context, in Input) (queue string, placed boo
 	var res PlaceResult
 	if err := workflow.ExecuteLocalActivity(lctx, activityPlace, in.DeploymentID).Get(ctx, &res); err != nil {
 		workflow.GetLogger(ctx).Warn("placement failed; any worker builds it", "deployment", in.DeploymentID, "err", err)
-		return "", false
+		return "", false, ""
 	}
-	return res.Queue, res.Queue != ""
+	return res.Queue, res.Queue != "", res.Refused
 }
 
-// PlaceResult is the host the placement chose ("" for any worker).
+// PlaceResult is the host the placement chose ("" for any worker), or why
+// no host can take the deployment (Refused).
 type PlaceResult struct {
-	Queue string
+	Queue   string
+	Refused string `json:",omitempty"`
 }
 
 // buildOptions run BUILD on queue ("" is any worker of the workflow's own

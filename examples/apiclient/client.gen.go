@@ -1419,6 +1419,9 @@ type Project struct {
 	// HasWebhookSecret A webhook secret is set (the secret itself is write-only)
 	HasWebhookSecret bool `json:"hasWebhookSecret"`
 
+	// Host The host (GET /hosts) the project's apps are pinned to: placed only there, failing when it cannot take them; absent: any host
+	Host *string `json:"host,omitempty"`
+
 	// HttpsRedirect Plain HTTP to the app's hosts redirects (308) to HTTPS once the ingress holds a certificate for the host (default true); false serves plain HTTP too
 	HttpsRedirect bool `json:"httpsRedirect"`
 
@@ -1519,6 +1522,9 @@ type ProjectSettings struct {
 
 	// EnvVars The full set of env vars (replaces the stored set), at most 100, 256 KiB in total
 	EnvVars []EnvVarInput `json:"envVars"`
+
+	// Host Pin the project's apps to this host (GET /hosts), or "" to unpin. Changing it needs the platform ADMIN role; an unknown host is a 400
+	Host *string `json:"host,omitempty"`
 
 	// HttpsRedirect Redirect plain HTTP to HTTPS once a certificate is held (true, the default), or serve plain HTTP too (false). Changing it needs admin
 	HttpsRedirect *bool `json:"httpsRedirect,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,10 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/deployments/temporal"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -30,10 +31,17 @@ func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostH
 
 // moveOffHost is the hosts register's HostDown and MoveApps: each LIVE
 // deployment of host h is deployed again on a host that answers
-// (deployments.Service.MoveOffHost: from its image in the registry, else
-// built again), and its log says why.
+// (fleet.MoveOffHost: from its image in the registry, else built again),
+// and its log says why.
 func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error {
-	return a.Deployments.MoveOffHost(ctx, h.Queue, why)
+	return fleet.MoveOffHost(ctx, a.Deployments, h.Queue, why)
+}
+
+// moveDue is the hosts register's MoveDue: a failed move off a down host
+// (its new deployment FAILED, e.g. the registry was away) is tried again,
+// up to 5 times per app and outage, 5 s after the first failure, doubling.
+func (a *App) moveDue(ctx context.Context, h *hosts.Host, now time.Time) (bool, string, error) {
+	return fleet.Queries{DB: a.DB}.MoveDue(ctx, h.Queue, h.HeartbeatAt, now, fleet.MoveRetry{})
 }
 
 // buildHosts adds the hosts register (deployments/hosts): the ADMIN routes
@@ -42,7 +50,7 @@ func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error 
 func (a *App) buildHosts(context.Context) error {
 	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
 		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, MoveApps: a.moveOffHost,
-		Placed: fleet.Queries{DB: a.DB}.PlacedByHost,
+		Load: fleet.Queries{DB: a.DB}.LoadByHost, MoveDue: a.moveDue,
 		HostDown: func(ctx context.Context, h *hosts.Host) error {
 			return a.moveOffHost(ctx, h, fmt.Sprintf("host %s has sent no heartbeat since %s", h.ID, h.HeartbeatAt.Format(time.RFC3339)))
 		}})
@@ -54,25 +62,17 @@ func (a *App) buildHosts(context.Context) error {
 	return nil
 }
 
-// liveLister finds this host's LIVE deployments (the deployments store).
-type liveLister interface {
-	DeploymentsWhere(ctx context.Context, f deployments.Filter) ([]*deployments.Deployment, error)
-}
-
 // newLocalHost describes this machine for the hosts register: the worker's
 // host id and queue, where other machines reach its ingress, its memory
 // and CPUs, and how to count its LIVE apps.
-func (a *App) newLocalHost(id, queue string, store liveLister, cordon func(bool) error) *hosts.Local {
+func (a *App) newLocalHost(id, queue string, cordon func(bool) error) *hosts.Local {
 	name, _ := os.Hostname()
 	addr := hostAddress(a.Cfg)
 	log := a.Log.With("module", "hosts")
 	return &hosts.Local{
 		Host: hosts.Host{ID: id, Queue: queue, Name: name, Address: addr,
 			MemoryMB: memTotalMB(), CPUs: runtime.NumCPU(), MaxApps: a.Cfg.HostMaxApps},
-		CountApps: func(ctx context.Context) (int, error) {
-			ds, err := store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: queue})
-			return len(ds), err
-		},
+		CountApps: func(ctx context.Context) (int, error) { return fleet.Queries{DB: a.DB}.CountLive(ctx, queue) },
 		Cordoned: func(cordoned bool) {
 			if err := cordon(cordoned); err != nil {
 				log.Error("hosts: cordon this host's worker", "cordoned", cordoned, "err", err)
@@ -164,9 +164,24 @@ func (a *App) derivedKey(purpose string) []byte {
 }
 
 // hostPlacer is the Temporal workers' Placer: the hosts register (built
-// after the deployments module, so read when a deployment is placed).
+// after the deployments module, so read when a deployment is placed), asked
+// for the deployment's needs (its plan's memory and CPU, recorded on it)
+// on its project's pinned host if any. No host with room fails it.
 type hostPlacer struct{ a *App }
 
-func (p hostPlacer) Place(ctx context.Context) (queue, reason string, err error) {
-	return p.a.Hosts.Place(ctx)
+func (p hostPlacer) Place(ctx context.Context, id string) (temporal.Placement, error) {
+	d, err := p.a.Deployments.Store().DeploymentGet(ctx, id)
+	if err != nil {
+		return temporal.Placement{}, err
+	}
+	pin, err := p.a.Projects.PinnedHost(ctx, d.ProjectID)
+	if err != nil {
+		return temporal.Placement{}, err
+	}
+	need := hosts.Need{MemoryMi: d.MemoryMi, CPUm: d.CPUm, Pin: pin}
+	queue, reason, err := p.a.Hosts.Place(ctx, need)
+	if errors.Is(err, hosts.ErrNoRoom) {
+		return temporal.Placement{Reason: err.Error(), Refused: true}, nil
+	}
+	return temporal.Placement{Queue: queue, Reason: reason}, err
 }

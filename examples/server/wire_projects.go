@@ -40,6 +40,10 @@ func (a *App) buildProjects(ctx context.Context) error {
 			defer cancel()
 			a.activeChanged(ctx, id)
 		},
+		HostExists: func(ctx context.Context, id string) error {
+			_, err := a.Hosts.Get(ctx, id)
+			return err
+		},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
 		ReservedSlugs:   slugs.OfHosts(a.Cfg.AppsDomain, a.Cfg.PublicURL, a.Cfg.FrontendURL),

@@ -76,7 +76,7 @@ func (a *App) temporalDeps(ctx context.Context, d *deployments.Deps, rt appRunti
 		if err != nil {
 			return err
 		}
-		a.localHost = a.newLocalHost(hostID, w.HostQueue(), svc.Store(), w.Cordon)
+		a.localHost = a.newLocalHost(hostID, w.HostQueue(), w.Cordon)
 		started := false
 		a.onStart(func(context.Context) error {
 			if err := w.Start(); err != nil {
