@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,17 +12,13 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
+	"github.com/keelson-dev/keelson/deployments/internal/runtimetest"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
-
-type clock struct{ at atomic.Int64 }
-
-func (c *clock) Now() time.Time      { return time.Unix(0, c.at.Load()).UTC() }
-func (c *clock) add(d time.Duration) { c.at.Add(int64(d)) }
 
 // A down host's app whose move FAILED (its registry was away) is moved
 // again by the hosts register's next passes, through MoveDue: 5 s after the
@@ -33,8 +28,7 @@ func (c *clock) add(d time.Duration) { c.at.Add(int64(d)) }
 func TestFailedMoveIsRetriedWithBackoff(t *testing.T) {
 	dbtest.Each(t, []db.MigrationSet{deployments.Migrations(), hosts.Migrations()}, func(t *testing.T, bdb *bun.DB) {
 		ctx := context.Background()
-		c := &clock{}
-		c.at.Store(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC).UnixNano())
+		c := runtimetest.NewClock()
 		insert := func(project string, status deployments.Status, host, reason string) *deployments.Deployment {
 			at := c.Now().Truncate(time.Microsecond)
 			d := &deployments.Deployment{ID: platform.NewID(), ProjectID: project, OwnerID: platform.NewID(), ProjectSlug: "s-" + project[:8],
@@ -64,7 +58,7 @@ func TestFailedMoveIsRetriedWithBackoff(t *testing.T) {
 			}})
 		require.NoError(t, err)
 		pass := func(d time.Duration) int {
-			c.add(d)
+			c.Advance(d)
 			require.NoError(t, watcher.HandleDown(ctx))
 			return moves
 		}
