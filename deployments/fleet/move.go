@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/platform/db"
 )
 
@@ -15,13 +16,22 @@ import (
 // failed move is told from other failed deployments.
 const movePrefix = ": moving deployment "
 
-// MoveOffHost deploys each LIVE deployment of the host queue again on
-// another host (a host down, or drained), each log saying why (why) and how:
-// from its image in the registry, with no clone and no build (a rollback to
-// it, placed anywhere); or, when its image went to no registry, by building
-// the same commit again. A project with a deployment under way already is
-// left to it.
-func MoveOffHost(ctx context.Context, svc *deployments.Service, queue, why string) error {
+// Mover moves the apps off a host (down, or drained).
+type Mover struct {
+	Deployments *deployments.Service
+	// PinnedHost, when set, gives the host id a project is pinned to ("" for
+	// none): an app pinned to the host it leaves is not moved.
+	PinnedHost func(ctx context.Context, projectID string) (string, error)
+}
+
+// MoveOffHost deploys each LIVE deployment of host h again on another host
+// (a host down, or drained), each log saying why (why) and how: from its
+// image in the registry, with no clone and no build (a rollback to it,
+// placed anywhere); or, when its image went to no registry, by building the
+// same commit again. A project with a deployment under way already is left
+// to it; one pinned to h stays, its log saying so.
+func (m Mover) MoveOffHost(ctx context.Context, h *hosts.Host, why string) error {
+	svc, queue := m.Deployments, h.Queue
 	store := svc.Store()
 	note := func(id, msg string) {
 		if sink, err := svc.Logs().Sink(ctx, id); err == nil {
@@ -41,6 +51,12 @@ func MoveOffHost(ctx context.Context, svc *deployments.Service, queue, why strin
 			}
 			continue
 		}
+		if pinned, err := m.pinned(ctx, d.ProjectID, h.ID); err != nil || pinned {
+			if errs = append(errs, err); err == nil {
+				note(d.ID, fmt.Sprintf("%s; the project is pinned to host %s, so its app is not moved: it is back when the host is (unpin the project and deploy it to move it)", why, h.ID))
+			}
+			continue
+		}
 		p, how := deployments.TriggerParams{ProjectID: d.ProjectID, CommitSHA: d.CommitSHA, RollbackOf: d.ID,
 			Reason: why + movePrefix + d.ID}, "starts from its image "+d.Image+" (nothing built again)"
 		if d.Image == "" {
@@ -55,6 +71,15 @@ func MoveOffHost(ctx context.Context, svc *deployments.Service, queue, why strin
 		note(d.ID, fmt.Sprintf("%s; deployment %s %s on another host", why, next.ID, how))
 	}
 	return errors.Join(append(errs, svc.Logs().Flush(ctx))...)
+}
+
+// pinned reports whether project is pinned to host id.
+func (m Mover) pinned(ctx context.Context, project, id string) (bool, error) {
+	if m.PinnedHost == nil {
+		return false, nil
+	}
+	pin, err := m.PinnedHost(ctx, project)
+	return pin == id, err
 }
 
 // MoveRetry bounds the moves of a down host's apps tried again after they

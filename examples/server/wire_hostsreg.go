@@ -31,10 +31,10 @@ func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostH
 
 // moveOffHost is the hosts register's HostDown and MoveApps: each LIVE
 // deployment of host h is deployed again on a host that answers
-// (fleet.MoveOffHost: from its image in the registry, else built again),
-// and its log says why.
+// (fleet.Mover: from its image in the registry, else built again; not an
+// app pinned to h), and its log says why.
 func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error {
-	return fleet.MoveOffHost(ctx, a.Deployments, h.Queue, why)
+	return fleet.Mover{Deployments: a.Deployments, PinnedHost: a.Projects.PinnedHost}.MoveOffHost(ctx, h, why)
 }
 
 // moveDue is the hosts register's MoveDue: a failed move off a down host
