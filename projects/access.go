@@ -200,9 +200,8 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 }
 
 // checkHost refuses a changed host pin unless the caller has the platform
-// ADMIN role (host ids are the operators': checked before the host, so
-// no one else learns which exist), then a host Deps.HostExists does not
-// know (400 naming it). Sending back the stored pin is fine.
+// ADMIN role (checked before the host: no one else learns which host ids
+// exist), then a host Deps.CheckHost refuses. Sending back the pin is fine.
 func (s *Service) checkHost(ctx context.Context, cur *projectRow, host *string) error {
 	if host == nil || *host == cur.Host {
 		return nil
@@ -213,15 +212,10 @@ func (s *Service) checkHost(ctx context.Context, cur *projectRow, host *string) 
 	if *host == "" {
 		return nil
 	}
-	if s.d.HostExists == nil {
-		return platform.Invalidf("host %q: this installation has no hosts register (KEELSON_ENGINE=temporal)", *host)
+	if s.d.CheckHost == nil {
+		return platform.Invalidf("host %q is not registered", *host)
 	}
-	if err := s.d.HostExists(ctx, *host); errors.Is(err, platform.ErrNotFound) {
-		return platform.Invalidf("host %q is not registered (GET /hosts lists the hosts)", *host)
-	} else if err != nil {
-		return err
-	}
-	return nil
+	return s.d.CheckHost(ctx, *host)
 }
 
 // checkSettingsRole refuses a settings update beyond role: secret env vars

@@ -202,11 +202,11 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
 		HTTPSRedirectChanged: o.redirect,
-		HostExists: func(_ context.Context, id string) error {
+		CheckHost: func(_ context.Context, id string) error {
 			if slices.Contains(o.hosts, id) {
 				return nil
 			}
-			return platform.NotFound("no host " + id)
+			return platform.Invalidf("host %q is not registered", id)
 		},
 	})
 	if err != nil {

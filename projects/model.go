@@ -95,7 +95,7 @@ func Migrations() db.MigrationSet {
 		ID: "0005_keep_http",
 		Up: db.AddColumn("projects", "keep_http", "BOOLEAN NOT NULL DEFAULT FALSE"),
 	}, {
-		// host: the project's apps run only on that host (Deps.HostExists).
+		// host: the project's apps run only on that host (Deps.CheckHost).
 		ID: "0006_host",
 		Up: db.AddColumn("projects", "host", "VARCHAR(64) NOT NULL DEFAULT ''"),
 	}}}

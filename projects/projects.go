@@ -169,11 +169,9 @@ type Deps struct {
 	// changed a project's httpsRedirect (the ingress reloads KeepHTTPSlugs).
 	// Same rules as ProjectPlanChanged. Optional.
 	HTTPSRedirectChanged func(projectID string)
-	// HostExists answers nil when host id is registered (the hosts
-	// register), an error wrapping platform.ErrNotFound when not: a
-	// settings update may pin a project only to a known host. Without it
-	// no project can be pinned.
-	HostExists func(ctx context.Context, id string) error
+	// CheckHost answers nil for a host a project may be pinned to, else
+	// the settings update's 4xx naming it. Without it none can be.
+	CheckHost func(ctx context.Context, id string) error
 	// Regions a project may choose; the first is the default. Default ["local"].
 	Regions []string
 	// AllowLocalRepos admits file:// and absolute-path repoUrls and local or

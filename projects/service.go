@@ -348,12 +348,8 @@ func (s *Service) applySettings(cur *projectRow, in SettingsInput, env []storedE
 	setStr(&upd.BuildCommand, in.BuildCommand)
 	setStr(&upd.AutoDeployBranch, in.AutoDeployBranch)
 	setStr(&upd.CodehostRepositoryID, in.CodehostRepositoryID)
-	if in.IsPrivate != nil {
-		upd.IsPrivate = *in.IsPrivate
-	}
-	if in.AutoDeploy != nil {
-		upd.AutoDeploy = *in.AutoDeploy
-	}
+	setStr(&upd.IsPrivate, in.IsPrivate)
+	setStr(&upd.AutoDeploy, in.AutoDeploy)
 	if in.HTTPSRedirect != nil {
 		upd.KeepHTTP = !*in.HTTPSRedirect
 	}
@@ -401,7 +397,7 @@ func settingsSummary(cur, upd *projectRow, env []storedEnv) string {
 		{"webhookSecret", cur.WebhookSecret, upd.WebhookSecret}, {"host", cur.Host, upd.Host}}, envvars.Map(old), envvars.Map(env))
 }
 
-func setStr(dst *string, v *string) {
+func setStr[T any](dst, v *T) {
 	if v != nil {
 		*dst = *v
 	}

@@ -194,10 +194,8 @@ func (s *Service) activeWithPlan(ctx context.Context, row *projectRow, q *bun.Se
 	return s.effectivePlan(ctx, row.OwnerID, row.PlanName, acct)
 }
 
-// PinnedHost is the host id project id's apps are pinned to ("" for any
-// host), for placement.
-func (s *Service) PinnedHost(ctx context.Context, id string) (string, error) {
-	var host string
-	err := s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("host").Where("id = ?", id).Scan(ctx, &host)
+// PinnedHost is the host id project id is pinned to ("" for any).
+func (s *Service) PinnedHost(ctx context.Context, id string) (host string, err error) {
+	err = s.d.DB.NewSelect().Model((*projectRow)(nil)).Column("host").Where("id = ?", id).Scan(ctx, &host)
 	return host, wrap("pinned host", err)
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/plans"
+	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/keelson-dev/keelson/projects/slugs"
 )
@@ -40,9 +42,13 @@ func (a *App) buildProjects(ctx context.Context) error {
 			defer cancel()
 			a.activeChanged(ctx, id)
 		},
-		HostExists: func(ctx context.Context, id string) error {
-			_, err := a.Hosts.Get(ctx, id)
-			return err
+		CheckHost: func(ctx context.Context, id string) error {
+			if _, err := a.Hosts.Get(ctx, id); errors.Is(err, platform.ErrNotFound) {
+				return platform.Invalidf("host %q is not registered (GET /hosts lists the hosts)", id)
+			} else if err != nil {
+				return err
+			}
+			return nil
 		},
 		Regions:         a.Cfg.Regions,
 		AllowLocalRepos: a.Cfg.AllowLocalRepos,
