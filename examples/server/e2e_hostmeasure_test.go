@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
-	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -32,18 +30,7 @@ func TestMeasureHostDeathToAnswer(t *testing.T) {
 		t.Skip("a measurement: KEELSON_MEASURE_HOSTS=1 runs it")
 	}
 	const heartbeat, downAfter = time.Second, 5 * time.Second
-	srv := temporaltest.StartDevServer(t)
-	dbURL := dbtest.PostgresURL(t)
-	queue := "keelson-measure-" + platformtest.Unique(8)
-	role := func(r string) func(*Config) {
-		return func(c *Config) {
-			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", srv.FrontendHostPort(), queue, r
-			c.hostHeartbeat, c.HostDownAfter = heartbeat, downAfter
-		}
-	}
-	w1 := startServer(t, dbURL, role(RoleWorker))
-	w2 := startServer(t, dbURL, role(RoleWorker))
-	api := startServer(t, dbURL, role(RoleAPI))
+	w1, w2, api := startTwoHosts(t, heartbeat, downAfter, nil)
 	ctx := context.Background()
 	if _, err := w2.App.Hosts.SetCordoned(ctx, w2.App.localHost.ID, true, "measure"); err != nil {
 		t.Fatal(err)

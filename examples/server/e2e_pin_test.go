@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
-	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -20,19 +18,7 @@ import (
 // LIVE deployment's log says why.
 func TestPinnedProjectStaysOnItsHostE2E(t *testing.T) {
 	t.Parallel()
-	srv := temporaltest.StartDevServer(t)
-	dbURL := dbtest.PostgresURL(t)
-	queue := "keelson-pin-" + platformtest.Unique(8)
-	role := func(r string) func(*Config) {
-		return func(c *Config) {
-			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", srv.FrontendHostPort(), queue, r
-			c.hostHeartbeat, c.HostDownAfter = 250*time.Millisecond, 2*time.Second
-			c.AdminEmails = []string{"root@example.com"}
-		}
-	}
-	w1 := startServer(t, dbURL, role(RoleWorker))
-	w2 := startServer(t, dbURL, role(RoleWorker))
-	api := startServer(t, dbURL, role(RoleAPI))
+	w1, w2, api := startTwoHosts(t, 250*time.Millisecond, 2*time.Second, func(c *Config) { c.AdminEmails = []string{"root@example.com"} })
 	ctx := context.Background()
 	root, alice := api.signup(t, "root@example.com"), api.signup(t, "alice@example.com")
 	project := func(token, name string) (id, slug string) {

@@ -24,18 +24,7 @@ import (
 // one forwarding to the host that runs it.
 func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	t.Parallel()
-	srv := temporaltest.StartDevServer(t)
-	dbURL := dbtest.PostgresURL(t)
-	queue := "keelson-hosts-" + platformtest.Unique(8)
-	role := func(r string) func(*Config) {
-		return func(c *Config) {
-			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", srv.FrontendHostPort(), queue, r
-			c.hostHeartbeat, c.HostDownAfter = 250*time.Millisecond, 2*time.Second
-		}
-	}
-	w1 := startServer(t, dbURL, role(RoleWorker))
-	w2 := startServer(t, dbURL, role(RoleWorker))
-	api := startServer(t, dbURL, role(RoleAPI))
+	w1, w2, api := startTwoHosts(t, 250*time.Millisecond, 2*time.Second, nil)
 	ctx := context.Background()
 	cordon := func(w *testServer, on bool) {
 		t.Helper()
@@ -126,6 +115,27 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	if logs := streamLogs(t, api, alice, was.ID); !strings.Contains(strings.Join(logs, "\n"), "deployment "+now.ID+" builds commit "+was.CommitSHA+" again (its image is in no registry) on another host") {
 		t.Fatalf("the moved deployment's log does not say where it went:\n%s", strings.Join(logs, "\n"))
 	}
+}
+
+// startTwoHosts starts two worker processes (hosts) and one API replica
+// on one Temporal dev server and one Postgres, with the hosts' heartbeat
+// and down-after given; more, when set, adjusts each one's config (its
+// Role set).
+func startTwoHosts(t *testing.T, heartbeat, downAfter time.Duration, more func(*Config)) (w1, w2, api *testServer) {
+	t.Helper()
+	srv := temporaltest.StartDevServer(t)
+	dbURL := dbtest.PostgresURL(t)
+	queue := "keelson-hosts-" + platformtest.Unique(8)
+	role := func(r string) func(*Config) {
+		return func(c *Config) {
+			c.Engine, c.TemporalAddress, c.TemporalTaskQueue, c.Role = "temporal", srv.FrontendHostPort(), queue, r
+			c.hostHeartbeat, c.HostDownAfter = heartbeat, downAfter
+			if more != nil {
+				more(c)
+			}
+		}
+	}
+	return startServer(t, dbURL, role(RoleWorker)), startServer(t, dbURL, role(RoleWorker)), startServer(t, dbURL, role(RoleAPI))
 }
 
 // liveOf is the project's LIVE deployment (the newest), by slug.
