@@ -126,12 +126,8 @@ func (d Deps) validate() error {
 }
 
 func (d Deps) withDefaults() Deps {
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	d.Clock = cmp.Or[platform.Clock](d.Clock, platform.SystemClock{})
+	d.Logger = cmp.Or(d.Logger, slog.New(slog.DiscardHandler))
 	if d.LogTokenTTL <= 0 {
 		d.LogTokenTTL = 5 * time.Minute
 	}
@@ -144,15 +140,9 @@ func (d Deps) withDefaults() Deps {
 	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
 	d.LogRetention = cmp.Or(d.LogRetention, DefaultLogRetention)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
-	if d.Metrics == nil {
-		d.Metrics = metric.None{}
-	}
-	if d.Logs.Metrics == nil {
-		d.Logs.Metrics = d.Metrics
-	}
-	if d.Logs.Clock == nil {
-		d.Logs.Clock = d.Clock
-	}
+	d.Metrics = cmp.Or[Metrics](d.Metrics, metric.None{})
+	d.Logs.Metrics = cmp.Or[logstream.Metrics](d.Logs.Metrics, d.Metrics)
+	d.Logs.Clock = cmp.Or(d.Logs.Clock, d.Clock)
 	return d
 }
 
