@@ -87,9 +87,13 @@ type EngineDeps struct {
 	Store      EngineStore
 	Logs       LogFlusher
 	Activities *Activities
-	Projects   ProjectSource
-	Clock      platform.Clock
-	Logger     *slog.Logger
+	// ActivitiesFor returns activities like Activities but over rt: a
+	// Temporal worker runs its steps with the runtime whose apps this
+	// process serves, while the service's Runtime only signals workflows.
+	ActivitiesFor func(rt Runtime) (*Activities, error)
+	Projects      ProjectSource
+	Clock         platform.Clock
+	Logger        *slog.Logger
 }
 
 // EngineStore is what engines and workers read and write of the deployments
@@ -163,7 +167,8 @@ func New(d Deps) (*Service, error) {
 		logs.Close()
 		return nil, err
 	}
-	eng, err := d.NewEngine(EngineDeps{Store: store, Logs: logs, Activities: acts, Projects: d.Projects, Clock: d.Clock, Logger: d.Logger})
+	actsFor := func(rt Runtime) (*Activities, error) { return NewActivities(d.activitiesConfig(store, logs, rt)) }
+	eng, err := d.NewEngine(EngineDeps{Store: store, Logs: logs, Activities: acts, ActivitiesFor: actsFor, Projects: d.Projects, Clock: d.Clock, Logger: d.Logger})
 	if err == nil && eng == nil {
 		err = errors.New("deployments: Deps.NewEngine returned no engine")
 	}
@@ -212,20 +217,10 @@ func (s *Service) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Activities returns activities like the service's own but over rt: a
-// Temporal worker runs its steps with the process runtime while the API
-// side's Runtime only signals workflows.
-func (s *Service) Activities(rt Runtime) (*Activities, error) {
-	return NewActivities(s.d.activitiesConfig(s.store, s.logs, rt))
-}
-
 func (d Deps) activitiesConfig(store *Store, logs *Logs, rt Runtime) ActivitiesConfig {
 	return ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: d.Projects, Git: d.Git, Logger: d.Logger,
 		ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics, Hosts: d.Hosts, KeepBuilds: d.KeepBuilds}
 }
-
-// Store returns the service's store as engines and workers see it.
-func (s *Service) Store() EngineStore { return s.store }
 
 var _ platform.Module = (*Service)(nil)
 

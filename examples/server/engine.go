@@ -132,3 +132,8 @@ func logMissingImages(ctx context.Context, docker *client.Client, imgs container
 			p.image, p.env, p.part), "variable", p.env, "image", p.image)
 	}
 }
+
+// oneLine keeps an error on the one line start-up failures print.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

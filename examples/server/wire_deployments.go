@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -13,112 +11,62 @@ import (
 
 	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/ingress"
-	"github.com/keelson-dev/keelson/deployments/local"
-	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/deployments/process"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
-	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/moby/moby/client"
 )
 
-// buildDeployments builds the deployments module: the ingress proxy (served on
-// KEELSON_INGRESS_ADDR by Serve), the runtime (KEELSON_RUNTIME), the engine
-// and the service (deployments.New). Projects reaches it through the edges
-// bound in NewApp's second phase; codehost, built after it, gets it directly.
-//
-// With KEELSON_ENGINE=local (the default) the embedded engine runs here: it
-// starts after migrations (settling deployments a previous run left mid-way
-// and starting LIVE apps again) and stops at shutdown before the runtime
-// stops the apps. With KEELSON_ENGINE=temporal see temporalDeps: KEELSON_ROLE
-// decides whether this process starts workflows (api), runs them (worker) or
-// both (all).
-//
-// On Postgres the log hub also listens for lines other processes store
-// (deployments/pgnotify), so a log stream on this replica sees a build that
-// runs on a worker elsewhere.
+// buildDeployments builds the deployments module (deployments/assemble):
+// the ingress proxy (served on KEELSON_INGRESS_ADDR by Serve), the runtime
+// (KEELSON_RUNTIME), the engine (KEELSON_ENGINE; with temporal, KEELSON_ROLE
+// decides whether this process starts workflows, runs them or both) and the
+// service. Projects reaches it through the edges bound in NewApp's second
+// phase; codehost, built after it, gets it directly.
 func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
-	mac := hmac.New(sha256.New, a.JWTSecret)
-	mac.Write([]byte("keelson deployment log tokens v1"))
-	d := deployments.Deps{
-		DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
-		LogTokenKey: mac.Sum(nil), Streams: a.LogStreams, Logger: log, LogRetention: a.Cfg.LogRetention, Audit: a.AuditLog,
-		KeepBuilds: cmp.Or(a.Cfg.KeepBuilds, -1), // 0 keeps none
-		Logs: deployments.LogsConfig{MaxBuildLines: a.Cfg.BuildLogMaxLines, MaxBuildBytes: int64(a.Cfg.BuildLogMaxMB) << 20,
-			MaxAppLines: a.Cfg.AppLogMaxLines, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
-	}
+	d := assemble.Deps{Logger: a.Log, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
+		Placer: hostPlacer{a}, Service: deployments.Deps{
+			DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
+			LogTokenKey: a.derivedKey("keelson deployment log tokens v1"), Streams: a.LogStreams, Logger: log, LogRetention: c.LogRetention,
+			Audit: a.AuditLog, KeepBuilds: cmp.Or(c.KeepBuilds, -1), // 0 keeps none
+			Logs: deployments.LogsConfig{MaxBuildLines: c.BuildLogMaxLines, MaxBuildBytes: int64(c.BuildLogMaxMB) << 20,
+				MaxAppLines: c.AppLogMaxLines, AccountBudget: logBudget(c.LogBudgetMB)}}}
 	if a.metrics != nil { // not a typed nil in the interface
-		d.Metrics = a.metrics
+		d.Service.Metrics = a.metrics
 	}
-	rt, err := a.workerRuntime(ctx, &d, log)
+	rt, err := a.workerRuntime(ctx, &d.Service, log)
 	if err != nil {
 		return err
 	}
-	var worker func(*deployments.Service) error
-	var engine *local.Engine // the local engine, for its queue depth
-	if c.Engine == "temporal" {
-		var err error
-		if worker, err = a.temporalDeps(ctx, &d, rt, log); err != nil {
-			if rt != nil {
-				_ = rt.Close(ctx)
-			}
-			return err
-		}
-	} else {
-		// The embedded engine (KEELSON_ROLE=all only; the config refuses
-		// other roles with it). The service owns rt: its Close stops the
-		// engine, then the apps, then the log writer.
-		if rt == nil {
-			return &ConfigError{"KEELSON_ROLE", "the local engine needs KEELSON_ROLE=all"}
-		}
+	if rt != nil { // a nil interface for role api, not a typed nil
 		d.Runtime = rt
-		d.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
-			e, err := local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
-				MaxConcurrent: a.Cfg.BuildSlots, FreeSlots: a.Cfg.FreeBuildSlots, PerUser: a.Cfg.BuildsPerUser, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(a.Cfg.BuildsPerUser, DefaultBuildsPerUser)}})
-			engine = e
-			return e, err
-		}
 	}
-	svc, err := deployments.New(d)
+	m, err := assemble.New(ctx, assemble.Config{Engine: c.Engine, Role: c.Role, DataDir: c.DataDir,
+		BuildSlots: c.BuildSlots, FreeBuildSlots: c.FreeBuildSlots, BuildsPerUser: c.BuildsPerUser,
+		Temporal: assemble.Temporal{Address: c.TemporalAddress, Namespace: c.TemporalNamespace, TaskQueue: c.TemporalTaskQueue},
+		Host:     assemble.Host{Address: hostAddress(c), MaxApps: c.HostMaxApps}, Problem: settingError}, d)
 	if err != nil {
-		if rt != nil {
-			_ = rt.Close(ctx)
-		}
 		return err
 	}
-	// The engine starts after migrations (settling deployments a previous
-	// run left mid-way and starting LIVE apps again).
-	a.add(svc)
+	a.add(m.Modules()...)
+	a.Deployments, a.localHost = m.Service, m.LocalHost()
 	if a.metrics != nil {
-		var queue interface{ QueueDepth() int }
-		if engine != nil {
-			queue = engine
-		}
-		if err := a.metrics.countDeployments(fleet.Queries{DB: a.DB}, queue); err != nil {
-			return err
-		}
+		return a.metrics.countDeployments(fleet.Queries{DB: a.DB}, m.QueueDepth())
 	}
-	if worker != nil {
-		if err := worker(svc); err != nil {
-			return err
-		}
-	}
-	if db.IsPostgres(a.DB) {
-		// Every role installs the triggers (workers' lines must notify);
-		// only processes with log streams listen.
-		a.migrate(pgnotify.Migrations())
-		if c.ServesAPI() {
-			a.listenLogs(svc.Logs(), log)
-		}
-	}
-	a.Deployments = svc
 	return nil
+}
+
+// settingError names the variable of a bad assemble.Config field.
+func settingError(field, problem string) error {
+	return &ConfigError{map[string]string{"Role": "KEELSON_ROLE", "DataDir": "KEELSON_DATA_DIR", "Temporal.Address": "KEELSON_TEMPORAL_ADDRESS",
+		"Temporal.Namespace": "KEELSON_TEMPORAL_NAMESPACE", "Temporal.TaskQueue": "KEELSON_TEMPORAL_TASK_QUEUE"}[field], problem}
 }
 
 // workerRuntime builds what runs the steps here, for every role but api
@@ -169,26 +117,6 @@ func logBudget(mb int) int64 {
 		return -1
 	}
 	return int64(mb) << 20
-}
-
-// listenLogs feeds the log hub what other processes store (Postgres
-// LISTEN/NOTIFY) from start-up until shutdown.
-func (a *App) listenLogs(logs *deployments.Logs, log *slog.Logger) {
-	var loop *platform.Loop
-	a.onStart(func(context.Context) error {
-		// Listen returns only when the first LISTEN fails (the database is
-		// away): streams still end from the database; try again shortly.
-		loop = platform.Every(context.Background(), 5*time.Second, true, nil, func(ctx context.Context) {
-			if err := pgnotify.Listen(ctx, a.DB, logs, pgnotify.Config{Logger: log}); ctx.Err() == nil {
-				log.Warn("listen for deployment logs of other processes", "err", err)
-			}
-		})
-		return nil
-	})
-	a.onClose(func(context.Context) error {
-		loop.Stop()
-		return nil
-	})
 }
 
 var (

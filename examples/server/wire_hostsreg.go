@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/hmac"
@@ -10,12 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
@@ -52,50 +47,6 @@ func (a *App) buildHosts(context.Context) error {
 	a.add(svc)
 	a.Hosts = svc
 	return nil
-}
-
-// liveLister finds this host's LIVE deployments (the deployments store).
-type liveLister interface {
-	DeploymentsWhere(ctx context.Context, f deployments.Filter) ([]*deployments.Deployment, error)
-}
-
-// newLocalHost describes this machine for the hosts register: the worker's
-// host id and queue, where other machines reach its ingress, its memory
-// and CPUs, and how to count its LIVE apps.
-func (a *App) newLocalHost(id, queue string, store liveLister, cordon func(bool) error) *hosts.Local {
-	name, _ := os.Hostname()
-	addr := hostAddress(a.Cfg)
-	log := a.Log.With("module", "hosts")
-	return &hosts.Local{
-		Host: hosts.Host{ID: id, Queue: queue, Name: name, Address: addr,
-			MemoryMB: memTotalMB(), CPUs: runtime.NumCPU(), MaxApps: a.Cfg.HostMaxApps},
-		CountApps: func(ctx context.Context) (int, error) {
-			ds, err := store.DeploymentsWhere(ctx, deployments.Filter{Statuses: []deployments.Status{deployments.StatusLive}, Host: queue})
-			return len(ds), err
-		},
-		Cordoned: func(cordoned bool) {
-			if err := cordon(cordoned); err != nil {
-				log.Error("hosts: cordon this host's worker", "cordoned", cordoned, "err", err)
-			}
-		},
-	}
-}
-
-// memTotalMB is the machine's memory from /proc/meminfo, 0 when unknown.
-func memTotalMB() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // hostAddress is KEELSON_HOST_ADDRESS, else KEELSON_INGRESS_ADDR when it
