@@ -15,6 +15,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/hosts"
+	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
 	"github.com/keelson-dev/keelson/deployments/pgnotify"
 	"github.com/keelson-dev/keelson/platform"
@@ -47,6 +48,8 @@ type Config struct {
 	// DataDir keeps the Temporal worker's host id (host-id), so a worker
 	// started again is the same host.
 	DataDir string
+	// Runtime chooses the runtime, unless Deps.Runtime is given.
+	Runtime RuntimeConfig
 	// Temporal is where the Temporal engine runs its workflows.
 	Temporal Temporal
 	// Host describes this machine in the hosts register (Temporal workers).
@@ -77,9 +80,12 @@ type Deps struct {
 	// Service are the deployments service's Deps; New sets their Runtime
 	// and NewEngine, and their Logger when unset.
 	Service deployments.Deps
-	// Runtime runs the steps and the apps in this process: required unless
-	// Role is RoleAPI. The assembly owns it: it closes after the engine and
-	// the worker stopped, before the log writer.
+	// Ingress serves the apps this process runs: required unless Role is
+	// RoleAPI (nil there: no step and no app runs here).
+	Ingress *ingress.Router
+	// Runtime runs the steps and the apps in this process. Optional: by
+	// default Config.Runtime's, over Ingress. The assembly owns it: it
+	// closes after the engine and the worker stopped, before the log writer.
 	Runtime Runtime
 	// Shares gives each owner's share of the build slots. Optional.
 	Shares deployments.Shares
@@ -129,6 +135,11 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 			}
 		}
 	}()
+	if d.Runtime == nil && d.Ingress != nil && cfg.Role != RoleAPI {
+		if d.Runtime, err = newRuntime(ctx, cfg.Runtime, d.Ingress, log); err != nil {
+			return nil, err
+		}
+	}
 	var worker func(ed deployments.EngineDeps) error
 	if cfg.Engine == EngineTemporal {
 		if worker, err = m.temporal(ctx, cfg, &d, log); err != nil {

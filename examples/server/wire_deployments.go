@@ -15,7 +15,6 @@ import (
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/ingress"
-	"github.com/keelson-dev/keelson/deployments/process"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
@@ -41,17 +40,22 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	if a.metrics != nil { // not a typed nil in the interface
 		d.Service.Metrics = a.metrics
 	}
-	rt, err := a.workerRuntime(ctx, &d.Service, log)
-	if err != nil {
+	if err := a.workerIngress(ctx, &d, log); err != nil {
 		return err
 	}
-	if rt != nil { // a nil interface for role api, not a typed nil
-		d.Runtime = rt
-	}
+	imgs := container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic}
 	m, err := assemble.New(ctx, assemble.Config{Engine: c.Engine, Role: c.Role, DataDir: c.DataDir,
 		BuildSlots: c.BuildSlots, FreeBuildSlots: c.FreeBuildSlots, BuildsPerUser: c.BuildsPerUser,
+		Runtime: assemble.RuntimeConfig{Kind: c.Runtime, Wait: c.RuntimeWait, DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos,
+			AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile, Images: imgs, BuildPidsLimit: int64(c.BuildPidsLimit),
+			Egress:   container.Egress{Open: c.Egress == "open", AllowCIDRs: c.EgressAllowCIDRs},
+			Registry: container.Registry{Repository: c.Registry, Username: c.RegistryUsername, Password: c.RegistryPassword},
+			OnDocker: func(ctx context.Context, docker *client.Client) { logMissingImages(ctx, docker, imgs, log) }},
 		Temporal: assemble.Temporal{Address: c.TemporalAddress, Namespace: c.TemporalNamespace, TaskQueue: c.TemporalTaskQueue},
 		Host:     assemble.Host{Address: hostAddress(c), MaxApps: c.HostMaxApps}, Problem: settingError}, d)
+	if u := (*assemble.EngineUnreachable)(nil); errors.As(err, &u) {
+		return runtimeError(c.Runtime, u)
+	}
 	if err != nil {
 		return err
 	}
@@ -69,14 +73,13 @@ func settingError(field, problem string) error {
 		"Temporal.Namespace": "KEELSON_TEMPORAL_NAMESPACE", "Temporal.TaskQueue": "KEELSON_TEMPORAL_TASK_QUEUE"}[field], problem}
 }
 
-// workerRuntime builds what runs the steps here, for every role but api
-// (nil for api): the ingress serving the apps (KEELSON_INGRESS_ADDR,
-// KEELSON_APPS_DOMAIN; closed last, after the apps behind it stopped), the
-// runtime (KEELSON_RUNTIME), the custom domains' routes and HTTPS.
-func (a *App) workerRuntime(ctx context.Context, d *deployments.Deps, log *slog.Logger) (appRuntime, error) {
+// workerIngress builds, for every role but api, the ingress serving the
+// apps (KEELSON_INGRESS_ADDR, KEELSON_APPS_DOMAIN; closed last, after the
+// apps behind it stopped), the custom domains' routes and HTTPS.
+func (a *App) workerIngress(ctx context.Context, d *assemble.Deps, log *slog.Logger) error {
 	c := a.Cfg
 	if !c.RunsWorker() {
-		return nil, nil
+		return nil
 	}
 	publicPort := 0
 	if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
@@ -90,25 +93,20 @@ func (a *App) workerRuntime(ctx context.Context, d *deployments.Deps, log *slog.
 	}
 	router, err := ingress.New(icfg)
 	if err != nil {
-		return nil, &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
+		return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
 	}
 	// Closed last: after the apps behind it stopped.
 	a.onClose(func(context.Context) error { router.Close(); return nil })
-	rt, err := a.newRuntime(ctx, router, log)
-	if err != nil {
-		return nil, err
+	if c.Runtime == "process" {
+		log.Warn("KEELSON_RUNTIME=process: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (single-tenant use only; unset KEELSON_RUNTIME to use the Docker runtime)")
 	}
-	a.Ingress = router
+	a.Ingress, d.Ingress = router, router
 	if c.Engine == "temporal" {
 		a.routeRemote(router, log)
 	}
 	hosts := a.routeHosts(router)
-	d.Hosts = hosts
-	if err := a.ingressHTTPS(ctx, router, hosts, log); err != nil {
-		_ = rt.Close(ctx)
-		return nil, err
-	}
-	return rt, nil
+	d.Service.Hosts = hosts
+	return a.ingressHTTPS(ctx, router, hosts, log)
 }
 
 // logBudget is KEELSON_LOG_BUDGET_MB in bytes, or -1 (none) for 0.
@@ -159,72 +157,6 @@ func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*
 		},
 		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName,
 	}, nil
-}
-
-// appRuntime is what runs builds and apps here: the docker runtime
-// (deployments/container) or the process runtime (deployments/process).
-type appRuntime interface {
-	deployments.Runtime
-	Close(ctx context.Context) error
-}
-
-// newRuntime picks KEELSON_RUNTIME's runtime. Unset or docker: the docker
-// runtime, once an engine answers (DOCKER_HOST or the default socket) within
-// KEELSON_RUNTIME_WAIT; with none, start-up stops naming the variable, never
-// falling back to unsandboxed processes. process: plain child processes, with
-// one WARN line at every start.
-func (a *App) newRuntime(ctx context.Context, router *ingress.Router, log *slog.Logger) (appRuntime, error) {
-	c := a.Cfg
-	kind := c.Runtime
-	var docker *client.Client
-	if kind != "process" {
-		var err error
-		docker, err = connectEngine(ctx, cmp.Or(c.RuntimeWait, DefaultRuntimeWait), log)
-		if u, ok := err.(*engineUnreachable); ok {
-			return nil, runtimeError(c.Runtime, u)
-		}
-		if err != nil {
-			return nil, err
-		}
-		kind = "docker"
-	} else {
-		log.Warn("KEELSON_RUNTIME=process: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (single-tenant use only; unset KEELSON_RUNTIME to use the Docker runtime)")
-	}
-	if kind == "process" {
-		rt, err := process.New(process.Config{DataDir: c.DataDir, AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
-			Ingress: router, Logger: log})
-		if err != nil {
-			// A nil interface, not a typed nil pointer: callers close rt when it is not nil.
-			return nil, err
-		}
-		return rt, nil
-	}
-	rt, err := container.New(container.Config{
-		Client: docker, DataDir: c.DataDir, Ingress: router, Logger: log,
-		Images:          container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic},
-		AllowLocalRepos: c.AllowLocalRepos, AllowPrivateHosts: c.AllowPrivateRepoHosts, GitCAFile: c.GitCAFile,
-		BuildPidsLimit: int64(c.BuildPidsLimit),
-		Egress:         container.Egress{Open: c.Egress == "open", AllowCIDRs: c.EgressAllowCIDRs},
-		Registry:       container.Registry{Repository: c.Registry, Username: c.RegistryUsername, Password: c.RegistryPassword},
-	})
-	if err != nil {
-		docker.Close()
-		return nil, err
-	}
-	logMissingImages(ctx, docker, container.Images{Go: c.ImageGo, GoRun: c.ImageGoRun, Node: c.ImageNode, Static: c.ImageStatic}, log)
-	log.Info("builds and apps run in containers on the Docker engine", "engine", docker.DaemonHost(), "instance", rt.Instance(),
-		"registry", cmp.Or(c.Registry, "none: images stay on this engine"))
-	return dockerRuntime{rt, docker}, nil
-}
-
-// dockerRuntime closes the engine client after the runtime.
-type dockerRuntime struct {
-	*container.Runtime
-	docker *client.Client
-}
-
-func (d dockerRuntime) Close(ctx context.Context) error {
-	return errors.Join(d.Runtime.Close(ctx), d.docker.Close())
 }
 
 // buildShares gives the engines each owner's share of the build slots from
