@@ -67,14 +67,6 @@ type Temporal struct {
 	DialTimeout time.Duration
 }
 
-// Host are this machine's settings in the hosts register.
-type Host struct {
-	// Address is where other hosts' ingresses reach this one.
-	Address string
-	// MaxApps caps the LIVE apps placed here (0: no cap).
-	MaxApps int
-}
-
 // Deps are the assembly's services.
 type Deps struct {
 	// Service are the deployments service's Deps; New sets their Runtime
@@ -89,9 +81,6 @@ type Deps struct {
 	Runtime Runtime
 	// Shares gives each owner's share of the build slots. Optional.
 	Shares deployments.Shares
-	// Placer chooses each deployment's host for the Temporal workers (read
-	// when a deployment is placed). Optional.
-	Placer Placer
 	// Logger is the host's; the assembly's records carry module=deployments
 	// (module=hosts for the hosts register). Default: discarded.
 	Logger *slog.Logger
@@ -108,9 +97,11 @@ type Runtime interface {
 type Module struct {
 	// Service is the deployments service.
 	Service *deployments.Service
-	mods    []platform.Module
-	engine  *local.Engine // the embedded engine, for its queue depth
-	local   *hosts.Local  // this machine in the hosts register, when it runs a Temporal worker
+	// Hosts is the register of the machines that run apps.
+	Hosts  *hosts.Service
+	mods   []platform.Module
+	engine *local.Engine // the embedded engine, for its queue depth
+	local  *hosts.Local  // this machine in the hosts register, when it runs a Temporal worker
 }
 
 // New builds the module. On error it closes what it built (the runtime too).
@@ -142,6 +133,10 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 	}
 	var worker func(ed deployments.EngineDeps) error
 	if cfg.Engine == EngineTemporal {
+		if d.Ingress != nil {
+			// Every ingress forwards the apps other hosts run.
+			m.routeRemote(d.Service.DB, d.Ingress, log)
+		}
 		if worker, err = m.temporal(ctx, cfg, &d, log); err != nil {
 			return nil, err
 		}
@@ -186,6 +181,9 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 		if cfg.Role != RoleWorker {
 			m.listenLogs(d.Service.DB, svc.Logs(), log)
 		}
+	}
+	if err := m.buildHosts(cfg, d); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

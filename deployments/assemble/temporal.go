@@ -26,10 +26,6 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 )
 
-// Placer chooses the host a new deployment builds and runs on (the hosts
-// register): temporal.WorkerConfig.Placer.
-type Placer = temporal.Placer
-
 // temporal runs deployments on Temporal (EngineTemporal).
 //
 // Every role gets the engine the deployments service uses: it starts, syncs
@@ -69,7 +65,7 @@ func (m *Module) temporal(ctx context.Context, cfg Config, d *Deps, log *slog.Lo
 			return cfg.Problem("DataDir", oneLine(err))
 		}
 		w, err := temporal.NewWorker(tc, queue, rt, temporal.WorkerConfig{
-			Activities: workerActs, Store: ed.Store, Logger: log, HostID: hostID, Placer: d.Placer,
+			Activities: workerActs, Store: ed.Store, Logger: log, HostID: hostID, Placer: hostPlacer{m},
 			// The build slots across every worker, shared by the embedded
 			// engine's rules (plan shares, the FREE pool, fair order).
 			PerUser: cfg.BuildsPerUser, Shares: d.Shares, BuildSlots: cfg.BuildSlots, FreeSlots: cfg.FreeBuildSlots,

@@ -31,7 +31,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
 	d := assemble.Deps{Logger: a.Log, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
-		Placer: hostPlacer{a}, Service: deployments.Deps{
+		Service: deployments.Deps{
 			DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
 			LogTokenKey: a.derivedKey("keelson deployment log tokens v1"), Streams: a.LogStreams, Logger: log, LogRetention: c.LogRetention,
 			Audit: a.AuditLog, KeepBuilds: cmp.Or(c.KeepBuilds, -1), // 0 keeps none
@@ -52,7 +52,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 			Registry: container.Registry{Repository: c.Registry, Username: c.RegistryUsername, Password: c.RegistryPassword},
 			OnDocker: func(ctx context.Context, docker *client.Client) { logMissingImages(ctx, docker, imgs, log) }},
 		Temporal: assemble.Temporal{Address: c.TemporalAddress, Namespace: c.TemporalNamespace, TaskQueue: c.TemporalTaskQueue},
-		Host:     assemble.Host{Address: hostAddress(c), MaxApps: c.HostMaxApps}, Problem: settingError}, d)
+		Host:     assemble.Host{Address: hostAddress(c), MaxApps: c.HostMaxApps, HeartbeatEvery: c.heartbeat(), DownAfter: c.HostDownAfter}, Problem: settingError}, d)
 	if u := (*assemble.EngineUnreachable)(nil); errors.As(err, &u) {
 		return runtimeError(c.Runtime, u)
 	}
@@ -60,7 +60,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 		return err
 	}
 	a.add(m.Modules()...)
-	a.Deployments, a.localHost = m.Service, m.LocalHost()
+	a.Deployments, a.Hosts, a.localHost = m.Service, m.Hosts, m.LocalHost()
 	if a.metrics != nil {
 		return a.metrics.countDeployments(fleet.Queries{DB: a.DB}, m.QueueDepth())
 	}
@@ -101,9 +101,6 @@ func (a *App) workerIngress(ctx context.Context, d *assemble.Deps, log *slog.Log
 		log.Warn("KEELSON_RUNTIME=process: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (single-tenant use only; unset KEELSON_RUNTIME to use the Docker runtime)")
 	}
 	a.Ingress, d.Ingress = router, router
-	if c.Engine == "temporal" {
-		a.routeRemote(router, log)
-	}
 	hosts := a.routeHosts(router)
 	d.Service.Hosts = hosts
 	return a.ingressHTTPS(ctx, router, hosts, log)
