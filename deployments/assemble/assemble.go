@@ -7,6 +7,7 @@
 package assemble
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,18 +105,23 @@ type Module struct {
 	local  *hosts.Local  // this machine in the hosts register, when it runs a Temporal worker
 }
 
+func (c Config) withDefaults() Config {
+	if c.Problem == nil {
+		c.Problem = func(field, problem string) error { return fmt.Errorf("%s: %s", field, problem) }
+	}
+	return c
+}
+
+func (d Deps) withDefaults() Deps {
+	d.Logger = cmp.Or(d.Logger, slog.New(slog.DiscardHandler))
+	d.Service.Logger = cmp.Or(d.Service.Logger, d.Logger.With("module", "deployments"))
+	return d
+}
+
 // New builds the module. On error it closes what it built (the runtime too).
 func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
-	if cfg.Problem == nil {
-		cfg.Problem = func(field, problem string) error { return fmt.Errorf("%s: %s", field, problem) }
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
-	log := d.Logger.With("module", "deployments")
-	if d.Service.Logger == nil {
-		d.Service.Logger = log
-	}
+	cfg, d = cfg.withDefaults(), d.withDefaults()
+	log := d.Service.Logger
 	m := &Module{}
 	owned := false // whether d.Runtime is closed by a part of m
 	defer func() {
