@@ -88,7 +88,7 @@ func (a *App) workerIngress(ctx context.Context, d *assemble.Deps, log *slog.Log
 	a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
 	icfg := ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter}
 	if c.Engine == "temporal" {
-		// Every ingress forwards the apps other hosts run (wire_hostsreg.go).
+		// Every ingress forwards the apps other hosts run (assemble: remote routes).
 		icfg.ForwardKey, icfg.Self = a.derivedKey("keelson ingress forward v1"), hostAddress(c)
 	}
 	router, err := ingress.New(icfg)
