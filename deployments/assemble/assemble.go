@@ -152,7 +152,7 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 		if d.Runtime == nil {
 			return nil, cfg.Problem("Role", "the local engine needs role all")
 		}
-		d.Service.Runtime, owned = d.Runtime, true
+		d.Service.Runtime = d.Runtime
 		d.Service.NewEngine = func(ed deployments.EngineDeps) (deployments.Engine, error) {
 			e, err := local.New(local.Config{Store: ed.Store, Activities: ed.Activities, Logger: ed.Logger,
 				MaxConcurrent: cfg.BuildSlots, FreeSlots: cfg.FreeBuildSlots, PerUser: cfg.BuildsPerUser, Shares: d.Shares})
@@ -171,6 +171,7 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 	// run left mid-way and starting LIVE apps again).
 	m.Service = svc
 	m.add(svc)
+	owned = cfg.Engine != EngineTemporal // the service closes it
 	if worker != nil {
 		// Added after the service: the apps stop before the log writer,
 		// after the worker stopped.
@@ -194,8 +195,10 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 	return m, nil
 }
 
-// Modules are the module's parts in start order (the service first; a host
-// adds them to its platform.Assembly, which closes them in reverse).
+// Modules are the module's parts in start order: the remote routes and the
+// Temporal client, the service, the worker, the log listener, the hosts
+// register. A host adds them to its platform.Assembly, which closes them in
+// reverse.
 func (m *Module) Modules() []platform.Module { return m.mods }
 
 // QueueDepth is the embedded engine's QUEUED deployments waiting for their

@@ -100,3 +100,16 @@ func TestUnreachableTemporalNamesTheSettingAndClosesTheRuntime(t *testing.T) {
 		t.Fatalf("the runtime was closed %d times, want once", rt.closed.Load())
 	}
 }
+
+func TestBadServiceDepsCloseTheRuntime(t *testing.T) {
+	t.Parallel()
+	rt := &closingRuntime{Runtime: deploytest.NewRuntime()}
+	d := deps(t, rt)
+	d.Service.LogTokenKey = nil
+	if _, err := assemble.New(context.Background(), assemble.Config{}, d); err == nil {
+		t.Fatal("New took a Deps without a log token key")
+	}
+	if rt.closed.Load() != 1 {
+		t.Fatalf("the runtime was closed %d times, want once", rt.closed.Load())
+	}
+}
