@@ -3,7 +3,6 @@ package plans
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -186,13 +185,4 @@ func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
 // isNotFound reports a missing row.
 func isNotFound(err error) bool { return errors.Is(err, platform.ErrNotFound) }
 
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *platform.Error
-	if errors.As(err, &pe) {
-		return err
-	}
-	return fmt.Errorf("plans: %s: %w", op, err)
-}
+func wrap(op string, err error) error { return platform.Wrap("plans: "+op, err) }

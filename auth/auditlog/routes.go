@@ -2,7 +2,6 @@ package auditlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -49,12 +48,14 @@ type listOut struct {
 
 // Register adds GET /teams/{id}/audit-log and GET /auth/audit-log to api.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("auditlog: api is required")
+	ops, err := platform.NewBearerOps("auditlog", api, s.d.Auth, "")
+	if err != nil {
+		return err
 	}
 	op := func(id, path, summary, tag string) huma.Operation {
-		return huma.Operation{OperationID: id, Method: http.MethodGet, Path: path, Summary: summary, Tags: []string{tag},
-			Security: platform.Bearer(), Middlewares: huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}}
+		o := ops.Op(id, http.MethodGet, path, summary, "", 0)
+		o.Tags = []string{tag}
+		return o
 	}
 	huma.Register(api, op("list-team-audit-log", "/teams/{id}/audit-log",
 		"A team's audit log, newest first (admin and owner)", "Teams"), s.teamLog)

@@ -87,12 +87,7 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, fmt.Errorf("deployhooks: %w", err)
 	}
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	d.MaxPerProject = cmp.Or(d.MaxPerProject, 20)
 	d.PublicURL = strings.TrimRight(d.PublicURL, "/")
 	return &Service{d: d}, nil
