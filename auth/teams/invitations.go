@@ -172,26 +172,11 @@ func (s *Service) Revoke(ctx context.Context, userID, teamID, id string) error {
 	if _, err := s.access(ctx, s.d.DB, teamID, userID, platform.MembersWrite); err != nil {
 		return err
 	}
-	if !platform.ValidID(id) {
-		return platform.NotFound("invitation not found")
-	}
-	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		row := new(inviteRow)
-		if err := tx.NewSelect().Model(row).Where("id = ? AND team_id = ?", id, teamID).Scan(ctx); err != nil {
-			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
-				return platform.NotFound("invitation not found")
-			}
-			return err
-		}
-		res, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("id = ?", id).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 { // accepted meanwhile
-			return platform.NotFound("invitation not found")
-		}
-		return s.record(ctx, tx, teamID, "invitation.revoke", "invitation", id, "revoked the invitation of "+row.Email)
-	}))
+	// An invitation accepted meanwhile is not found either.
+	return db.DeleteScoped(ctx, s.d.DB, id, "team_id", teamID, platform.NotFound("invitation not found"),
+		func(ctx context.Context, tx bun.Tx, row *inviteRow) error {
+			return s.record(ctx, tx, teamID, "invitation.revoke", "invitation", id, "revoked the invitation of "+row.Email)
+		})
 }
 
 var errNoInvite = platform.NotFound("invitation not found: it was used, revoked, or has expired")
