@@ -49,18 +49,33 @@ func RunTool[T any](t testing.TB, tool Tool, start func(bin string) (T, error)) 
 
 // FreePort is a port free for both TCP and UDP on loopback, just now.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return 0, err
+	return ports[0], nil
+}
+
+// FreePorts are n different ports free for both TCP and UDP on loopback,
+// just now.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n { // each listener is held until all are picked, so they differ
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	u.Close()
-	return port, nil
+	for _, port := range ports {
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return nil, err
+		}
+		u.Close()
+	}
+	return ports, nil
 }
 
 // WaitReady is a ready function for StartTool: it polls ready every 50 ms

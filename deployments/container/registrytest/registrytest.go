@@ -42,12 +42,14 @@ func (r *Registry) Repository() string { return r.Addr + "/keelson" }
 // Log is the registry's output so far.
 func (r *Registry) Log() string { return r.out.String() }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "registrytest", What: "an image registry (CNCF Distribution)",
+	Env: "KEELSON_TEST_REGISTRY", Require: "KEELSON_TEST_REQUIRE_REGISTRY", Script: ".ci/registry.sh"}
+
 // Start runs a registry for t, stopped (and waited for) when t ends.
 func Start(t testing.TB, o Options) *Registry {
 	t.Helper()
-	return platformtest.RunTool(t, platformtest.Tool{Name: "registrytest", What: "an image registry (CNCF Distribution)",
-		Env: "KEELSON_TEST_REGISTRY", Require: "KEELSON_TEST_REQUIRE_REGISTRY", Script: ".ci/registry.sh"},
-		func(bin string) (*Registry, error) { return start(t, bin, o) })
+	return platformtest.RunTool(t, tool, func(bin string) (*Registry, error) { return start(t, bin, o) })
 }
 
 func start(t testing.TB, bin string, o Options) (*Registry, error) {

@@ -34,23 +34,22 @@ type Server struct {
 	t    testing.TB
 }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "dnstest", What: "a test DNS server (pebble-challtestsrv)",
+	Env: "KEELSON_TEST_CHALLTESTSRV", Require: "KEELSON_TEST_REQUIRE_DNS", Script: ".ci/challtestsrv.sh"}
+
 // Start runs a challtestsrv for t, stopped (and waited for) when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return platformtest.RunTool(t, platformtest.Tool{Name: "dnstest", What: "a test DNS server (pebble-challtestsrv)",
-		Env: "KEELSON_TEST_CHALLTESTSRV", Require: "KEELSON_TEST_REQUIRE_DNS", Script: ".ci/challtestsrv.sh"},
-		func(bin string) (*Server, error) { return start(t, bin) })
+	return platformtest.RunTool(t, tool, func(bin string) (*Server, error) { return start(t, bin) })
 }
 
 func start(t testing.TB, bin string) (*Server, error) {
-	dnsPort, err := platformtest.FreePort()
+	ports, err := platformtest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	mgmtPort, err := platformtest.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	dnsPort, mgmtPort := ports[0], ports[1]
 	s := &Server{DNS: "127.0.0.1:" + strconv.Itoa(dnsPort), mgmt: "http://127.0.0.1:" + strconv.Itoa(mgmtPort), t: t}
 	cmd := exec.Command(bin, "-dnsserver", s.DNS, "-management", "127.0.0.1:"+strconv.Itoa(mgmtPort),
 		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "", "-defaultIPv6", "")

@@ -50,24 +50,23 @@ type Options struct {
 	Validity time.Duration
 }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "acmetest", What: "Pebble (a test ACME CA)",
+	Env: "KEELSON_TEST_PEBBLE", Require: "KEELSON_TEST_REQUIRE_PEBBLE", Script: ".ci/pebble.sh"}
+
 // Start runs Pebble for t, stopped (and waited for) when t ends.
 func Start(t testing.TB, o Options) *Pebble {
 	t.Helper()
-	return platformtest.RunTool(t, platformtest.Tool{Name: "acmetest", What: "Pebble (a test ACME CA)",
-		Env: "KEELSON_TEST_PEBBLE", Require: "KEELSON_TEST_REQUIRE_PEBBLE", Script: ".ci/pebble.sh"},
-		func(bin string) (*Pebble, error) { return start(t, bin, o) })
+	return platformtest.RunTool(t, tool, func(bin string) (*Pebble, error) { return start(t, bin, o) })
 }
 
 func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 	dir := filepath.Dir(bin)
-	acmePort, err := platformtest.FreePort()
+	ports, err := platformtest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	mgmtPort, err := platformtest.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	acmePort, mgmtPort := ports[0], ports[1]
 	validity := int64(7776000) // 90 days, in seconds
 	if o.Validity > 0 {
 		validity = int64(o.Validity / time.Second)
