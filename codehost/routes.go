@@ -436,12 +436,10 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	if err != nil {
 		return nil, err
 	}
-	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows))}
-	if len(rows) > in.Size() {
-		rows = rows[:in.Size()]
-		last := rows[len(rows)-1]
-		out.NextCursor = platform.Cursor{Time: last.ReceivedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, in.Size(), func(last store.DeliveryRow) platform.Cursor {
+		return platform.Cursor{Time: last.ReceivedAt, ID: last.ID}
+	})
+	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows)), NextCursor: next}
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID

@@ -118,12 +118,10 @@ func (s *Service) list(ctx context.Context, f Filter, page platform.PageParams, 
 	if err := q.OrderExpr("at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("auditlog: list: %w", db.Translate(err))
 	}
-	out := &listOut{Body: make([]*Event, 0, len(rows))}
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		out.NextCursor = platform.Cursor{Time: last.At, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, page.Size(), func(last eventRow) platform.Cursor {
+		return platform.Cursor{Time: last.At, ID: last.ID}
+	})
+	out := &listOut{Body: make([]*Event, 0, len(rows)), NextCursor: next}
 	for i := range rows {
 		out.Body = append(out.Body, rows[i].out())
 	}

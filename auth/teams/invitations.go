@@ -154,12 +154,9 @@ func (s *Service) Invitations(ctx context.Context, userID, teamID string, page p
 	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
 		return nil, "", db.Translate(err)
 	}
-	next := ""
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, page.Size(), func(last inviteRow) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
+	})
 	out := make([]*Invitation, len(rows))
 	for i := range rows {
 		out[i] = rows[i].out()
