@@ -21,8 +21,5 @@ PKG="github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@$VERSION"
 . "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
 gotool_start challtestsrv "challtestsrv-$VERSION" pebble-challtestsrv
 
-log "building $PKG"
-if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$PKG") >&2; then
-  die "go install $PKG failed (is the Go module proxy reachable?)"
-fi
+gotool_install "$PKG"
 gotool_done

@@ -24,13 +24,7 @@ image="${1:?usage: .ci/compose-check.sh IMAGE}"
 die() { echo "compose-check: ERROR: $*" >&2; exit 1; }
 log() { echo "compose-check: $*"; }
 
-if command -v docker-compose >/dev/null 2>&1; then
-  compose=(docker-compose)
-elif docker compose version >/dev/null 2>&1; then
-  compose=(docker compose)
-else
-  die "neither docker-compose nor 'docker compose' is installed"
-fi
+. .ci/compose.sh
 POSTGRES_IMAGE="${KEELSON_TEST_POSTGRES_IMAGE:-keelson-test/postgres:15}"
 STATIC_IMAGE=keelson/static:local
 TEMPORAL_IMAGE="keelson/temporal:local"

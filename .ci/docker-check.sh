@@ -22,13 +22,7 @@ STATIC_IMAGE=keelson/static:local
 TAG="keelson-ci/server:check-$$"
 die() { echo "docker-check: ERROR: $*" >&2; exit 1; }
 
-if command -v docker-compose >/dev/null 2>&1; then
-  compose=(docker-compose)
-elif docker compose version >/dev/null 2>&1; then
-  compose=(docker compose)
-else
-  die "neither docker-compose nor 'docker compose' is installed"
-fi
+. .ci/compose.sh
 echo "docker-check: $("${compose[@]}" version 2>/dev/null | head -n1)"
 cfg="$(KEELSON_JWT_SECRET=check-jwt-secret-0123456789abcdef KEELSON_SECRET_KEY=check-seal-key-0123456789abcdef \
   "${compose[@]}" -f compose.yaml config)" || die "compose.yaml rejected by ${compose[*]} config"

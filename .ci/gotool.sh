@@ -1,13 +1,17 @@
 # Sourced by the .ci scripts that build a Go tool from the Go module proxy and
-# cache its binary per machine (temporal-cli.sh, vacuum.sh, challtestsrv.sh).
+# cache its binary per machine (temporal-cli.sh, vacuum.sh, challtestsrv.sh,
+# pebble.sh, registry.sh).
 #
 #   gotool_start NAME DIRNAME EXE   log prefix, cache folder (e.g. vacuum-v0.17.8)
 #                                   and binary name. Prints the cached binary's
 #                                   path and exits when it is there (FORCE=1
 #                                   rebuilds); else sets DIR, BIN and TMP, a
 #                                   scratch folder removed at exit.
-#   (the script builds $TMP/$EXE, outside any module so the repository's
-#    go.mod is never touched)
+#   gotool_install PKG [NOTE]       go installs PKG (module@version) into $TMP,
+#                                   outside any module so the repository's
+#                                   go.mod is never touched; NOTE follows the
+#                                   "building PKG" log line.
+#   (or the script builds $TMP/$EXE itself, likewise outside the repository)
 #   gotool_done                     moves the binary into place (only once it
 #                                   is complete, so an interrupted build never
 #                                   looks cached) and prints its path.
@@ -32,6 +36,14 @@ gotool_start() {
   TMP="$(mktemp -d "$DIR/.build.XXXXXX")"
   trap 'rm -rf "$TMP"' EXIT
   GOTOOL_START=$(date +%s)
+}
+
+gotool_install() {
+  log "building $1${2:+ $2}"
+  # GOFLAGS=-mod=mod so a surrounding module's vendor/readonly settings cannot interfere.
+  if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$1") >&2; then
+    die "go install $1 failed (is the Go module proxy reachable?)"
+  fi
 }
 
 gotool_done() {

@@ -24,10 +24,7 @@ PKG="github.com/letsencrypt/pebble/v2/cmd/pebble@$VERSION"
 . "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
 gotool_start pebble "pebble-$VERSION" pebble
 
-log "building $PKG"
-if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$PKG") >&2; then
-  die "go install $PKG failed (is the Go module proxy reachable?)"
-fi
+gotool_install "$PKG"
 src="$(cd "$TMP" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "$MOD" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')"
 [[ -d "$src/test" ]] || die "the module's test folder is missing (go mod download $MOD)"
 mkdir -p "$DIR/test/config" "$DIR/test/certs/localhost"

@@ -22,8 +22,5 @@ PKG="github.com/distribution/distribution/v3/cmd/registry@$VERSION"
 . "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
 gotool_start registry "registry-$VERSION" registry
 
-log "building $PKG"
-if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$PKG") >&2; then
-  die "go install $PKG failed (is the Go module proxy reachable?)"
-fi
+gotool_install "$PKG"
 gotool_done

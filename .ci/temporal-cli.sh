@@ -23,10 +23,6 @@ PKG="github.com/temporalio/cli/cmd/temporal@$VERSION"
 . "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
 gotool_start temporal-cli "temporal-$VERSION" temporal
 
-log "building $PKG (takes several minutes)"
-# GOFLAGS=-mod=mod so a surrounding module's vendor/readonly settings cannot interfere.
-if ! (cd "$TMP" && GOBIN="$TMP" GOFLAGS=-mod=mod GOWORK=off go install "$PKG") >&2; then
-  die "go install $PKG failed (is the Go module proxy reachable?)"
-fi
+gotool_install "$PKG" "(takes several minutes)"
 "$TMP/temporal" --version >&2 || die "built binary does not run"
 gotool_done

@@ -135,12 +135,7 @@ type Deps struct {
 }
 
 func (d Deps) withDefaults() Deps {
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	platform.Defaults(&d.Clock, &d.Logger)
 	if d.Mailer == nil {
 		d.Mailer = LogMailer{Log: d.Logger}
 	}

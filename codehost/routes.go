@@ -22,34 +22,27 @@ const MaxWebhookBytes = 25 << 20
 
 // Register adds the /codehost routes to api.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("codehost: api is required")
+	ops, err := platform.NewBearerOps("codehost", api, s.d.Auth, "Code host")
+	if err != nil {
+		return err
 	}
-	auth := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
-	tags := []string{"Code host"}
-	huma.Register(api, huma.Operation{
-		OperationID: "codehost-connect", Method: http.MethodGet, Path: "/codehost/connect",
-		Summary:     "Get the URL that installs the code-host app",
-		Description: "The URL carries a signed state bound to the caller, valid for 10 minutes and usable once. A caller without a usable code-host identity (none linked, or its token is no longer accepted) gets linkFirst=true and an installUrl that first links their code-host account through OAuth (bound to this browser by the cookie set here) and then continues to the install page; without the OAuth login configured that is a 409.",
-		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
-	}, s.connect)
+	huma.Register(api, ops.Op("codehost-connect", http.MethodGet, "/codehost/connect",
+		"Get the URL that installs the code-host app",
+		"The URL carries a signed state bound to the caller, valid for 10 minutes and usable once. A caller without a usable code-host identity (none linked, or its token is no longer accepted) gets linkFirst=true and an installUrl that first links their code-host account through OAuth (bound to this browser by the cookie set here) and then continues to the install page; without the OAuth login configured that is a 409.", 0), s.connect)
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-app-callback", Method: http.MethodGet, Path: "/codehost/app/callback",
 		Summary:     "Install callback of the code-host app",
 		Description: "Validates the state, confirms the installation with the provider, checks with the provider, using the code-host token of the user who asked for the install URL, that this user may access the installation, links it, and redirects to the frontend's connected-accounts page with codehost=connected or codehost=error&reason=... (invalid_state, expired_state, state_already_used, installation_not_found, installation_suspended, installation_not_yours, installation_linked_to_another_user, codehost_account_not_linked, codehost_authorization_expired, codehost_unavailable). Nothing is linked on an error.",
-		Tags:        tags, DefaultStatus: http.StatusFound,
+		Tags:        ops.Tags, DefaultStatus: http.StatusFound,
 	}, s.callback)
-	huma.Register(api, huma.Operation{
-		OperationID: "codehost-repositories", Method: http.MethodGet, Path: "/codehost/repositories",
-		Summary:     "List the repositories of the caller's installations",
-		Description: "The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code " + CodeRelink + "): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.",
-		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
-	}, s.repositories)
+	huma.Register(api, ops.Op("codehost-repositories", http.MethodGet, "/codehost/repositories",
+		"List the repositories of the caller's installations",
+		"The repositories of the installations the caller linked that the code host, asked with the caller's own code-host token, lets the caller access (an organisation's outside collaborator sees the repositories they were added to, not the whole installation's). A linked installation the code host no longer lets the caller access is unlinked. 409 (code "+CodeRelink+"): the caller's code-host authorization is missing, expired or revoked; link it again through GET /codehost/connect. 404: no installation linked.", 0), s.repositories)
 	huma.Register(api, huma.Operation{
 		OperationID: "codehost-webhook", Method: http.MethodPost, Path: "/codehost/webhook",
 		Summary:     "Receive a code-host webhook delivery",
 		Description: "Authenticated by x-hub-signature-256 (sha256=HMAC of the raw body with the app's webhook secret) or, for a repository webhook of GitHub, Gitea/Forgejo or GitLab, by the webhookSecret of a project using the payload's repository (X-Hub-Signature-256, X-Gitea-Signature, X-Gitlab-Token); such a delivery acts on the projects whose secret signed it only. A repeated delivery id is acknowledged and not processed again.",
-		Tags:        tags, MaxBodyBytes: MaxWebhookBytes,
+		Tags:        ops.Tags, MaxBodyBytes: MaxWebhookBytes,
 	}, s.webhook)
 	// Huma marks a raw body required and would answer an empty one 400 before
 	// the handler runs; the signature check must judge every request first
@@ -69,12 +62,9 @@ func (s *Service) Register(api huma.API) error {
 				Required:   []string{"payload"}}},
 		}
 	}
-	huma.Register(api, huma.Operation{
-		OperationID: "codehost-deliveries", Method: http.MethodGet, Path: "/codehost/deliveries",
-		Summary:     "List webhook deliveries and the decision taken for each matched project",
-		Description: "Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.",
-		Tags:        tags, Security: platform.Bearer(), Middlewares: auth,
-	}, s.deliveries)
+	huma.Register(api, ops.Op("codehost-deliveries", http.MethodGet, "/codehost/deliveries",
+		"List webhook deliveries and the decision taken for each matched project",
+		"Newest first. A user sees the deliveries that came from a personal installation they linked (the provider confirmed it is their own account's) and, of an organisation's installation they linked, the pushes to the repositories the provider let them access at the link's last check, with the decisions about their own projects only; projectId narrows to one of their projects (another user's project is a 404). A repository URL typed into a project never makes its deliveries visible. The next page's cursor is in X-Next-Cursor.", 0), s.deliveries)
 	return nil
 }
 
@@ -446,12 +436,10 @@ func (s *Service) deliveries(ctx context.Context, in *deliveriesInput) (*deliver
 	if err != nil {
 		return nil, err
 	}
-	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows))}
-	if len(rows) > in.Size() {
-		rows = rows[:in.Size()]
-		last := rows[len(rows)-1]
-		out.NextCursor = platform.Cursor{Time: last.ReceivedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, in.Size(), func(last store.DeliveryRow) platform.Cursor {
+		return platform.Cursor{Time: last.ReceivedAt, ID: last.ID}
+	})
+	out := &deliveriesOutput{Body: make([]DeliveryOut, 0, len(rows)), NextCursor: next}
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID

@@ -106,12 +106,7 @@ func (d Deps) validate() error {
 }
 
 func (d Deps) withDefaults() Deps {
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	d.StateTTL = cmp.Or(d.StateTTL, 10*time.Minute)
 	d.PollInterval = cmp.Or(d.PollInterval, 30*time.Second)
 	d.StatusPollInterval = cmp.Or(d.StatusPollInterval, 5*time.Second)

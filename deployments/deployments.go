@@ -87,9 +87,13 @@ type EngineDeps struct {
 	Store      EngineStore
 	Logs       LogFlusher
 	Activities *Activities
-	Projects   ProjectSource
-	Clock      platform.Clock
-	Logger     *slog.Logger
+	// ActivitiesFor returns activities like Activities but over rt: a
+	// Temporal worker runs its steps with the runtime whose apps this
+	// process serves, while the service's Runtime only signals workflows.
+	ActivitiesFor func(rt Runtime) (*Activities, error)
+	Projects      ProjectSource
+	Clock         platform.Clock
+	Logger        *slog.Logger
 }
 
 // EngineStore is what engines and workers read and write of the deployments
@@ -126,12 +130,8 @@ func (d Deps) validate() error {
 }
 
 func (d Deps) withDefaults() Deps {
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	d.Clock = cmp.Or[platform.Clock](d.Clock, platform.SystemClock{})
+	d.Logger = cmp.Or(d.Logger, slog.New(slog.DiscardHandler))
 	if d.LogTokenTTL <= 0 {
 		d.LogTokenTTL = 5 * time.Minute
 	}
@@ -144,15 +144,9 @@ func (d Deps) withDefaults() Deps {
 	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
 	d.LogRetention = cmp.Or(d.LogRetention, DefaultLogRetention)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
-	if d.Metrics == nil {
-		d.Metrics = metric.None{}
-	}
-	if d.Logs.Metrics == nil {
-		d.Logs.Metrics = d.Metrics
-	}
-	if d.Logs.Clock == nil {
-		d.Logs.Clock = d.Clock
-	}
+	d.Metrics = cmp.Or[Metrics](d.Metrics, metric.None{})
+	d.Logs.Metrics = cmp.Or[logstream.Metrics](d.Logs.Metrics, d.Metrics)
+	d.Logs.Clock = cmp.Or(d.Logs.Clock, d.Clock)
 	return d
 }
 
@@ -173,7 +167,8 @@ func New(d Deps) (*Service, error) {
 		logs.Close()
 		return nil, err
 	}
-	eng, err := d.NewEngine(EngineDeps{Store: store, Logs: logs, Activities: acts, Projects: d.Projects, Clock: d.Clock, Logger: d.Logger})
+	actsFor := func(rt Runtime) (*Activities, error) { return NewActivities(d.activitiesConfig(store, logs, rt)) }
+	eng, err := d.NewEngine(EngineDeps{Store: store, Logs: logs, Activities: acts, ActivitiesFor: actsFor, Projects: d.Projects, Clock: d.Clock, Logger: d.Logger})
 	if err == nil && eng == nil {
 		err = errors.New("deployments: Deps.NewEngine returned no engine")
 	}
@@ -222,20 +217,10 @@ func (s *Service) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Activities returns activities like the service's own but over rt: a
-// Temporal worker runs its steps with the process runtime while the API
-// side's Runtime only signals workflows.
-func (s *Service) Activities(rt Runtime) (*Activities, error) {
-	return NewActivities(s.d.activitiesConfig(s.store, s.logs, rt))
-}
-
 func (d Deps) activitiesConfig(store *Store, logs *Logs, rt Runtime) ActivitiesConfig {
 	return ActivitiesConfig{Store: store, Logs: logs, Runtime: rt, Projects: d.Projects, Git: d.Git, Logger: d.Logger,
 		ReleaseTimeout: d.ReleaseTimeout, Clock: d.Clock, Metrics: d.Metrics, Hosts: d.Hosts, KeepBuilds: d.KeepBuilds}
 }
-
-// Store returns the service's store as engines and workers see it.
-func (s *Service) Store() EngineStore { return s.store }
 
 var _ platform.Module = (*Service)(nil)
 

@@ -134,6 +134,18 @@ func (s *Service) authorize(ctx context.Context, userID, projectID, ownerID stri
 	return nil
 }
 
+// projectReadable reports whether userID may read projectID's deployments.
+func (s *Service) projectReadable(ctx context.Context, userID, projectID string) error {
+	if s.d.Access != nil && userID != "" { // one query, no secrets opened
+		return s.d.Access.Authorize(ctx, userID, projectID, platform.DeploymentsRead)
+	}
+	spec, err := s.projects.ProjectForDeploy(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	return s.authorize(ctx, userID, projectID, spec.OwnerID, platform.DeploymentsRead)
+}
+
 // Get returns deployment id as userID may read it (ErrNotFound if absent or
 // not theirs to see).
 func (s *Service) Get(ctx context.Context, userID, id string) (*Deployment, error) {
@@ -171,18 +183,9 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string
 	if p.ProjectID != "" {
 		// Filtering by someone else's (or no) project is a 404, like every
 		// other route that names a project the caller cannot see.
-		var err error
-		if s.d.Access != nil && p.OwnerID != "" { // one query, no secrets opened
-			err = s.d.Access.Authorize(ctx, p.OwnerID, p.ProjectID, platform.DeploymentsRead)
-		} else if spec, err2 := s.projects.ProjectForDeploy(ctx, p.ProjectID); err2 != nil {
-			err = err2
-		} else {
-			err = s.authorize(ctx, p.OwnerID, p.ProjectID, spec.OwnerID, platform.DeploymentsRead)
-		}
-		if errors.Is(err, platform.ErrNotFound) {
+		if err := s.projectReadable(ctx, p.OwnerID, p.ProjectID); errors.Is(err, platform.ErrNotFound) {
 			return nil, "", platform.NotFound("project not found")
-		}
-		if err != nil {
+		} else if err != nil {
 			return nil, "", err
 		}
 	}

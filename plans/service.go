@@ -261,30 +261,14 @@ func (p PlanPatch) applyTo(in *PlanInput) {
 // Update changes the fields p sets. Renaming a plan projects use, or moving
 // the last FREE-tier plan to another tier, is a 409.
 func (s *Service) Update(ctx context.Context, id string, p PlanPatch) (*Plan, error) {
-	cur, err := planGet(ctx, s.d.DB, id)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, platform.NotFound("plan not found")
+	// Projects refer to plans by name: renaming one they use is refused.
+	check := func(cur *planRow) error {
+		if p.Name != nil && *p.Name != cur.Name {
+			return s.checkUnused(ctx, cur.Name, "renamed")
 		}
-		return nil, wrap("update", err)
+		return nil
 	}
-	if p.Name != nil && *p.Name != cur.Name {
-		// Projects refer to plans by name; the check runs outside the
-		// transaction because the checker uses the pool (one SQLite connection).
-		if err := s.checkUnused(ctx, cur.Name, "renamed"); err != nil {
-			return nil, err
-		}
-	}
-	var out *planRow
-	defer s.plansChanged()
-	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		if err := lockPlans(ctx, tx); err != nil {
-			return err
-		}
-		row, err := planGet(ctx, tx, id)
-		if err != nil {
-			return err
-		}
+	out, err := s.change(ctx, id, "update", check, func(ctx context.Context, tx bun.Tx, row *planRow) error {
 		in := row.input()
 		p.applyTo(&in)
 		if err := in.validate(); err != nil {
@@ -305,14 +289,10 @@ func (s *Service) Update(ctx context.Context, id string, p PlanPatch) (*Plan, er
 			}
 			return translate(err)
 		}
-		out = row
 		return s.recordPlan(ctx, tx, row, "update")
 	})
 	if err != nil {
-		if isNotFound(err) {
-			return nil, platform.NotFound("plan not found")
-		}
-		return nil, wrap("update", err)
+		return nil, err
 	}
 	s.d.Logger.InfoContext(ctx, "plan updated", "plan_id", out.ID, "name", out.Name, "tier", out.Tier)
 	return out.toPlan(), nil
@@ -322,26 +302,8 @@ func (s *Service) Update(ctx context.Context, id string, p PlanPatch) (*Plan, er
 // last FREE-tier plan cannot be deleted (it is the default account plan).
 // It returns the deleted plan.
 func (s *Service) Delete(ctx context.Context, id string) (*Plan, error) {
-	cur, err := planGet(ctx, s.d.DB, id)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, platform.NotFound("plan not found")
-		}
-		return nil, wrap("delete", err)
-	}
-	if err := s.checkUnused(ctx, cur.Name, "deleted"); err != nil {
-		return nil, err
-	}
-	var deleted *planRow
-	defer s.plansChanged()
-	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		if err := lockPlans(ctx, tx); err != nil {
-			return err
-		}
-		row, err := planGet(ctx, tx, id)
-		if err != nil {
-			return err
-		}
+	check := func(cur *planRow) error { return s.checkUnused(ctx, cur.Name, "deleted") }
+	deleted, err := s.change(ctx, id, "delete", check, func(ctx context.Context, tx bun.Tx, row *planRow) error {
 		if n, err := countAssignments(ctx, tx, id); err != nil {
 			return err
 		} else if n > 0 {
@@ -354,20 +316,54 @@ func (s *Service) Delete(ctx context.Context, id string) (*Plan, error) {
 				return platform.Conflict("plan " + row.Name + " is the last FREE-tier plan (the default account plan) and cannot be deleted")
 			}
 		}
-		if _, err = tx.NewDelete().Model((*planRow)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
+		if _, err := tx.NewDelete().Model((*planRow)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		deleted = row
 		return s.recordPlan(ctx, tx, row, "delete")
 	})
 	if err != nil {
-		if isNotFound(err) {
-			return nil, platform.NotFound("plan not found")
-		}
-		return nil, wrap("delete", err)
+		return nil, err
 	}
 	s.d.Logger.InfoContext(ctx, "plan deleted", "plan_id", id, "name", deleted.Name)
 	return deleted.toPlan(), nil
+}
+
+// change runs f on plan id's row in a transaction under the plans lock,
+// after check on the row as read before it (outside the transaction: the
+// usage checker uses the pool, one SQLite connection). It returns the row
+// f changed; an unknown plan is a 404, other errors are wrapped with op.
+func (s *Service) change(ctx context.Context, id, op string, check func(cur *planRow) error,
+	f func(ctx context.Context, tx bun.Tx, row *planRow) error) (*planRow, error) {
+	notFound := func(err error) error {
+		if isNotFound(err) {
+			return platform.NotFound("plan not found")
+		}
+		return wrap(op, err)
+	}
+	cur, err := planGet(ctx, s.d.DB, id)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	if err := check(cur); err != nil {
+		return nil, err
+	}
+	var out *planRow
+	defer s.plansChanged()
+	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := lockPlans(ctx, tx); err != nil {
+			return err
+		}
+		row, err := planGet(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		out = row
+		return f(ctx, tx, row)
+	})
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return out, nil
 }
 
 func (s *Service) checkUnused(ctx context.Context, name, verb string) error {

@@ -3,7 +3,6 @@ package plans
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -84,23 +83,16 @@ const ChangeChannel = "keelson_plans_changed"
 // changeTriggers (Postgres only) notify ChangeChannel of every write to
 // plan_assignments (the user) and plans ("*").
 func changeTriggers(ctx context.Context, idb bun.IDB) error {
-	if !db.IsPostgres(idb) {
-		return nil
-	}
-	_, err := idb.ExecContext(ctx, `
-`+db.NotifyFunction("keelson_plan_assignment_notify", ChangeChannel, "user_id")+`
+	return db.ExecPostgres(ctx, idb, db.NotifyFunction("keelson_plan_assignment_notify", ChangeChannel, "user_id")+
+		db.NotifyTrigger("keelson_plan_assignment_change", "plan_assignments", "keelson_plan_assignment_notify")+`
 CREATE OR REPLACE FUNCTION keelson_plans_notify() RETURNS trigger AS $$
 BEGIN
 	PERFORM pg_notify('`+ChangeChannel+`', '*');
 	RETURN NULL;
 END $$ LANGUAGE plpgsql;
-DROP TRIGGER IF EXISTS keelson_plan_assignment_change ON plan_assignments;
-CREATE TRIGGER keelson_plan_assignment_change AFTER INSERT OR UPDATE OR DELETE ON plan_assignments FOR EACH ROW
-	EXECUTE FUNCTION keelson_plan_assignment_notify();
 DROP TRIGGER IF EXISTS keelson_plans_change ON plans;
 CREATE TRIGGER keelson_plans_change AFTER INSERT OR UPDATE OR DELETE ON plans FOR EACH STATEMENT
 	EXECUTE FUNCTION keelson_plans_notify();`)
-	return err
 }
 
 func (r *planRow) toPlan() *Plan {
@@ -186,13 +178,4 @@ func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }
 // isNotFound reports a missing row.
 func isNotFound(err error) bool { return errors.Is(err, platform.ErrNotFound) }
 
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *platform.Error
-	if errors.As(err, &pe) {
-		return err
-	}
-	return fmt.Errorf("plans: %s: %w", op, err)
-}
+func wrap(op string, err error) error { return platform.Wrap("plans: "+op, err) }

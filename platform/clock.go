@@ -1,6 +1,9 @@
 package platform
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Clock tells the time. Tests inject a fixed or stepping clock.
 type Clock interface {
@@ -18,3 +21,14 @@ type ClockFunc func() time.Time
 
 // Now calls f.
 func (f ClockFunc) Now() time.Time { return f() }
+
+// Defaults fills what a module's Deps left nil: clock with the system clock,
+// logger with one that discards.
+func Defaults(clock *Clock, logger **slog.Logger) {
+	if *clock == nil {
+		*clock = SystemClock{}
+	}
+	if *logger == nil {
+		*logger = slog.New(slog.DiscardHandler)
+	}
+}

@@ -296,3 +296,16 @@ func Logger(ctx context.Context) *slog.Logger {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// Wrap prefixes err for the logs (a module's "projects: create"), but passes
+// nil and an *Error, already an answer, as they are.
+func Wrap(prefix string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}

@@ -58,3 +58,14 @@ func DecodeCursor(s string) (*Cursor, error) {
 	}
 	return &c, nil
 }
+
+// TrimPage cuts rows, read with one row more than size, to size, and
+// returns the next page's cursor, at of the last row kept ("" when rows
+// held no more than the page).
+func TrimPage[T any](rows []T, size int, at func(last T) Cursor) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, at(rows[len(rows)-1]).Encode()
+}

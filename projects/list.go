@@ -119,12 +119,9 @@ func (s *Service) listAccounts(ctx context.Context, accounts []string, p ListPar
 	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
 		return nil, "", wrap("list", err)
 	}
-	next := ""
-	if len(rows) > p.Limit {
-		rows = rows[:p.Limit]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, p.Limit, func(last projectRow) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
+	})
 	out := make([]*Project, 0, len(rows))
 	for i := range rows {
 		pr, err := rows[i].toProject()

@@ -65,15 +65,8 @@ const ListChannel = "keelson_projects_list"
 // listTriggers (Postgres only) notify ListChannel with the owner id after any
 // change of a projects row, from any process.
 func listTriggers(ctx context.Context, idb bun.IDB) error {
-	if !db.IsPostgres(idb) {
-		return nil
-	}
-	_, err := idb.ExecContext(ctx, `
-`+db.NotifyFunction("keelson_projects_list_notify", ListChannel, "owner_id")+`
-DROP TRIGGER IF EXISTS keelson_projects_list_change ON projects;
-CREATE TRIGGER keelson_projects_list_change AFTER INSERT OR UPDATE OR DELETE ON projects FOR EACH ROW
-	EXECUTE FUNCTION keelson_projects_list_notify();`)
-	return err
+	return db.ExecPostgres(ctx, idb, db.NotifyFunction("keelson_projects_list_notify", ListChannel, "owner_id")+
+		db.NotifyTrigger("keelson_projects_list_change", "projects", "keelson_projects_list_notify"))
 }
 
 // listen keeps the cache exact across replicas (Postgres) until Close.

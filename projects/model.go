@@ -3,7 +3,6 @@ package projects
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -224,16 +223,7 @@ type RepoLink struct {
 	HasWebhookSecret bool
 }
 
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var pe *platform.Error
-	if errors.As(err, &pe) {
-		return err
-	}
-	return fmt.Errorf("projects: %s: %w", op, db.Translate(err))
-}
+func wrap(op string, err error) error { return platform.Wrap("projects: "+op, db.Translate(err)) }
 
 func isNotFound(err error) bool { return errors.Is(err, platform.ErrNotFound) }
 func isConflict(err error) bool { return errors.Is(err, platform.ErrConflict) }

@@ -229,12 +229,7 @@ func (d Deps) withDefaults() Deps {
 	if d.ListCacheBytes == 0 {
 		d.ListCacheBytes = 16 << 20
 	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	platform.Defaults(&d.Clock, &d.Logger)
 	return d
 }
 

@@ -218,12 +218,9 @@ func (s *Service) List(ctx context.Context, owner string, p ListParams) ([]*Proj
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > p.Limit {
-		out = out[:p.Limit]
-		last := out[len(out)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	out, next := platform.TrimPage(out, p.Limit, func(last *Project) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
+	})
 	if err := s.fillPlanName(ctx, owner, out...); err != nil {
 		return nil, "", err
 	}

@@ -102,12 +102,7 @@ func (d Deps) validate() error {
 func (d Deps) withDefaults() Deps {
 	d.MaxPerUser = cmp.Or(d.MaxPerUser, DefaultMaxPerUser)
 	d.TouchEvery = cmp.Or(d.TouchEvery, time.Minute)
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	return d
 }
 

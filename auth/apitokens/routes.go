@@ -2,7 +2,6 @@ package apitokens
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -12,14 +11,12 @@ import (
 // Register adds POST and GET /auth/tokens and DELETE /auth/tokens/{id};
 // all need a signed-in session (Deps.Auth), never an API token.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("apitokens: api is required")
+	ops, err := platform.NewBearerOps("apitokens", api, s.d.Auth, "API tokens")
+	if err != nil {
+		return err
 	}
-	mw := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
-	op := func(id, method, path, summary, desc string, status int) huma.Operation {
-		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Description: desc,
-			Tags: []string{"API tokens"}, Security: platform.Bearer(), Middlewares: mw, DefaultStatus: status, MaxBodyBytes: 16 << 10}
-	}
+	ops.MaxBodyBytes = 16 << 10
+	op := ops.Op
 	huma.Register(api, op("create-api-token", http.MethodPost, "/auth/tokens", "Create an API token; its secret is answered only here",
 		"Scopes are permissions (400 names an unknown one). With teamId the caller must be a member of the team whose role holds every scope (404, 403). "+
 			"At every use the creator's current role still applies. An account holds a limited number of tokens (403 past it). "+

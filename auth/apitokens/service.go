@@ -122,21 +122,9 @@ func (s *Service) Create(ctx context.Context, userID string, in *CreateRequest) 
 		e := in.ExpiresAt.UTC().Truncate(time.Microsecond)
 		row.ExpiresAt = &e
 	}
-	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		// One account's creations in turn, so the cap holds under concurrency.
-		if err := db.LockTx(ctx, tx, "keelson:apitokens:"+userID); err != nil {
-			return err
-		}
-		n, err := tx.NewSelect().Model((*tokenRow)(nil)).Where("user_id = ?", userID).Count(ctx)
-		if err != nil {
-			return err
-		}
-		if int(n) >= s.d.MaxPerUser {
-			return platform.Forbidden(fmt.Sprintf("API token limit reached: %d per account; delete one first", s.d.MaxPerUser)).WithCode("TOKEN_LIMIT")
-		}
-		if _, err = tx.NewInsert().Model(row).Exec(ctx); err != nil {
-			return err
-		}
+	err = db.InsertCapped(ctx, s.d.DB, row, db.Cap{Lock: "keelson:apitokens:" + userID, Column: "user_id", Value: userID,
+		Max: s.d.MaxPerUser, Full: platform.Forbidden(fmt.Sprintf("API token limit reached: %d per account; delete one first", s.d.MaxPerUser)).WithCode("TOKEN_LIMIT"),
+	}, func(ctx context.Context, tx bun.Tx) error {
 		return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "token.create", ResourceType: "token", ResourceID: row.ID,
 			OwnerID: cmp.Or(row.TeamID, userID), Summary: fmt.Sprintf("%q, scopes %s", row.Name, row.Scopes)})
 	})
@@ -184,21 +172,11 @@ func (s *Service) List(ctx context.Context, userID string) ([]Token, error) {
 
 // Delete revokes userID's token id: it stops working at once.
 func (s *Service) Delete(ctx context.Context, userID, id string) error {
-	if !platform.ValidID(id) {
-		return platform.NotFound("token not found")
-	}
-	err := db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		var row tokenRow
-		err := tx.NewDelete().Model(&row).Where("id = ? AND user_id = ?", id, userID).Returning("*").Scan(ctx)
-		if err != nil {
-			return err
-		}
-		return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "token.revoke", ResourceType: "token", ResourceID: id,
-			OwnerID: cmp.Or(row.TeamID, userID), Summary: fmt.Sprintf("%q", row.Name)})
-	})
-	if errors.Is(db.Translate(err), platform.ErrNotFound) {
-		return platform.NotFound("token not found")
-	}
+	err := db.DeleteScoped(ctx, s.d.DB, id, "user_id", userID, platform.NotFound("token not found"),
+		func(ctx context.Context, tx bun.Tx, row *tokenRow) error {
+			return audit.Record(ctx, s.d.Audit, tx, audit.Entry{Action: "token.revoke", ResourceType: "token", ResourceID: id,
+				OwnerID: cmp.Or(row.TeamID, userID), Summary: fmt.Sprintf("%q", row.Name)})
+		})
 	if err != nil {
 		return translate("delete", err)
 	}

@@ -85,12 +85,7 @@ func New(d Deps) (*Service, error) {
 	}
 	d.Retention = cmp.Or(d.Retention, DefaultRetention)
 	d.PruneEvery = cmp.Or(d.PruneEvery, time.Hour)
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	return &Service{d: d}, nil
 }
 

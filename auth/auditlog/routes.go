@@ -2,7 +2,6 @@ package auditlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -49,12 +48,14 @@ type listOut struct {
 
 // Register adds GET /teams/{id}/audit-log and GET /auth/audit-log to api.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("auditlog: api is required")
+	ops, err := platform.NewBearerOps("auditlog", api, s.d.Auth, "")
+	if err != nil {
+		return err
 	}
 	op := func(id, path, summary, tag string) huma.Operation {
-		return huma.Operation{OperationID: id, Method: http.MethodGet, Path: path, Summary: summary, Tags: []string{tag},
-			Security: platform.Bearer(), Middlewares: huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}}
+		o := ops.Op(id, http.MethodGet, path, summary, "", 0)
+		o.Tags = []string{tag}
+		return o
 	}
 	huma.Register(api, op("list-team-audit-log", "/teams/{id}/audit-log",
 		"A team's audit log, newest first (admin and owner)", "Teams"), s.teamLog)
@@ -117,12 +118,10 @@ func (s *Service) list(ctx context.Context, f Filter, page platform.PageParams, 
 	if err := q.OrderExpr("at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("auditlog: list: %w", db.Translate(err))
 	}
-	out := &listOut{Body: make([]*Event, 0, len(rows))}
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		out.NextCursor = platform.Cursor{Time: last.At, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, page.Size(), func(last eventRow) platform.Cursor {
+		return platform.Cursor{Time: last.At, ID: last.ID}
+	})
+	out := &listOut{Body: make([]*Event, 0, len(rows)), NextCursor: next}
 	for i := range rows {
 		out.Body = append(out.Body, rows[i].out())
 	}

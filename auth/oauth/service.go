@@ -109,12 +109,7 @@ type Deps struct {
 }
 
 func (d Deps) withDefaults() Deps {
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	platform.Defaults(&d.Clock, &d.Logger)
 	if d.HTTPClient == nil {
 		d.HTTPClient = &http.Client{Timeout: 15 * time.Second}
 	}

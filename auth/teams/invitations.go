@@ -154,12 +154,9 @@ func (s *Service) Invitations(ctx context.Context, userID, teamID string, page p
 	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
 		return nil, "", db.Translate(err)
 	}
-	next := ""
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, page.Size(), func(last inviteRow) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
+	})
 	out := make([]*Invitation, len(rows))
 	for i := range rows {
 		out[i] = rows[i].out()
@@ -172,26 +169,11 @@ func (s *Service) Revoke(ctx context.Context, userID, teamID, id string) error {
 	if _, err := s.access(ctx, s.d.DB, teamID, userID, platform.MembersWrite); err != nil {
 		return err
 	}
-	if !platform.ValidID(id) {
-		return platform.NotFound("invitation not found")
-	}
-	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		row := new(inviteRow)
-		if err := tx.NewSelect().Model(row).Where("id = ? AND team_id = ?", id, teamID).Scan(ctx); err != nil {
-			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
-				return platform.NotFound("invitation not found")
-			}
-			return err
-		}
-		res, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("id = ?", id).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 { // accepted meanwhile
-			return platform.NotFound("invitation not found")
-		}
-		return s.record(ctx, tx, teamID, "invitation.revoke", "invitation", id, "revoked the invitation of "+row.Email)
-	}))
+	// An invitation accepted meanwhile is not found either.
+	return db.DeleteScoped(ctx, s.d.DB, id, "team_id", teamID, platform.NotFound("invitation not found"),
+		func(ctx context.Context, tx bun.Tx, row *inviteRow) error {
+			return s.record(ctx, tx, teamID, "invitation.revoke", "invitation", id, "revoked the invitation of "+row.Email)
+		})
 }
 
 var errNoInvite = platform.NotFound("invitation not found: it was used, revoked, or has expired")

@@ -46,19 +46,11 @@ const MembersChannel = "keelson_team_members"
 // memberTriggers (Postgres only) notify MembersChannel with the user id after
 // any change of a team_members row, from any process.
 func memberTriggers(ctx context.Context, idb bun.IDB) error {
-	if !db.IsPostgres(idb) {
-		return nil
-	}
-	_, err := idb.ExecContext(ctx, `
-`+db.NotifyFunction("keelson_team_members_notify", MembersChannel, "user_id")+`
-`+db.NotifyFunction("keelson_team_members_team_notify", MembersChannel, "team_id")+`
-DROP TRIGGER IF EXISTS keelson_team_members_change ON team_members;
-CREATE TRIGGER keelson_team_members_change AFTER INSERT OR UPDATE OR DELETE ON team_members FOR EACH ROW
-	EXECUTE FUNCTION keelson_team_members_notify();
-DROP TRIGGER IF EXISTS keelson_team_members_team_change ON team_members;
-CREATE TRIGGER keelson_team_members_team_change AFTER INSERT OR UPDATE OR DELETE ON team_members FOR EACH ROW
-	EXECUTE FUNCTION keelson_team_members_team_notify();`)
-	return err
+	return db.ExecPostgres(ctx, idb,
+		db.NotifyFunction("keelson_team_members_notify", MembersChannel, "user_id")+
+			db.NotifyFunction("keelson_team_members_team_notify", MembersChannel, "team_id")+
+			db.NotifyTrigger("keelson_team_members_change", "team_members", "keelson_team_members_notify")+
+			db.NotifyTrigger("keelson_team_members_team_change", "team_members", "keelson_team_members_team_notify"))
 }
 
 // TeamsOf returns the ids of the teams userID belongs to.

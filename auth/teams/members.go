@@ -162,12 +162,9 @@ func (s *Service) Members(ctx context.Context, userID, id string, page platform.
 	if err := q.OrderExpr("created_at ASC, user_id ASC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
 		return nil, "", db.Translate(err)
 	}
-	next := ""
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.UserID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, page.Size(), func(last memberRow) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.UserID}
+	})
 	out := make([]*Member, 0, len(rows))
 	for _, r := range rows {
 		m := &Member{UserID: r.UserID, Role: platform.MemberRole(r.Role), JoinedAt: r.CreatedAt.UTC()}

@@ -2,7 +2,6 @@ package teams
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -11,13 +10,13 @@ import (
 
 // Register adds the team, member and invitation routes to api; all need a bearer token.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("teams: api is required")
+	ops, err := platform.NewBearerOps("teams", api, s.d.Auth, "Teams")
+	if err != nil {
+		return err
 	}
-	mw := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
+	ops.MaxBodyBytes = 16 << 10
 	op := func(id, method, path, summary string, status int) huma.Operation {
-		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Tags: []string{"Teams"},
-			Security: platform.Bearer(), Middlewares: mw, DefaultStatus: status, MaxBodyBytes: 16 << 10}
+		return ops.Op(id, method, path, summary, "", status)
 	}
 	huma.Register(api, op("create-team", http.MethodPost, "/teams", "Create a team; the caller becomes its owner", http.StatusCreated), s.create)
 	huma.Register(api, op("list-teams", http.MethodGet, "/teams", "List the caller's teams, newest first", http.StatusOK), s.list)

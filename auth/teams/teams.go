@@ -160,12 +160,7 @@ func (d Deps) withDefaults() Deps {
 	if d.TeamInviteLimit.Max == 0 {
 		d.TeamInviteLimit = Limit{Max: 20, Per: time.Hour}
 	}
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	d.FrontendURL = strings.TrimRight(d.FrontendURL, "/")
 	return d
 }

@@ -87,12 +87,7 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, fmt.Errorf("deployhooks: %w", err)
 	}
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	d.MaxPerProject = cmp.Or(d.MaxPerProject, 20)
 	d.PublicURL = strings.TrimRight(d.PublicURL, "/")
 	return &Service{d: d}, nil
@@ -169,23 +164,9 @@ func (s *Service) Create(ctx context.Context, ownerID, projectID, name string) (
 	}
 	row := &hookRow{ID: platform.NewID(), ProjectID: projectID, OwnerID: ownerID, Name: name,
 		TokenHash: hashToken(tok), Prefix: tok[:prefixLen], CreatedAt: s.d.Clock.Now().UTC().Truncate(time.Microsecond)}
-	// The count and the insert are one transaction, under the project's lock
-	// on Postgres (SQLite's single writer already serialises them), so
-	// concurrent creates cannot pass the cap together.
-	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		if err := db.LockTx(ctx, tx, "keelson:deploy-hooks:"+projectID); err != nil {
-			return err
-		}
-		n, err := tx.NewSelect().Model((*hookRow)(nil)).Where("project_id = ?", projectID).Count(ctx)
-		if err != nil {
-			return err
-		}
-		if int(n) >= s.d.MaxPerProject {
-			return platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject))
-		}
-		if _, err = tx.NewInsert().Model(row).Exec(ctx); err != nil {
-			return err
-		}
+	err = db.InsertCapped(ctx, s.d.DB, row, db.Cap{Lock: "keelson:deploy-hooks:" + projectID, Column: "project_id", Value: projectID,
+		Max: s.d.MaxPerProject, Full: platform.Forbidden(fmt.Sprintf("a project has at most %d deploy hooks; delete one first", s.d.MaxPerProject)),
+	}, func(ctx context.Context, tx bun.Tx) error {
 		return s.record(ctx, tx, account, row, "hook.create", "created deploy hook")
 	})
 	if err != nil {
@@ -218,24 +199,10 @@ func (s *Service) Delete(ctx context.Context, ownerID, projectID, hookID string)
 	if err != nil {
 		return err
 	}
-	if !platform.ValidID(hookID) {
-		return platform.NotFound("deploy hook not found")
-	}
-	return db.Translate(db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
-		row := new(hookRow)
-		if err := tx.NewSelect().Model(row).Where("id = ? AND project_id = ?", hookID, projectID).Scan(ctx); err != nil {
-			if err = db.Translate(err); errors.Is(err, platform.ErrNotFound) {
-				return platform.NotFound("deploy hook not found")
-			}
-			return err
-		}
-		if res, err := tx.NewDelete().Model((*hookRow)(nil)).Where("id = ?", hookID).Exec(ctx); err != nil {
-			return err
-		} else if n, _ := res.RowsAffected(); n == 0 { // deleted meanwhile
-			return platform.NotFound("deploy hook not found")
-		}
-		return s.record(ctx, tx, account, row, "hook.delete", "deleted deploy hook")
-	}))
+	return db.DeleteScoped(ctx, s.d.DB, hookID, "project_id", projectID, platform.NotFound("deploy hook not found"),
+		func(ctx context.Context, tx bun.Tx, row *hookRow) error {
+			return s.record(ctx, tx, account, row, "hook.delete", "deleted deploy hook")
+		})
 }
 
 // record writes the audit row of a change to hook row of account's project, in tx.

@@ -2,7 +2,6 @@ package deployhooks
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 
@@ -12,32 +11,23 @@ import (
 
 // Register adds the deploy-hook routes to api.
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("deployhooks: api is required")
+	ops, err := platform.NewBearerOps("deployhooks", api, s.d.Auth, "Deploy hooks")
+	if err != nil {
+		return err
 	}
-	auth := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
-	tags := []string{"Deploy hooks"}
-	huma.Register(api, huma.Operation{
-		OperationID: "create-deploy-hook", Method: http.MethodPost, Path: "/projects/{id}/deploy-hooks",
-		Summary:     "Create a deploy hook: a secret URL that deploys the project's branch head when POSTed to",
-		Description: "The URL is in this answer only; it is stored hashed. Anyone holding it can deploy the project (within its plan's quotas): keep it secret, delete the hook to revoke it.",
-		Tags:        tags, Security: platform.Bearer(), Middlewares: auth, DefaultStatus: http.StatusCreated,
-	}, s.create)
-	huma.Register(api, huma.Operation{
-		OperationID: "list-deploy-hooks", Method: http.MethodGet, Path: "/projects/{id}/deploy-hooks",
-		Summary: "List the project's deploy hooks (a prefix of each URL token, never the URL)",
-		Tags:    tags, Security: platform.Bearer(), Middlewares: auth,
-	}, s.list)
-	huma.Register(api, huma.Operation{
-		OperationID: "delete-deploy-hook", Method: http.MethodDelete, Path: "/projects/{id}/deploy-hooks/{hookId}",
-		Summary: "Revoke a deploy hook", Tags: tags, Security: platform.Bearer(), Middlewares: auth,
-		DefaultStatus: http.StatusNoContent,
-	}, s.delete)
+	huma.Register(api, ops.Op("create-deploy-hook", http.MethodPost, "/projects/{id}/deploy-hooks",
+		"Create a deploy hook: a secret URL that deploys the project's branch head when POSTed to",
+		"The URL is in this answer only; it is stored hashed. Anyone holding it can deploy the project (within its plan's quotas): keep it secret, delete the hook to revoke it.", http.StatusCreated), s.create)
+	huma.Register(api, ops.Op("list-deploy-hooks", http.MethodGet, "/projects/{id}/deploy-hooks",
+		"List the project's deploy hooks (a prefix of each URL token, never the URL)",
+		"", 0), s.list)
+	huma.Register(api, ops.Op("delete-deploy-hook", http.MethodDelete, "/projects/{id}/deploy-hooks/{hookId}",
+		"Revoke a deploy hook", "", http.StatusNoContent), s.delete)
 	huma.Register(api, huma.Operation{
 		OperationID: "fire-deploy-hook", Method: http.MethodPost, Path: "/deploy-hooks/{token}",
 		Summary:     "Deploy the hook's project at its branch head",
 		Description: "No other authentication: the token in the URL is the credential. 404 for a revoked or unknown hook; 403 naming the quota when the plan allows no further deployment. A request body is ignored.",
-		Tags:        tags, DefaultStatus: http.StatusCreated,
+		Tags:        ops.Tags, DefaultStatus: http.StatusCreated,
 	}, s.fire)
 	return nil
 }

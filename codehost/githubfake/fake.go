@@ -452,12 +452,22 @@ func (s *Server) repoJSON(r *Repository) map[string]any {
 	}
 }
 
-func (s *Server) getInstallation(w http.ResponseWriter, r *http.Request) {
+// appInstallationRoute checks the app JWT of a request to route, an
+// /app/installations/{id} route, counts it and returns its id.
+func (s *Server) appInstallationRoute(w http.ResponseWriter, r *http.Request, route string) (int64, bool) {
 	if !s.checkAppJWT(w, r) {
+		return 0, false
+	}
+	s.count(route)
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	return id, true
+}
+
+func (s *Server) getInstallation(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.appInstallationRoute(w, r, "GET /app/installations/{id}")
+	if !ok {
 		return
 	}
-	s.count("GET /app/installations/{id}")
-	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	s.mu.Lock()
 	in := s.installations[id]
 	var body map[string]any
@@ -473,11 +483,10 @@ func (s *Server) getInstallation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	if !s.checkAppJWT(w, r) {
+	id, ok := s.appInstallationRoute(w, r, "POST /app/installations/{id}/access_tokens")
+	if !ok {
 		return
 	}
-	s.count("POST /app/installations/{id}/access_tokens")
-	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := s.installations[id]

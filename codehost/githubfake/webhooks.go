@@ -92,12 +92,7 @@ func (s *Server) PushPayload(p Push) []byte {
 // InstallationPayload builds an installation event (action created, deleted,
 // suspend, unsuspend, new_permissions_accepted) for installation id.
 func (s *Server) InstallationPayload(action string, id int64) []byte {
-	s.mu.Lock()
-	in := s.installations[id]
-	if in == nil {
-		s.mu.Unlock()
-		panic(fmt.Sprintf("githubfake: no installation %d", id))
-	}
+	in := s.lockInstallation(id)
 	inst := s.installationJSON(in)
 	repos := make([]map[string]any, 0, len(in.Repositories))
 	for _, r := range in.Repositories {
@@ -117,12 +112,7 @@ func (s *Server) InstallationPayload(action string, id int64) []byte {
 // InstallationRepositoriesPayload builds an installation_repositories event
 // (action added or removed) for installation id.
 func (s *Server) InstallationRepositoriesPayload(action string, id int64, added, removed []*Repository) []byte {
-	s.mu.Lock()
-	in := s.installations[id]
-	if in == nil {
-		s.mu.Unlock()
-		panic(fmt.Sprintf("githubfake: no installation %d", id))
-	}
+	in := s.lockInstallation(id)
 	inst := s.installationJSON(in)
 	sender := accountJSON(in.Account, in.AccountID, "User", s.WebURL)
 	s.mu.Unlock()
@@ -224,4 +214,16 @@ func mustJSON(v any) []byte {
 		panic("githubfake: " + err.Error())
 	}
 	return b
+}
+
+// lockInstallation locks s.mu (the caller unlocks it) and returns
+// installation id; it panics for an unknown id.
+func (s *Server) lockInstallation(id int64) *Installation {
+	s.mu.Lock()
+	in := s.installations[id]
+	if in == nil {
+		s.mu.Unlock()
+		panic(fmt.Sprintf("githubfake: no installation %d", id))
+	}
+	return in
 }

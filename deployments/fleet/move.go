@@ -19,6 +19,11 @@ const movePrefix = ": moving deployment "
 // Mover moves the apps off a host (down, or drained).
 type Mover struct {
 	Deployments *deployments.Service
+	// Store reads the host's LIVE deployments and the projects' ones under
+	// way (the store the engine got, deployments.EngineDeps.Store).
+	Store interface {
+		DeploymentsWhere(ctx context.Context, f deployments.Filter) ([]*deployments.Deployment, error)
+	}
 	// PinnedHost, when set, gives the host id a project is pinned to ("" for
 	// none): an app pinned to the host it leaves is not moved.
 	PinnedHost func(ctx context.Context, projectID string) (string, error)
@@ -31,8 +36,7 @@ type Mover struct {
 // same commit again. A project with a deployment under way already is left
 // to it; one pinned to h stays, its log saying so.
 func (m Mover) MoveOffHost(ctx context.Context, h *hosts.Host, why string) error {
-	svc, queue := m.Deployments, h.Queue
-	store := svc.Store()
+	svc, store, queue := m.Deployments, m.Store, h.Queue
 	note := func(id, msg string) {
 		if sink, err := svc.Logs().Sink(ctx, id); err == nil {
 			sink.Log(deployments.StreamSystem, msg)

@@ -309,6 +309,8 @@ func benchIngress(s *server, slug, dir, db string) (rows []Row, goals []GoalFigu
 		goals = append(goals,
 			GoalFigure{Name: fmt.Sprintf("ingress / app direct, %d conns", n), Figure: fmt.Sprintf("%.3f", ir.Ratio), Target: ">= 0.35", Met: ir.Ratio >= 0.35},
 			GoalFigure{Name: fmt.Sprintf("ingress / Caddy tuned, %d conns", n), Figure: fmtOr(vsCaddy, "%.2fx", cr.NA), Target: ">= 1.25x", Met: vsCaddy >= 1.25})
+		tr, tg := benchIngressTLS(s, bin, slug, strings.TrimPrefix(direct, "http://"), dir, db, n)
+		rows, goals = append(rows, tr...), append(goals, tg...)
 	}
 	return append(rows, connRows(s, caddy, host, db)...), goals
 }

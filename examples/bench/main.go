@@ -234,7 +234,9 @@ type server struct {
 	ingress string // the apps' ingress (KEELSON_INGRESS_ADDR)
 	cmd     *exec.Cmd
 	dataDir string
-	pprof   string // the server's pprof listener (KEELSON_PPROF_ADDR)
+	pprof   string     // the server's pprof listener (KEELSON_PPROF_ADDR)
+	tlsAddr string     // the ingress's HTTPS listener (KEELSON_INGRESS_TLS_ADDR)
+	cert    *benchCert // its static certificate, for *.localhost
 }
 
 // liveKiB is the server's heap and goroutine stacks in use, in KiB, right
@@ -268,8 +270,12 @@ func startServer(bin, dir, dbURL string, env ...string) (*server, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	addr, ingress, pprofAddr := freeAddr(), freeAddr(), freeAddr()
+	addr, ingress, pprofAddr, tlsAddr := freeAddr(), freeAddr(), freeAddr(), freeAddr()
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cert, err := makeBenchCert(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -291,13 +297,16 @@ func startServer(bin, dir, dbURL string, env ...string) (*server, error) {
 		// The stream memory rows read the heap after a GC here.
 		"KEELSON_PPROF_ADDR="+pprofAddr,
 	)
+	// The HTTPS rows (ingress_tls.go); the hello projects keep plain HTTP
+	// (httpsRedirect false) for the plain rows.
+	cmd.Env = append(cmd.Env, tlsEnv(tlsAddr, cert)...)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, ingress: "http://" + ingress, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr}
+	s := &server{url: "http://" + addr, ingress: "http://" + ingress, cmd: cmd, dataDir: dataDir, pprof: "http://" + pprofAddr, tlsAddr: tlsAddr, cert: cert}
 	if err := waitHTTP(s.url+"/readyz", 60*time.Second); err != nil {
 		stop(cmd)
 		return nil, fmt.Errorf("server did not become ready (log: %s): %w", logf.Name(), err)
@@ -624,7 +633,7 @@ func benchDeploy(c *http.Client, base, tok, dir string) (liveID, slug string, ro
 		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
 	var p struct{ ID, Slug string }
-	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, &p); err != nil {
+	if err := createHello(c, base, tok, repo, &p); err != nil {
 		return "", "", []Row{{Name: name, NA: err.Error()}}
 	}
 	_, _, first, err := deployAndWait(c, base, tok, p.ID, "LIVE")
@@ -650,6 +659,23 @@ func benchDeploy(c *http.Client, base, tok, dir string) (liveID, slug string, ro
 			total.Round(time.Millisecond), first.Round(time.Millisecond), plain.Round(time.Millisecond), strings.Join(steps, ", "))}}
 }
 
+// createHello creates the hello project from repo into p, serving plain
+// HTTP too (httpsRedirect false: the server holds a certificate for it).
+func createHello(c *http.Client, base, tok, repo string, p *struct{ ID, Slug string }) error {
+	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, p); err != nil {
+		return err
+	}
+	var cur struct {
+		Region, PlanName string
+		EnvVars          []map[string]any
+	}
+	if err := get(c, base+"/projects/"+p.ID, tok, 200, &cur); err != nil {
+		return err
+	}
+	return call(c, "PATCH", base+"/projects/"+p.ID+"/settings", tok, map[string]any{
+		"region": cur.Region, "planName": cur.PlanName, "envVars": append([]map[string]any{}, cur.EnvVars...), "httpsRedirect": false}, 200, nil)
+}
+
 // deployHello deploys the hello app once and answers its slug.
 func deployHello(c *http.Client, base, tok, dir string) (string, error) {
 	repo, err := makeRepo(dir)
@@ -657,7 +683,7 @@ func deployHello(c *http.Client, base, tok, dir string) (string, error) {
 		return "", err
 	}
 	var p struct{ ID, Slug string }
-	if err := call(c, "POST", base+"/projects", tok, map[string]any{"name": "hello", "repoUrl": repo, "framework": "go", "port": 8080}, 201, &p); err != nil {
+	if err := createHello(c, base, tok, repo, &p); err != nil {
 		return "", err
 	}
 	_, _, _, err = deployAndWait(c, base, tok, p.ID, "LIVE")

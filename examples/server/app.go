@@ -196,7 +196,6 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		{"teams", a.buildTeams},
 		{"projects", a.buildProjects},
 		{"deployments", a.buildDeployments},
-		{"hosts", a.buildHosts},
 		{"codehost", a.buildCodehost},
 		{"deployhooks", a.buildDeployHooks},
 		{"domains", a.buildDomains},

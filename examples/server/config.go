@@ -528,3 +528,17 @@ func validDomain(d string) bool {
 	}
 	return true
 }
+
+// settingError names the variable of a bad assemble.Config field.
+func settingError(field, problem string) error {
+	return &ConfigError{map[string]string{"Role": "KEELSON_ROLE", "DataDir": "KEELSON_DATA_DIR", "Temporal.Address": "KEELSON_TEMPORAL_ADDRESS",
+		"Temporal.Namespace": "KEELSON_TEMPORAL_NAMESPACE", "Temporal.TaskQueue": "KEELSON_TEMPORAL_TASK_QUEUE"}[field], problem}
+}
+
+// logBudget is KEELSON_LOG_BUDGET_MB in bytes, or -1 (none) for 0.
+func logBudget(mb int) int64 {
+	if mb == 0 {
+		return -1
+	}
+	return int64(mb) << 20
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
@@ -55,7 +56,7 @@ func TestPinnedProjectStaysOnItsHostE2E(t *testing.T) {
 	}
 
 	live := deploy(root, id)
-	row, err := api.App.Deployments.Store().DeploymentGet(ctx, live.ID)
+	row, err := deployments.NewStore(api.App.DB).DeploymentGet(ctx, live.ID)
 	if err != nil || live.Status != "LIVE" || row.Host != w1.App.localHost.Queue {
 		t.Fatalf("pinned deployment: %+v on %q (%v)", live, row.Host, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/temporal/temporaltest"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
@@ -256,7 +257,7 @@ func TestScaleOutTemporalE2E(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		row, err := worker.App.Deployments.Store().DeploymentGet(context.Background(), tr.DeploymentID)
+		row, err := deployments.NewStore(worker.App.DB).DeploymentGet(context.Background(), tr.DeploymentID)
 		if err != nil {
 			t.Fatal(err)
 		}

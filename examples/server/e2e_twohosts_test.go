@@ -52,7 +52,7 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 		if final.Status != "LIVE" {
 			t.Fatalf("deployment of %s: %s %s", name, final.Status, final.ErrorMessage)
 		}
-		row, err := api.App.Deployments.Store().DeploymentGet(ctx, tr.DeploymentID)
+		row, err := deployments.NewStore(api.App.DB).DeploymentGet(ctx, tr.DeploymentID)
 		if err != nil {
 			t.Fatal(err)
 		}

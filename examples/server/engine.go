@@ -8,87 +8,36 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/container"
 )
 
 // DefaultRuntimeWait is how long start-up waits for the Docker engine to
-// answer (KEELSON_RUNTIME_WAIT): long enough for an engine started with the
-// server (compose, a boot) to come up.
-const DefaultRuntimeWait = 30 * time.Second
-
-// engineUnreachable says why no engine client could be had: the address
-// tried, whether the socket refused the server's user, and the last error.
-type engineUnreachable struct {
-	host   string
-	denied bool
-	waited time.Duration
-	err    error
-}
-
-func (e *engineUnreachable) Error() string { return e.err.Error() }
-
-// connectEngine returns a client of the engine at DOCKER_HOST (else the
-// default socket) once it answers a ping, trying again until wait has
-// passed. A socket the server's user may not open is reported at once:
-// waiting does not change permissions.
-func connectEngine(ctx context.Context, wait time.Duration, log *slog.Logger) (*client.Client, error) {
-	c, err := client.New(client.FromEnv)
-	if err != nil {
-		return nil, &engineUnreachable{host: os.Getenv("DOCKER_HOST"), err: err}
-	}
-	start := time.Now()
-	deadline := start.Add(wait)
-	logged := false
-	for {
-		try := time.Now().Add(5 * time.Second)
-		if try.After(deadline) {
-			try = deadline
-		}
-		pctx, cancel := context.WithDeadline(ctx, try)
-		_, err = c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
-		cancel()
-		if err == nil {
-			return c, nil
-		}
-		denied := strings.Contains(err.Error(), "permission denied")
-		if denied || ctx.Err() != nil || !time.Now().Add(500*time.Millisecond).Before(deadline) {
-			c.Close()
-			return nil, &engineUnreachable{host: c.DaemonHost(), denied: denied, waited: time.Since(start).Round(time.Second), err: err}
-		}
-		if !logged {
-			log.Info("waiting for the Docker engine", "engine", c.DaemonHost(), "up_to", wait.String(), "err", oneLine(err))
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
+// answer (KEELSON_RUNTIME_WAIT).
+const DefaultRuntimeWait = assemble.DefaultRuntimeWait
 
 // runtimeError is the one line start-up stops with when the runtime
 // KEELSON_RUNTIME asks for (docker, also when unset) has no engine: what was
 // tried, and the ways on.
-func runtimeError(runtime string, u *engineUnreachable) *ConfigError {
+func runtimeError(runtime string, u *assemble.EngineUnreachable) *ConfigError {
 	const process = "or set KEELSON_RUNTIME=process to run builds and apps unsandboxed, as the server's own processes (single-tenant use only)"
 	chose := "unset (docker)"
 	if runtime != "" {
 		chose = runtime
 	}
-	if u.denied {
+	if u.Denied {
 		add := "add the socket's group to the server's user (docker run --group-add <the socket's gid>)"
-		if gid, ok := socketGroup(u.host); ok {
+		if gid, ok := socketGroup(u.Host); ok {
 			add = fmt.Sprintf("add the socket's group (gid %d) to the server's user (docker run --group-add %d)", gid, gid)
 		}
-		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%s, but permission denied on the Docker engine socket at %s: %s, %s", chose, u.host, add, process)}
+		return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%s, but permission denied on the Docker engine socket at %s: %s, %s", chose, u.Host, add, process)}
 	}
 	return &ConfigError{"KEELSON_RUNTIME", fmt.Sprintf("%s, but no Docker engine answered at %s within %s (KEELSON_RUNTIME_WAIT; %s): start a Docker engine or point DOCKER_HOST at one, %s",
-		chose, u.host, u.waited, oneLine(u.err), process)}
+		chose, u.Host, u.Waited, oneLine(u.Err), process)}
 }
 
 // socketGroup is the group of host's unix socket, when it can be read.
@@ -131,4 +80,9 @@ func logMissingImages(ctx context.Context, docker *client.Client, imgs container
 		log.Warn(fmt.Sprintf("preset image %s (%s) is not on the engine: it is pulled at the first build where a registry answers; without one, build it with `scripts/local-images.sh %s` and start with `eval \"$(scripts/local-images.sh --env)\"`",
 			p.image, p.env, p.part), "variable", p.env, "image", p.image)
 	}
+}
+
+// oneLine keeps an error on the one line start-up failures print.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
 )
@@ -144,4 +148,37 @@ func (a *App) activeChanged(ctx context.Context, projectID string) {
 	if err := a.hosts.sync(ctx); err != nil {
 		a.Log.Warn("ingress: route custom domains", "project_id", projectID, "err", err)
 	}
+}
+
+// workerIngress builds, for every role but api, the ingress serving the
+// apps (KEELSON_INGRESS_ADDR, KEELSON_APPS_DOMAIN; closed last, after the
+// apps behind it stopped), the custom domains' routes and HTTPS.
+func (a *App) workerIngress(ctx context.Context, d *assemble.Deps, log *slog.Logger) error {
+	c := a.Cfg
+	if !c.RunsWorker() {
+		return nil
+	}
+	publicPort := 0
+	if _, p, err := net.SplitHostPort(c.IngressAddr); err == nil {
+		publicPort, _ = strconv.Atoi(p)
+	}
+	a.meter = ingress.NewMeter() // stored by the bandwidth module (wire_bandwidth.go)
+	icfg := ingress.Config{AppsDomain: c.AppsDomain, PublicPort: publicPort, Logger: log, Meter: a.meter}
+	if c.Engine == "temporal" {
+		// Every ingress forwards the apps other hosts run (assemble: remote routes).
+		icfg.ForwardKey, icfg.Self = a.derivedKey("keelson ingress forward v1"), hostAddress(c)
+	}
+	router, err := ingress.New(icfg)
+	if err != nil {
+		return &ConfigError{"KEELSON_APPS_DOMAIN", err.Error()}
+	}
+	// Closed last: after the apps behind it stopped.
+	a.onClose(func(context.Context) error { router.Close(); return nil })
+	if c.Runtime == "process" {
+		log.Warn("KEELSON_RUNTIME=process: builds and apps run as plain processes of the server, NOT isolated from the server or from each other (single-tenant use only; unset KEELSON_RUNTIME to use the Docker runtime)")
+	}
+	a.Ingress, d.Ingress = router, router
+	hosts := a.routeHosts(router)
+	d.Service.Hosts = hosts
+	return a.ingressHTTPS(ctx, router, hosts, log)
 }

@@ -1,26 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
-	"fmt"
-	"log/slog"
 	"net"
 	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/keelson-dev/keelson/deployments/fleet"
-	"github.com/keelson-dev/keelson/deployments/hosts"
-	"github.com/keelson-dev/keelson/deployments/ingress"
-	"github.com/keelson-dev/keelson/deployments/temporal"
-	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/deployments/assemble"
 )
 
 // hostHeartbeat is how often a worker tells the hosts register it is alive.
@@ -28,75 +16,6 @@ const hostHeartbeat = 10 * time.Second
 
 // heartbeat is hostHeartbeat, or the tests' shorter one.
 func (c Config) heartbeat() time.Duration { return cmp.Or(c.hostHeartbeat, hostHeartbeat) }
-
-// moveOffHost is the hosts register's HostDown and MoveApps: each LIVE
-// deployment of host h is deployed again on a host that answers
-// (fleet.Mover: from its image in the registry, else built again; not an
-// app pinned to h), and its log says why.
-func (a *App) moveOffHost(ctx context.Context, h *hosts.Host, why string) error {
-	return fleet.Mover{Deployments: a.Deployments, PinnedHost: a.Projects.PinnedHost}.MoveOffHost(ctx, h, why)
-}
-
-// moveDue is the hosts register's MoveDue: a failed move off a down host
-// (its new deployment FAILED, e.g. the registry was away) is tried again,
-// up to 5 times per app and outage, 5 s after the first failure, doubling.
-func (a *App) moveDue(ctx context.Context, h *hosts.Host, now time.Time) (bool, string, error) {
-	return fleet.Queries{DB: a.DB}.MoveDue(ctx, h.Queue, h.HeartbeatAt, now, fleet.MoveRetry{})
-}
-
-// buildHosts adds the hosts register (deployments/hosts): the ADMIN routes
-// in every role; with the Temporal engine, a process that runs a worker
-// registers its host (temporalDeps set a.localHost) and keeps it alive.
-func (a *App) buildHosts(context.Context) error {
-	svc, err := hosts.New(hosts.Deps{DB: a.DB, Auth: a.Authn, Log: a.Log.With("module", "hosts"),
-		Local: a.localHost, HeartbeatEvery: a.Cfg.heartbeat(), DownAfter: a.Cfg.HostDownAfter, MoveApps: a.moveOffHost,
-		Load: fleet.Queries{DB: a.DB}.LoadByHost, MoveDue: a.moveDue,
-		HostDown: func(ctx context.Context, h *hosts.Host) error {
-			return a.moveOffHost(ctx, h, fmt.Sprintf("host %s has sent no heartbeat since %s", h.ID, h.HeartbeatAt.Format(time.RFC3339)))
-		}})
-	if err != nil {
-		return err
-	}
-	a.add(svc)
-	a.Hosts = svc
-	return nil
-}
-
-// newLocalHost describes this machine for the hosts register: the worker's
-// host id and queue, where other machines reach its ingress, its memory
-// and CPUs, and how to count its LIVE apps.
-func (a *App) newLocalHost(id, queue string, cordon func(bool) error) *hosts.Local {
-	name, _ := os.Hostname()
-	addr := hostAddress(a.Cfg)
-	log := a.Log.With("module", "hosts")
-	return &hosts.Local{
-		Host: hosts.Host{ID: id, Queue: queue, Name: name, Address: addr,
-			MemoryMB: memTotalMB(), CPUs: runtime.NumCPU(), MaxApps: a.Cfg.HostMaxApps},
-		CountApps: func(ctx context.Context) (int, error) { return fleet.Queries{DB: a.DB}.CountLive(ctx, queue) },
-		Cordoned: func(cordoned bool) {
-			if err := cordon(cordoned); err != nil {
-				log.Error("hosts: cordon this host's worker", "cordoned", cordoned, "err", err)
-			}
-		},
-	}
-}
-
-// memTotalMB is the machine's memory from /proc/meminfo, 0 when unknown.
-func memTotalMB() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
 
 // hostAddress is KEELSON_HOST_ADDRESS, else KEELSON_INGRESS_ADDR when it
 // names one address, else this machine's name with the ingress port: where
@@ -114,46 +33,7 @@ func hostAddress(c Config) string {
 }
 
 // remoteEvery is how often an ingress reloads the routes other hosts serve.
-const remoteEvery = time.Second
-
-// routeRemote keeps router's remote routes (the apps other hosts run, each
-// forwarded to its host's ingress) loaded from the database: at start, then
-// every remoteEvery, so a deployment going LIVE on another host is served
-// here within about a second.
-func (a *App) routeRemote(router *ingress.Router, log *slog.Logger) {
-	var loop *platform.Loop
-	reload := func(ctx context.Context) error {
-		live, err := fleet.Queries{DB: a.DB}.LiveHosts(ctx)
-		if err != nil {
-			return err
-		}
-		addrs, err := a.Hosts.Addresses(ctx)
-		if err != nil {
-			return err
-		}
-		routes := make(map[string]string, len(live))
-		for slug, queue := range live {
-			if addr, ok := addrs[queue]; ok {
-				routes[slug] = addr
-			}
-		}
-		return router.SetRemote(routes)
-	}
-	a.add(platform.Part{
-		OnStart: func(ctx context.Context) error {
-			if err := reload(ctx); err != nil {
-				return err
-			}
-			loop = platform.Every(context.Background(), remoteEvery, false, nil, func(ctx context.Context) {
-				if err := reload(ctx); err != nil && ctx.Err() == nil {
-					log.Warn("ingress: reload the routes of other hosts", "err", err)
-				}
-			})
-			return nil
-		},
-		OnClose: func(context.Context) error { loop.Stop(); return nil },
-	})
-}
+const remoteEvery = assemble.RemoteEvery
 
 // derivedKey is a key for one purpose, derived from the installation's JWT
 // secret (the same on every process of an installation).
@@ -161,27 +41,4 @@ func (a *App) derivedKey(purpose string) []byte {
 	mac := hmac.New(sha256.New, a.JWTSecret)
 	mac.Write([]byte(purpose))
 	return mac.Sum(nil)
-}
-
-// hostPlacer is the Temporal workers' Placer: the hosts register (built
-// after the deployments module, so read when a deployment is placed), asked
-// for the deployment's needs (its plan's memory and CPU, recorded on it)
-// on its project's pinned host if any. No host with room fails it.
-type hostPlacer struct{ a *App }
-
-func (p hostPlacer) Place(ctx context.Context, id string) (temporal.Placement, error) {
-	d, err := p.a.Deployments.Store().DeploymentGet(ctx, id)
-	if err != nil {
-		return temporal.Placement{}, err
-	}
-	pin, err := p.a.Projects.PinnedHost(ctx, d.ProjectID)
-	if err != nil {
-		return temporal.Placement{}, err
-	}
-	need := hosts.Need{MemoryMi: d.MemoryMi, CPUm: d.CPUm, Pin: pin}
-	queue, reason, err := p.a.Hosts.Place(ctx, need)
-	if errors.Is(err, hosts.ErrNoRoom) {
-		return temporal.Placement{Reason: err.Error(), Refused: true}, nil
-	}
-	return temporal.Placement{Queue: queue, Reason: reason}, err
 }

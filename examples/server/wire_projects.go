@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/auth/teams"
+	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
@@ -139,4 +140,46 @@ func (c deploymentCounter) LogUsage(ctx context.Context, ownerID string) (int64,
 
 func (c deploymentCounter) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error) {
 	return c.e.deployments.DeploymentsThisMonth(ctx, ownerID)
+}
+
+var (
+	_ projects.Teardown          = (*deployments.Service)(nil)
+	_ projects.DeploymentCounter = (*deployments.Service)(nil)
+)
+
+// projectAccess adapts the projects module's one authorisation point to
+// deployments.Access.
+type projectAccess struct{ s *projects.Service }
+
+func (p projectAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error {
+	_, err := p.s.Authorize(ctx, userID, projectID, perm)
+	return err
+}
+
+func (p projectAccess) Accounts(ctx context.Context, userID string) ([]string, error) {
+	return p.s.Accounts(ctx, userID)
+}
+
+// deploySource adapts the projects module to deployments.ProjectSource.
+type deploySource struct{ s *projects.Service }
+
+func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*deployments.DeploySpec, error) {
+	p, err := s.s.ProjectForDeploy(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	env := make([]deployments.EnvVar, len(p.Env))
+	for i, e := range p.Env {
+		env[i] = deployments.EnvVar{Key: e.Key, Value: e.Value, Secret: e.Secret}
+	}
+	return &deployments.DeploySpec{
+		OwnerID: p.OwnerID, Slug: p.Slug, Name: p.Name, RepoURL: p.RepoURL, Branch: p.Branch,
+		Framework: p.Framework, Port: p.Port, BuildCommand: p.BuildCommand, StartCommand: p.StartCommand,
+		Region: p.Region, Env: env,
+		Limits: deployments.Limits{
+			BuildTimeout: time.Duration(p.BuildTimeoutMins) * time.Minute,
+			MemoryMi:     p.MaxMemoryMi, CPUMillis: p.MaxCpuM, StorageGi: p.MaxStorageGi, Priority: p.PriorityBuilds,
+		},
+		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName,
+	}, nil
 }

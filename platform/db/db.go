@@ -213,3 +213,12 @@ func LockTx(ctx context.Context, tx bun.Tx, key string) error {
 	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext(?))", key)
 	return err
 }
+
+// ExecPostgres runs query on idb when it is Postgres; on SQLite it does nothing.
+func ExecPostgres(ctx context.Context, idb bun.IDB, query string) error {
+	if !IsPostgres(idb) {
+		return nil
+	}
+	_, err := idb.ExecContext(ctx, query)
+	return err
+}

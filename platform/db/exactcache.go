@@ -167,3 +167,12 @@ BEGIN
 	RETURN NULL;
 END $$ LANGUAGE plpgsql;`
 }
+
+// NotifyTrigger is the SQL (Postgres) that (re)creates trigger on table,
+// calling fn (a NotifyFunction) after every insert, update and delete of a row.
+func NotifyTrigger(trigger, table, fn string) string {
+	return `
+DROP TRIGGER IF EXISTS ` + trigger + ` ON ` + table + `;
+CREATE TRIGGER ` + trigger + ` AFTER INSERT OR UPDATE OR DELETE ON ` + table + ` FOR EACH ROW
+	EXECUTE FUNCTION ` + fn + `();`
+}

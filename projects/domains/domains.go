@@ -181,12 +181,7 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, fmt.Errorf("domains: %w", err)
 	}
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
-	if d.Clock == nil {
-		d.Clock = platform.SystemClock{}
-	}
+	platform.Defaults(&d.Clock, &d.Log)
 	d.AppsDomain = strings.TrimSuffix(strings.ToLower(d.AppsDomain), ".")
 	d.MaxPerProject = cmp.Or(d.MaxPerProject, DefaultMaxPerProject)
 	d.CheckInterval = cmp.Or(d.CheckInterval, DefaultCheckInterval)

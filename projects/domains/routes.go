@@ -2,7 +2,6 @@ package domains
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -12,14 +11,12 @@ import (
 // Register adds the custom-domain routes to api; all need a bearer token and
 // answer the project's owner only (404 for anyone else).
 func (s *Service) Register(api huma.API) error {
-	if api == nil {
-		return errors.New("domains: api is required")
+	ops, err := platform.NewBearerOps("domains", api, s.d.Auth, "Domains")
+	if err != nil {
+		return err
 	}
-	auth := huma.Middlewares{platform.RequireAuth(api, s.d.Auth)}
-	tags := []string{"Domains"}
 	op := func(id, method, path, summary, desc string) huma.Operation {
-		return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Description: desc,
-			Tags: tags, Security: platform.Bearer(), Middlewares: auth}
+		return ops.Op(id, method, path, summary, desc, 0)
 	}
 	create := op("create-domain", http.MethodPost, "/projects/{id}/domains", "Add a custom domain to the project",
 		"Answers 201 with the domain (pending) and the DNS records to create: a TXT record at _keelson-challenge.<hostname> proving ownership, "+

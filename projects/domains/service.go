@@ -251,12 +251,9 @@ func (s *Service) List(ctx context.Context, caller, projectID string, p ListPara
 	if err := q.Order("created_at DESC", "id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
 		return nil, "", db.Translate(err)
 	}
-	next := ""
-	if len(rows) > p.Limit {
-		rows = rows[:p.Limit]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	rows, next := platform.TrimPage(rows, p.Limit, func(last domainRow) platform.Cursor {
+		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
+	})
 	out := make([]*Domain, len(rows))
 	for i := range rows {
 		out[i] = s.out(&rows[i])

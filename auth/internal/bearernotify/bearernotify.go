@@ -18,12 +18,8 @@ const Channel = "keelson_auth_bearer"
 // Triggers (Postgres only) make triggers that notify Channel with the user id after
 // any change of the columns the bearer check reads, from any process.
 func Triggers(ctx context.Context, idb bun.IDB) error {
-	if !db.IsPostgres(idb) {
-		return nil
-	}
-	_, err := idb.ExecContext(ctx, `
-`+db.NotifyFunction("keelson_auth_user_notify", Channel, "id")+`
-`+db.NotifyFunction("keelson_auth_session_notify", Channel, "user_id")+`
+	return db.ExecPostgres(ctx, idb, db.NotifyFunction("keelson_auth_user_notify", Channel, "id")+
+		db.NotifyFunction("keelson_auth_session_notify", Channel, "user_id")+`
 DROP TRIGGER IF EXISTS keelson_auth_user_update ON auth_users;
 CREATE TRIGGER keelson_auth_user_update AFTER UPDATE ON auth_users FOR EACH ROW
 	WHEN (OLD.email IS DISTINCT FROM NEW.email OR OLD.email_verified IS DISTINCT FROM NEW.email_verified
@@ -40,5 +36,4 @@ CREATE TRIGGER keelson_auth_session_update AFTER UPDATE ON auth_refresh_tokens F
 DROP TRIGGER IF EXISTS keelson_auth_session_delete ON auth_refresh_tokens;
 CREATE TRIGGER keelson_auth_session_delete AFTER DELETE ON auth_refresh_tokens FOR EACH ROW
 	EXECUTE FUNCTION keelson_auth_session_notify();`)
-	return err
 }

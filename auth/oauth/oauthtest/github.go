@@ -236,11 +236,7 @@ func (g *GitHub) RevokeToken(tok string) {
 // this fake's tokens); without one, an authenticated user has none:
 // {"total_count":0,"installations":[]}.
 func (g *GitHub) installations(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	api := g.api
-	g.mu.Unlock()
-	if api != nil {
-		api.ServeHTTP(w, r)
+	if g.servedByAPI(w, r) {
 		return
 	}
 	if g.authUser(w, r) == nil {
@@ -249,13 +245,20 @@ func (g *GitHub) installations(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"total_count": 0, "installations": []any{}})
 }
 
-// rest answers the routes this fake does not serve: SetAPI's handler, or 404.
-func (g *GitHub) rest(w http.ResponseWriter, r *http.Request) {
+// servedByAPI passes the request to SetAPI's handler, if there is one.
+func (g *GitHub) servedByAPI(w http.ResponseWriter, r *http.Request) bool {
 	g.mu.Lock()
 	api := g.api
 	g.mu.Unlock()
 	if api != nil {
 		api.ServeHTTP(w, r)
+	}
+	return api != nil
+}
+
+// rest answers the routes this fake does not serve: SetAPI's handler, or 404.
+func (g *GitHub) rest(w http.ResponseWriter, r *http.Request) {
+	if g.servedByAPI(w, r) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")

@@ -8,9 +8,7 @@
 package registrytest
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,31 +42,23 @@ func (r *Registry) Repository() string { return r.Addr + "/keelson" }
 // Log is the registry's output so far.
 func (r *Registry) Log() string { return r.out.String() }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "registrytest", What: "an image registry (CNCF Distribution)",
+	Env: "KEELSON_TEST_REGISTRY", Require: "KEELSON_TEST_REQUIRE_REGISTRY", Script: ".ci/registry.sh"}
+
 // Start runs a registry for t, stopped (and waited for) when t ends.
 func Start(t testing.TB, o Options) *Registry {
 	t.Helper()
-	bin := os.Getenv("KEELSON_TEST_REGISTRY")
-	if bin == "" {
-		if os.Getenv("KEELSON_TEST_REQUIRE_REGISTRY") == "1" {
-			t.Fatal("registrytest: KEELSON_TEST_REGISTRY is not set (KEELSON_TEST_REQUIRE_REGISTRY=1); build the test registry with `export KEELSON_TEST_REGISTRY=$(bash .ci/registry.sh)`")
-		}
-		platformtest.Skip(t, "an image registry (CNCF Distribution): KEELSON_TEST_REGISTRY is not set", "export KEELSON_TEST_REGISTRY=$(bash .ci/registry.sh)")
-	}
-	var last error
-	for range 3 { // a port picked free may be taken before the registry binds it
-		r, err := start(t, bin, o)
-		if err == nil {
-			return r
-		}
-		last = err
-	}
-	t.Fatalf("registrytest: %v", last)
-	return nil
+	return platformtest.RunTool(t, tool, func(bin string) (*Registry, error) { return start(t, bin, o) })
 }
 
 func start(t testing.TB, bin string, o Options) (*Registry, error) {
 	dir := t.TempDir()
-	addr := "127.0.0.1:" + strconv.Itoa(freePort())
+	port, err := platformtest.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	auth := ""
 	if o.Username != "" {
 		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
@@ -103,41 +93,20 @@ http:
 	cmd := exec.Command(bin, "serve", file)
 	// No telemetry exporters (v3 turns OpenTelemetry on by default).
 	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none", "OTEL_LOGS_EXPORTER=none")
-	if err := platformtest.StartTool(t, cmd, r.out, r.waitReady); err != nil {
+	if err := platformtest.StartTool(t, cmd, r.out, platformtest.WaitReady("the registry", r.ready)); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// waitReady waits until /v2/ answers (200, or 401 with auth).
-func (r *Registry) waitReady(exited <-chan error) error {
-	c := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("registry exited: %v", err)
-		default:
-		}
-		if resp, err := c.Get("http://" + r.Addr + "/v2/"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the registry did not answer within 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+// ready says whether /v2/ answers (200, or 401 with auth).
+func (r *Registry) ready() bool {
+	resp, err := readyClient.Get("http://" + r.Addr + "/v2/")
+	if err != nil {
+		return false
 	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized
 }
 
-// freePort is a TCP port free on loopback just now.
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var readyClient = &http.Client{Timeout: 2 * time.Second}

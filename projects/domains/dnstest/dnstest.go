@@ -11,11 +11,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -36,87 +34,44 @@ type Server struct {
 	t    testing.TB
 }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "dnstest", What: "a test DNS server (pebble-challtestsrv)",
+	Env: "KEELSON_TEST_CHALLTESTSRV", Require: "KEELSON_TEST_REQUIRE_DNS", Script: ".ci/challtestsrv.sh"}
+
 // Start runs a challtestsrv for t, stopped (and waited for) when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := os.Getenv("KEELSON_TEST_CHALLTESTSRV")
-	if bin == "" {
-		msg := "dnstest: KEELSON_TEST_CHALLTESTSRV is not set; build the test DNS server with `export KEELSON_TEST_CHALLTESTSRV=$(bash .ci/challtestsrv.sh)`"
-		if os.Getenv("KEELSON_TEST_REQUIRE_DNS") == "1" {
-			t.Fatal(msg + " (KEELSON_TEST_REQUIRE_DNS=1)")
-		}
-		t.Skip(msg)
-	}
-	var last error
-	for range 3 { // a port picked free may be taken before the server binds it
-		s, err := start(t, bin)
-		if err == nil {
-			return s
-		}
-		last = err
-	}
-	t.Fatalf("dnstest: %v", last)
-	return nil
+	return platformtest.RunTool(t, tool, func(bin string) (*Server, error) { return start(t, bin) })
 }
 
 func start(t testing.TB, bin string) (*Server, error) {
-	dnsPort, err := freePort()
+	ports, err := platformtest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	mgmtPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	dnsPort, mgmtPort := ports[0], ports[1]
 	s := &Server{DNS: "127.0.0.1:" + strconv.Itoa(dnsPort), mgmt: "http://127.0.0.1:" + strconv.Itoa(mgmtPort), t: t}
 	cmd := exec.Command(bin, "-dnsserver", s.DNS, "-management", "127.0.0.1:"+strconv.Itoa(mgmtPort),
 		"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-defaultIPv4", "", "-defaultIPv6", "")
-	if err := platformtest.StartTool(t, cmd, &platformtest.SyncBuffer{}, s.waitReady); err != nil {
+	if err := platformtest.StartTool(t, cmd, &platformtest.SyncBuffer{}, platformtest.WaitReady("challtestsrv", s.ready)); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// freePort is a port free for both TCP and UDP on loopback, just now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// ready says whether the management API sets a record and the DNS server
+// answers it (the record is cleared again).
+func (s *Server) ready() bool {
+	if s.post("/set-txt", map[string]any{"host": "ready.dnstest.invalid", "value": "ready"}) != nil {
+		return false
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return 0, err
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := s.Resolver().LookupTXT(ctx, "ready.dnstest.invalid")
+	if err != nil || len(v) != 1 || v[0] != "ready" {
+		return false
 	}
-	u.Close()
-	return port, nil
-}
-
-// waitReady waits until the management API sets a record and the DNS server
-// answers it (or the process exits, or 20 s pass).
-func (s *Server) waitReady(exited <-chan error) error {
-	deadline := time.Now().Add(20 * time.Second)
-	r := s.Resolver()
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("challtestsrv exited: %v", err)
-		default:
-		}
-		if s.post("/set-txt", map[string]any{"host": "ready.dnstest.invalid", "value": "ready"}) == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			v, err := r.LookupTXT(ctx, "ready.dnstest.invalid")
-			cancel()
-			if err == nil && len(v) == 1 && v[0] == "ready" {
-				return s.post("/clear-txt", map[string]any{"host": "ready.dnstest.invalid"})
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("challtestsrv did not become ready within 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s.post("/clear-txt", map[string]any{"host": "ready.dnstest.invalid"}) == nil
 }
 
 // Resolver asks this server only.

@@ -14,10 +14,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,31 +50,23 @@ type Options struct {
 	Validity time.Duration
 }
 
+// tool is the binary Start runs.
+var tool = platformtest.Tool{Name: "acmetest", What: "Pebble (a test ACME CA)",
+	Env: "KEELSON_TEST_PEBBLE", Require: "KEELSON_TEST_REQUIRE_PEBBLE", Script: ".ci/pebble.sh"}
+
 // Start runs Pebble for t, stopped (and waited for) when t ends.
 func Start(t testing.TB, o Options) *Pebble {
 	t.Helper()
-	bin := os.Getenv("KEELSON_TEST_PEBBLE")
-	if bin == "" {
-		if os.Getenv("KEELSON_TEST_REQUIRE_PEBBLE") == "1" {
-			t.Fatal("acmetest: KEELSON_TEST_PEBBLE is not set (KEELSON_TEST_REQUIRE_PEBBLE=1); build the test ACME CA with `export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)`")
-		}
-		platformtest.Skip(t, "Pebble (a test ACME CA): KEELSON_TEST_PEBBLE is not set", "export KEELSON_TEST_PEBBLE=$(bash .ci/pebble.sh)")
-	}
-	var last error
-	for range 3 { // a port picked free may be taken before Pebble binds it
-		p, err := start(t, bin, o)
-		if err == nil {
-			return p
-		}
-		last = err
-	}
-	t.Fatalf("acmetest: %v", last)
-	return nil
+	return platformtest.RunTool(t, tool, func(bin string) (*Pebble, error) { return start(t, bin, o) })
 }
 
 func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 	dir := filepath.Dir(bin)
-	acmePort, mgmtPort, err := freePort(), freePort(), error(nil)
+	ports, err := platformtest.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	acmePort, mgmtPort := ports[0], ports[1]
 	validity := int64(7776000) // 90 days, in seconds
 	if o.Validity > 0 {
 		validity = int64(o.Validity / time.Second)
@@ -106,7 +96,7 @@ func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmtPort), out: &platformtest.SyncBuffer{}}
 	cmd := exec.Command(bin, "-config", cfgFile, "-dnsserver", o.DNS)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
-	if err := platformtest.StartTool(t, cmd, p.out, p.waitReady); err != nil {
+	if err := platformtest.StartTool(t, cmd, p.out, platformtest.WaitReady("pebble", p.ready)); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -117,25 +107,14 @@ func (p *Pebble) client() *http.Client {
 		TLSClientConfig: &tls.Config{RootCAs: p.APIRoots}}}
 }
 
-func (p *Pebble) waitReady(exited <-chan error) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("pebble exited: %v", err)
-		default:
-		}
-		if resp, err := p.client().Get(p.DirectoryURL); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("pebble did not become ready within 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+// ready says whether Pebble's ACME directory answers.
+func (p *Pebble) ready() bool {
+	resp, err := p.client().Get(p.DirectoryURL)
+	if err != nil {
+		return false
 	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // IssuingRoots are the roots the certificates Pebble issues chain to (its
@@ -160,13 +139,3 @@ func (p *Pebble) Orders() int { return strings.Count(p.out.String(), "Added orde
 
 // Log is Pebble's output so far.
 func (p *Pebble) Log() string { return p.out.String() }
-
-// freePort is a TCP port free on loopback just now.
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}

@@ -1,0 +1,101 @@
+package platformtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Tool is a server a test runs from a binary that a .ci script builds (the
+// test image registry, ACME CA, DNS server).
+type Tool struct {
+	Name    string // the helper package, in failures: "registrytest"
+	What    string // what it is, in skips: "an image registry (CNCF Distribution)"
+	Env     string // names the binary: "KEELSON_TEST_REGISTRY"
+	Require string // set to 1, a missing binary fails the test: "KEELSON_TEST_REQUIRE_REGISTRY"
+	Script  string // builds the binary and prints its path: ".ci/registry.sh"
+}
+
+// RunTool starts tool for t with start, given the binary, and returns what
+// start returns. Without the binary t skips (Skip), or fails when
+// tool.Require is 1. start is tried three times, since a port picked free
+// (FreePort) may be taken before the tool binds it; the last error fails t.
+func RunTool[T any](t testing.TB, tool Tool, start func(bin string) (T, error)) T {
+	t.Helper()
+	bin := os.Getenv(tool.Env)
+	if bin == "" {
+		enable := fmt.Sprintf("export %s=$(bash %s)", tool.Env, tool.Script)
+		if os.Getenv(tool.Require) == "1" {
+			t.Fatalf("%s: %s is not set (%s=1); build it with `%s`", tool.Name, tool.Env, tool.Require, enable)
+		}
+		Skip(t, tool.What+": "+tool.Env+" is not set", enable)
+	}
+	var last error
+	for range 3 {
+		v, err := start(bin)
+		if err == nil {
+			return v
+		}
+		last = err
+	}
+	t.Fatalf("%s: %v", tool.Name, last)
+	var zero T
+	return zero
+}
+
+// FreePort is a port free for both TCP and UDP on loopback, just now.
+func FreePort() (int, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// FreePorts are n different ports free for both TCP and UDP on loopback,
+// just now.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n { // each listener is held until all are picked, so they differ
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, port := range ports {
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return nil, err
+		}
+		u.Close()
+	}
+	return ports, nil
+}
+
+// WaitReady is a ready function for StartTool: it polls ready every 50 ms
+// until it returns true, and fails once the tool (name) exits or 20 s pass.
+func WaitReady(name string, ready func() bool) func(exited <-chan error) error {
+	return func(exited <-chan error) error {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			select {
+			case err := <-exited:
+				return fmt.Errorf("%s exited: %v", name, err)
+			default:
+			}
+			if ready() {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return errors.New(name + " did not become ready within 20 s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
