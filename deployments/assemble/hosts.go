@@ -84,7 +84,7 @@ func (p hostPlacer) Place(ctx context.Context, id string) (temporal.Placement, e
 	if errors.Is(err, hosts.ErrNoRoom) {
 		return temporal.Placement{Reason: err.Error(), Refused: true}, nil
 	}
-	return temporal.Placement{Queue: queue, Reason: reason}, err
+	return temporal.Placement{Queue: queue, Reason: reason, Pinned: need.Pin != ""}, err
 }
 
 // routeRemote keeps router's remote routes (the apps other hosts run, each

@@ -33,16 +33,19 @@ type activities struct {
 }
 
 // place asks the Placer for the deployment's host and notes its reason in
-// the deployment's log. Without a Placer, or when it fails, any worker; a
-// refusal (no host can take it) is returned for the workflow to fail it.
+// the deployment's log. Without a Placer, any worker; a refusal (no host
+// can take it) is returned for the workflow to fail it. An error (the
+// register or the store could not be read or written) is returned too:
+// the workflow retries, then fails the deployment rather than let any
+// worker take it past a pin or a full host.
 func (a *activities) place(ctx context.Context, id string) (PlaceResult, error) {
 	if a.placer == nil {
 		return PlaceResult{}, nil
 	}
 	p, err := a.placer.Place(ctx, id)
 	if err != nil {
-		a.log.Warn("placement failed; any worker builds it", "deployment", id, "err", err)
-		return PlaceResult{}, nil
+		a.log.Warn("placement failed", "deployment", id, "err", err)
+		return PlaceResult{}, fmt.Errorf("the hosts register could not be read: %w", err)
 	}
 	if p.Refused {
 		return PlaceResult{Refused: p.Reason}, nil
@@ -50,14 +53,14 @@ func (a *activities) place(ctx context.Context, id string) (PlaceResult, error) 
 	if p.Queue != "" {
 		// Counted as placed there (Placer's load) from now, not only once it runs.
 		if err := a.store.DeploymentSetHost(ctx, id, p.Queue); err != nil {
-			a.log.Warn("record the placement; any worker builds it", "deployment", id, "err", err)
-			return PlaceResult{}, nil
+			a.log.Warn("recording the placement failed", "deployment", id, "err", err)
+			return PlaceResult{}, fmt.Errorf("the placement could not be recorded: %w", err)
 		}
 	}
 	if p.Reason != "" {
 		a.acts.Note(ctx, id, p.Reason)
 	}
-	return PlaceResult{Queue: p.Queue}, nil
+	return PlaceResult{Queue: p.Queue, Pinned: p.Pinned}, nil
 }
 
 // build runs BUILD and returns this worker's own task queue, where PROVISION

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -593,7 +594,11 @@ func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
 	c := newCluster(t, srv, bdb, projects)
 	var mu sync.Mutex
 	extra := map[string]int64{} // MiB held on each host queue by others
+	var broken atomic.Bool      // the register's load query fails (its database is down)
 	register, err := hosts.New(hosts.Deps{DB: bdb, Load: func(ctx context.Context) (map[string]hosts.Load, error) {
+		if broken.Load() {
+			return nil, errors.New("database is down")
+		}
 		loads, err := fleet.Queries{DB: bdb}.LoadByHost(ctx)
 		mu.Lock()
 		defer mu.Unlock()
@@ -646,4 +651,16 @@ func TestTemporalPlacementChoosesTheLeastLoadedHost(t *testing.T) {
 	require.Equal(t, "deployment failed: placement: no host can take the deployment: host-a full: 4,096 of 4,096 MiB held, needs 1,024; host-b full: 3,584 of 4,096 MiB held, needs 1,024", failed.ErrorMessage)
 	code, _ := getApp(t, ingA.URL, slug)
 	require.Equal(t, http.StatusOK, code, "the LIVE deployment keeps serving")
+
+	// A register that cannot be read fails the deployment (after the local
+	// activity's retries) rather than letting any worker build it.
+	hold(b, 0)
+	broken.Store(true)
+	d = trigger()
+	failed, _ = c.waitStatus(t, spec.OwnerID, d.ID, deployments.StatusFailed)
+	require.Equal(t, "deployment failed: placement: the hosts register could not be read: database is down", failed.ErrorMessage)
+	got, err := c.store.DeploymentGet(ctx, d.ID)
+	require.NoError(t, err)
+	require.Empty(t, got.Host, "placed nowhere")
+	require.Nil(t, got.Steps.Get(deployments.StepBuild).StartedAt, "nothing built")
 }

@@ -66,6 +66,9 @@ type Placer interface {
 type Placement struct {
 	Queue, Reason string
 	Refused       bool
+	// Pinned: the project is pinned to the host; if that host does not take
+	// the build, the deployment fails instead of going to any worker.
+	Pinned bool
 }
 
 // WorkerStore is what a worker reads and writes of the deployments directly

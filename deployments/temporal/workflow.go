@@ -36,6 +36,10 @@ const (
 // Placer) before BUILD: earlier histories replay without the choice.
 const versionPlacement = "placement"
 
+// versionPlacementClosed marks workflows that fail a deployment whose
+// placement errs (the register unreadable) instead of building it anywhere.
+const versionPlacementClosed = "placement-fails-closed"
+
 // versionReleaseGrace marks workflows that let a replaced app serve for
 // Timeouts.ReleaseGrace before stopping it.
 const versionReleaseGrace = "release-grace"
@@ -237,10 +241,10 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 // build runs BUILD on the placed host (or any worker): retried when its
 // worker is lost (heartbeat timeout); a failing build command is a
 // non-retryable error. A placed host that does not take it in time (it went
-// away) hands it to any worker.
+// away) hands it to any worker, unless the project is pinned to it.
 func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout time.Duration) (BuildResult, error) {
 	st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-	queue, placed, refused := st.place(ctx, in)
+	queue, placed, pinned, refused := st.place(ctx, in)
 	if refused != "" {
 		return BuildResult{}, temporal.NewNonRetryableApplicationError("placement: "+refused, errTypeStepFailed, nil)
 	}
@@ -248,6 +252,9 @@ func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout 
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout)),
 		activityBuild, in.DeploymentID).Get(ctx, &br)
 	if err != nil && placed && workerLost(err) {
+		if pinned {
+			return br, temporal.NewNonRetryableApplicationError("placement: the project's pinned host did not take the build (it went away); it is not built elsewhere", errTypeStepFailed, nil)
+		}
 		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions("", t, buildTimeout)),
 			activityBuild, in.DeploymentID).Get(ctx, &br)
 	}
@@ -263,12 +270,12 @@ func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout 
 // keeps the build (in.BuildQueue); else the Placer's choice (placed true),
 // or "" (any worker) without one, when it has none, or when it fails.
 // refused says why no host can take it (the deployment fails).
-func (st *State) place(ctx workflow.Context, in Input) (queue string, placed bool, refused string) {
+func (st *State) place(ctx workflow.Context, in Input) (queue string, placed, pinned bool, refused string) {
 	if in.BuildQueue != "" {
-		return in.BuildQueue, false, ""
+		return in.BuildQueue, false, false, ""
 	}
 	if workflow.GetVersion(ctx, versionPlacement, workflow.DefaultVersion, 1) < 1 {
-		return "", false, ""
+		return "", false, false, ""
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
@@ -276,10 +283,19 @@ func (st *State) place(ctx workflow.Context, in Input) (queue string, placed boo
 	})
 	var res PlaceResult
 	if err := workflow.ExecuteLocalActivity(lctx, activityPlace, in.DeploymentID).Get(ctx, &res); err != nil {
+		// Fail closed: any worker could break a pin or fill a full host.
+		// Workflows that ran before this version keep going on any worker.
+		if workflow.GetVersion(ctx, versionPlacementClosed, workflow.DefaultVersion, 1) == 1 {
+			var app *temporal.ApplicationError
+			if errors.As(err, &app) {
+				return "", false, false, app.Message()
+			}
+			return "", false, false, "the placement could not be decided"
+		}
 		workflow.GetLogger(ctx).Warn("placement failed; any worker builds it", "deployment", in.DeploymentID, "err", err)
-		return "", false, ""
+		return "", false, false, ""
 	}
-	return res.Queue, res.Queue != "", res.Refused
+	return res.Queue, res.Queue != "", res.Pinned, res.Refused
 }
 
 // PlaceResult is the host the placement chose ("" for any worker), or why
@@ -287,6 +303,7 @@ func (st *State) place(ctx workflow.Context, in Input) (queue string, placed boo
 type PlaceResult struct {
 	Queue   string
 	Refused string `json:",omitempty"`
+	Pinned  bool   `json:",omitempty"` // the project is pinned to Queue's host
 }
 
 // buildOptions run BUILD on queue ("" is any worker of the workflow's own

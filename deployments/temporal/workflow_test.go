@@ -35,6 +35,7 @@ type fixture struct {
 	project  string
 	slug     string
 	shares   deployments.Shares // the workers' build shares; nil: 2 each
+	placer   Placer             // the workers' Placer; nil: any worker
 }
 
 func newFixture(t *testing.T, store *deployments.Store) *fixture {
@@ -111,7 +112,7 @@ func (f *fixture) testEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 // outlast the test: no holder's workflow is looked up (there is no client).
 func (f *fixture) activities() *activities {
 	return &activities{acts: f.acts, store: f.store, rt: f.rt, hostQueue: "q/worker/test", log: discardLog(),
-		perUser: 2, shares: f.shares, slots: testSlots, lease: time.Hour}
+		perUser: 2, shares: f.shares, slots: testSlots, lease: time.Hour, placer: f.placer}
 }
 
 // testSlots are the workers' build slots in the workflow tests: the default.
@@ -238,6 +239,37 @@ func TestWorkflowWorkerLostDuringProvisionRebuilds(t *testing.T) {
 	got := f.get(t, d.ID)
 	require.Equal(t, deployments.StatusLive, got.Status)
 	require.Equal(t, 2, got.Attempt)
+}
+
+// pinnedPlacer places every deployment on one host queue, pinned there.
+type pinnedPlacer string
+
+func (q pinnedPlacer) Place(context.Context, string) (Placement, error) {
+	return Placement{Queue: string(q), Reason: "placed on host " + string(q) + " (pinned)", Pinned: true}, nil
+}
+
+// A project pinned to a host whose worker never takes the build (the host
+// went away): the deployment fails naming that, and nothing is built on
+// another worker (an unpinned one would go to any worker).
+func TestWorkflowPinnedHostGoneFailsTheDeployment(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	f.placer = pinnedPlacer("q/worker/pinned")
+	d := f.queue(t)
+	env := f.testEnv(t)
+	calls := 0
+	env.OnActivity(activityBuild, mock.Anything, mock.Anything).Return(func(ctx context.Context, id string) (BuildResult, error) {
+		calls++
+		return BuildResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+	})
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.Error(t, env.GetWorkflowError())
+	require.Equal(t, 1, calls, "not handed to another worker")
+	require.Empty(t, f.rt.Builds())
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusFailed, got.Status)
+	require.Contains(t, got.ErrorMessage, "pinned host did not take the build")
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
