@@ -213,7 +213,7 @@ func (s *Service) Close(ctx context.Context) error {
 	// The log streams ended with their subscriptions; close what is left of
 	// their connections (a stream blocked writing to a client that does not
 	// read) and wait for their goroutines.
-	errs = append(errs, s.streams.Close(ctx))
+	errs = append(errs, s.streams.Close(ctx), s.store.byID.Close())
 	return errors.Join(errs...)
 }
 

@@ -24,6 +24,7 @@ type Store struct {
 	// The log lines' SQL (Log* methods): deployment_logs and each
 	// deployment's log_bytes.
 	*logstream.SQL
+	byID *db.PreparedModel[Deployment] // DeploymentGet's statement (the status route's read)
 }
 
 // NewStore returns a Store over idb (usually the *bun.DB pool) that stamps
@@ -31,7 +32,8 @@ type Store struct {
 func NewStore(idb bun.IDB) *Store { return newStore(idb, platform.SystemClock{}) }
 
 func newStore(idb bun.IDB, clock platform.Clock) *Store {
-	return &Store{db: idb, clock: clock, SQL: logstream.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled))}
+	return &Store{db: idb, clock: clock, SQL: logstream.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled)),
+		byID: db.NewPreparedModel[Deployment]("id = ?")}
 }
 
 // errQuota is returned by DeploymentInsert when the project's monthly quota is used up.
@@ -84,11 +86,8 @@ func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth
 
 // DeploymentGet returns the deployment id, or platform.ErrNotFound.
 func (s *Store) DeploymentGet(ctx context.Context, id string) (*Deployment, error) {
-	d := new(Deployment)
-	if err := s.db.NewSelect().Model(d).Where("id = ?", id).Scan(ctx); err != nil {
-		return nil, db.Translate(err)
-	}
-	return d, nil
+	d, err := s.byID.One(ctx, s.db, id)
+	return d, db.Translate(err)
 }
 
 // DeploymentStatuses answers the status of each of ids that exists (one query).

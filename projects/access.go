@@ -59,12 +59,12 @@ func (s *Service) get(ctx context.Context, idb bun.IDB, userID, id string, withD
 	if !platform.ValidID(id) {
 		return nil, "", notFound()
 	}
-	row := new(projectRow)
-	q := idb.NewSelect().Model(row).Where("id = ?", id)
-	if !withDeleted {
-		q = q.Where("status <> ?", StatusDeleted)
+	byID := s.byID
+	if withDeleted {
+		byID = s.byIDAny
 	}
-	if err := q.Scan(ctx); err != nil {
+	row, err := byID.One(ctx, idb, id)
+	if err != nil {
 		if err = db.Translate(err); isNotFound(err) {
 			return nil, "", notFound()
 		}

@@ -247,6 +247,9 @@ type Service struct {
 
 	list   listStmts   // List's prepared statements
 	create createStmts // Create's
+	// get's reads of a project by id (not DELETED; any), prepared: every
+	// project-scoped route of every module is authorised through them.
+	byID, byIDAny *db.PreparedModel[projectRow]
 	lists  *listCache  // GET /projects' encoded pages
 
 	stopListen func() // the list cache's Postgres listener (db.StartListen), stopped by Close
@@ -257,7 +260,8 @@ func New(d Deps) (*Service, error) {
 	if err := d.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}, create: newCreateStmts()}
+	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}, create: newCreateStmts(),
+		byID: db.NewPreparedModel[projectRow]("id = ? AND status <> '" + StatusDeleted + "'"), byIDAny: db.NewPreparedModel[projectRow]("id = ?")}
 	s.lists = newListCache(s.d.ListCacheBytes, !db.IsPostgres(s.d.DB))
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -302,7 +306,7 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.list.close()
 	s.create.close()
-	return nil
+	return errors.Join(s.byID.Close(), s.byIDAny.Close())
 }
 
 // record writes the audit row of a change to project r, in tx.

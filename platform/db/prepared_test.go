@@ -148,3 +148,38 @@ func TestPreparedInTx(t *testing.T) {
 		}
 	})
 }
+
+// A PreparedModel reads every column of its model, the same row on a
+// *bun.DB (prepared) and in a transaction (through bun); an absent row is
+// sql.ErrNoRows; after Close it prepares again; on both databases.
+func TestPreparedModel(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, []db.MigrationSet{widgets(t.Name())}, func(t *testing.T, bdb *bun.DB) {
+		ctx := context.Background()
+		want := widget{ID: "00000000-0000-4000-8000-000000000021", Name: "pm",
+			CreatedAt: time.Date(2026, 11, 25, 7, 0, 0, 123456000, time.UTC)}
+		if _, err := bdb.NewInsert().Model(&want).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		byName := db.NewPreparedModel[widget]("name = ? AND id <> ''")
+		defer byName.Close()
+		check := func(how string, idb bun.IDB) {
+			got, err := byName.One(ctx, idb, "pm")
+			if err != nil || got.ID != want.ID || got.Name != want.Name || !got.CreatedAt.Equal(want.CreatedAt) {
+				t.Fatalf("%s: %+v, %v; want %+v", how, got, err, want)
+			}
+			if got, err := byName.One(ctx, idb, "nope"); !errors.Is(err, sql.ErrNoRows) {
+				t.Fatalf("%s: absent row: %+v, %v; want sql.ErrNoRows", how, got, err)
+			}
+		}
+		check("prepared", bdb)
+		check("prepared again", bdb)
+		if err := byName.Close(); err != nil {
+			t.Fatal(err)
+		}
+		check("after Close", bdb)
+		if err := db.InTx(ctx, bdb, func(ctx context.Context, tx bun.Tx) error { check("in a transaction", tx); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
