@@ -66,7 +66,7 @@ func newGitServer(t *testing.T, fake *githubfake.Server) *gitServer {
 }
 
 // gitRun runs git in dir with a fixed identity and no user configuration.
-func gitRun(t *testing.T, dir string, args ...string) string {
+func gitRun(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -82,7 +82,7 @@ func gitRun(t *testing.T, dir string, args ...string) string {
 
 // commit writes files in the work tree, commits them on branch and pushes to
 // the bare repository; it returns the commit.
-func commit(t *testing.T, work, bare, branch string, files map[string]string, msg string) string {
+func commit(t testing.TB, work, bare, branch string, files map[string]string, msg string) string {
 	t.Helper()
 	gitRun(t, work, "checkout", "-q", "-B", branch)
 	for name, body := range files {
@@ -408,7 +408,7 @@ func newCodehostHarness(t *testing.T, owner, name, indexHTML string) *codehostHa
 
 // commit commits files on main and pushes them to the served repository; it
 // returns the commit.
-func (h *codehostHarness) commit(t *testing.T, files map[string]string, msg string) string {
+func (h *codehostHarness) commit(t testing.TB, files map[string]string, msg string) string {
 	t.Helper()
 	return commit(t, h.work, h.bare, "main", files, msg)
 }

@@ -67,7 +67,7 @@ type e2eStatus struct {
 }
 
 // newRepo makes a bare repository holding files on main and returns (work, bare).
-func newRepo(t *testing.T, files map[string]string) (string, string) {
+func newRepo(t testing.TB, files map[string]string) (string, string) {
 	t.Helper()
 	root := t.TempDir()
 	work, bare := filepath.Join(root, "work"), filepath.Join(root, "app.git")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
-// TestMeasureHostDeathToAnswer measures, on two worker hosts of the
+// BenchmarkHostDeathToAnswer measures, on two worker hosts of the
 // process runtime sharing one Postgres and one Temporal (the harness of
 // TestTwoHostsServeEveryAppE2E):
 //   - a route change reaching the other ingress: from the owning host's
@@ -21,14 +20,21 @@ import (
 //   - a host's death (its process stopped: heartbeat, apps, ingress) to
 //     each of its apps answering through the other host's ingress.
 //
-// It is a measurement, not a check: skipped unless KEELSON_MEASURE_HOSTS=1,
-// and it logs the figures (docs/SCALING.md, "What it costs"). The heartbeat
-// is 1 s and the down-after 5 s here (the defaults are 10 s and 30 s); the
-// moved apps are built again (no registry).
-func TestMeasureHostDeathToAnswer(t *testing.T) {
-	if os.Getenv("KEELSON_MEASURE_HOSTS") != "1" {
-		t.Skip("a measurement: KEELSON_MEASURE_HOSTS=1 runs it")
+// One round (about a minute) whatever b.N; it reports the medians as
+// s-route-change and s-death-to-answer and logs every figure
+// (docs/SCALING.md, "What it costs"):
+//
+//	go test -run '^$' -bench BenchmarkHostDeathToAnswer -benchtime 1x ./examples/server/
+//
+// The heartbeat is 1 s and the down-after 5 s here (the defaults are 10 s
+// and 30 s); the moved apps are built again (no registry).
+func BenchmarkHostDeathToAnswer(b *testing.B) {
+	for range b.N {
+		measureHostDeathToAnswer(b)
 	}
+}
+
+func measureHostDeathToAnswer(t *testing.B) {
 	const heartbeat, downAfter = time.Second, 5 * time.Second
 	w1, w2, api := startTwoHosts(t, heartbeat, downAfter, nil)
 	ctx := context.Background()
@@ -79,6 +85,9 @@ func TestMeasureHostDeathToAnswer(t *testing.T) {
 	for i := range reach {
 		reach[i] = reach[i].Round(time.Millisecond)
 	}
+	slices.Sort(reach)
+	t.ReportMetric(reach[len(reach)/2].Seconds(), "s-route-change")
+	t.ReportMetric(took[len(took)/2].Seconds(), "s-death-to-answer")
 	t.Logf("route change to the other ingress: %v (remote routes reloaded every %v)", reach, remoteEvery)
 	t.Logf("host death to its %d apps answering through the other ingress: %v (heartbeat %v, down after %v; apps built again)",
 		len(slugs), took, heartbeat, downAfter)

@@ -121,7 +121,7 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 // on one Temporal dev server and one Postgres, with the hosts' heartbeat
 // and down-after given; more, when set, adjusts each one's config (its
 // Role set).
-func startTwoHosts(t *testing.T, heartbeat, downAfter time.Duration, more func(*Config)) (w1, w2, api *testServer) {
+func startTwoHosts(t testing.TB, heartbeat, downAfter time.Duration, more func(*Config)) (w1, w2, api *testServer) {
 	t.Helper()
 	srv := temporaltest.StartDevServer(t)
 	dbURL := dbtest.PostgresURL(t)

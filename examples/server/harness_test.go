@@ -47,7 +47,7 @@ type testServer struct {
 // startServer builds the server on dbURL ("" = SQLite in a temp data dir) with
 // test defaults (local repos allowed, fixed secrets, loopback ingress), lets
 // mutate adjust the config, and stops it when t ends.
-func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
+func startServer(t testing.TB, dbURL string, mutate func(*Config)) *testServer {
 	t.Helper()
 	ingressL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,7 +58,7 @@ func startServer(t *testing.T, dbURL string, mutate func(*Config)) *testServer {
 
 // startServerOn is startServer with the ingress's listeners given (tlsL,
 // when not nil, serves its HTTPS: set KEELSON_INGRESS_TLS_ADDR in mutate).
-func startServerOn(t *testing.T, dbURL string, ingressL, tlsL net.Listener, mutate func(*Config)) *testServer {
+func startServerOn(t testing.TB, dbURL string, ingressL, tlsL net.Listener, mutate func(*Config)) *testServer {
 	t.Helper()
 	cfg, err := LoadConfig(func(string) string { return "" })
 	if err != nil {
@@ -112,7 +112,7 @@ var runnerGOCACHE = sync.OnceValue(func() string {
 
 // startServerWith starts a server on an explicit config (e.g. to restart one
 // over the same data dir and database).
-func startServerWith(t *testing.T, cfg Config, ingressL net.Listener, tlsL ...net.Listener) *testServer {
+func startServerWith(t testing.TB, cfg Config, ingressL net.Listener, tlsL ...net.Listener) *testServer {
 	t.Helper()
 	logs := &platformtest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -194,7 +194,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, dbURL string)) {
 
 // do sends a JSON request (body nil for none; a []byte or string is sent raw)
 // with an optional bearer token and returns status, body and headers.
-func (ts *testServer) do(t *testing.T, method, path, token string, body any) (int, []byte, http.Header) {
+func (ts *testServer) do(t testing.TB, method, path, token string, body any) (int, []byte, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -234,7 +234,7 @@ func (ts *testServer) do(t *testing.T, method, path, token string, body any) (in
 
 // doJSON is do that also decodes the response into out and fails unless the
 // status is want.
-func (ts *testServer) doJSON(t *testing.T, want int, method, path, token string, body, out any) http.Header {
+func (ts *testServer) doJSON(t testing.TB, want int, method, path, token string, body, out any) http.Header {
 	t.Helper()
 	status, raw, hdr := ts.do(t, method, path, token, body)
 	if status != want {
@@ -249,7 +249,7 @@ func (ts *testServer) doJSON(t *testing.T, want int, method, path, token string,
 }
 
 // signup registers email with a password and logs in, returning the access token.
-func (ts *testServer) signup(t *testing.T, email string) string {
+func (ts *testServer) signup(t testing.TB, email string) string {
 	t.Helper()
 	const pw = "correct horse battery"
 	ts.doJSON(t, http.StatusCreated, "POST", "/auth/register", "", map[string]any{
