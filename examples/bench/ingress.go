@@ -110,27 +110,36 @@ func startCaddy(bin, dir, upstream string, idle int) (*caddyPeer, error) {
  "apps": {"http": {"servers": {"bench": {"listen": [%q], "automatic_https": {"disable": true},
   "routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": %q}],
    "transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": %d}}}]}]}}}}}`, admin, addr, upstream, idle)
-	file := filepath.Join(dir, fmt.Sprintf("caddy-%d.json", idle))
-	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+	p := &caddyPeer{url: "http://" + addr, admin: "http://" + admin}
+	if err := p.run(bin, dir, fmt.Sprintf("caddy-%d", idle), cfg, p.url+"/"); err != nil {
 		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("caddy-%d.log", idle)))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "run", "--config", file)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &caddyPeer{cmd: cmd, url: "http://" + addr, admin: "http://" + admin}
-	if err := waitHTTP(p.url+"/", 30*time.Second); err != nil {
-		stop(cmd)
-		return nil, fmt.Errorf("caddy (log: %s): %w", logf.Name(), err)
 	}
 	return p, nil
+}
+
+// run starts Caddy with the JSON config cfg (written to dir/name.json, its
+// log to dir/name.log) and waits until ready answers.
+func (p *caddyPeer) run(bin, dir, name, cfg, ready string) error {
+	file := filepath.Join(dir, name+".json")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	p.cmd = exec.Command(bin, "run", "--config", file)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	if err := waitHTTP(ready, 30*time.Second); err != nil {
+		stop(p.cmd)
+		return fmt.Errorf("%s (log: %s): %w", name, logf.Name(), err)
+	}
+	return nil
 }
 
 // wrkResult is one wrk run.

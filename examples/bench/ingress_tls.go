@@ -15,10 +15,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -86,25 +84,9 @@ func startCaddyTLS(bin, dir, upstream string, cert *benchCert) (*caddyPeer, erro
   "routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": %q}],
    "transport": {"protocol": "http", "keep_alive": {"max_idle_conns_per_host": 64}}}]}]}}}}}`,
 		admin, cert.certFile, cert.keyFile, addr, upstream)
-	file := filepath.Join(dir, "caddy-tls.json")
-	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+	p := &caddyPeer{url: "https://" + addr, admin: "http://" + admin}
+	if err := p.run(bin, dir, "caddy-tls", cfg, p.admin+"/config/"); err != nil {
 		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, "caddy-tls.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "run", "--config", file)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &caddyPeer{cmd: cmd, url: "https://" + addr, admin: "http://" + admin}
-	if err := waitHTTP(p.admin+"/config/", 30*time.Second); err != nil {
-		stop(cmd)
-		return nil, fmt.Errorf("caddy over TLS (log: %s): %w", logf.Name(), err)
 	}
 	return p, nil
 }
