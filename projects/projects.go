@@ -250,7 +250,7 @@ type Service struct {
 	// get's reads of a project by id (not DELETED; any), prepared: every
 	// project-scoped route of every module is authorised through them.
 	byID, byIDAny *db.PreparedModel[projectRow]
-	lists  *listCache  // GET /projects' encoded pages
+	lists         *listCache // GET /projects' encoded pages
 
 	stopListen func() // the list cache's Postgres listener (db.StartListen), stopped by Close
 }
