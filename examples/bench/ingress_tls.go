@@ -113,7 +113,7 @@ func tlsRow(pid int, db, name, addr, host string, cert *benchCert, conns int, ke
 	for i := range clients {
 		clients[i] = tlsClient(addr, host, cert, keepAlive, tls.NewLRUClientSessionCache(4))
 	}
-	var resumed, total atomic.Int64
+	var resumed atomic.Int64
 	c0 := cpuTime(pid)
 	r := load(conns, *flagDuration, func(w int) error {
 		res, err := clients[w].Get("https://" + host + "/")
@@ -125,7 +125,6 @@ func tlsRow(pid int, db, name, addr, host string, cert *benchCert, conns int, ke
 		if res.StatusCode != http.StatusOK {
 			return fmt.Errorf("status %d", res.StatusCode)
 		}
-		total.Add(1)
 		if res.TLS != nil && res.TLS.DidResume {
 			resumed.Add(1)
 		}
@@ -139,8 +138,8 @@ func tlsRow(pid int, db, name, addr, host string, cert *benchCert, conns int, ke
 	if r.ok > 0 {
 		row.CPUUsPerReq = float64(cpu.Microseconds()) / float64(r.ok)
 	}
-	if !keepAlive && total.Load() > 0 {
-		row.Note = joinNotes(row.Note, fmt.Sprintf("%.1f%% of handshakes resumed", 100*float64(resumed.Load())/float64(total.Load())))
+	if !keepAlive && r.ok > 0 {
+		row.Note = joinNotes(row.Note, fmt.Sprintf("%.1f%% of handshakes resumed", 100*float64(resumed.Load())/float64(r.ok)))
 	}
 	return row
 }
