@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/internal/pagecache"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/deployments/metric"
 	"github.com/keelson-dev/keelson/platform"
@@ -79,6 +80,9 @@ type Deps struct {
 	// Audit records deployments asked for, cancelled and deleted by a
 	// person, in their transaction. Optional.
 	Audit audit.Recorder
+	// ListCacheBytes bounds the encoded pages of a project's deployments kept
+	// (internal/pagecache). Default 16 MiB; negative turns the cache off.
+	ListCacheBytes int64
 }
 
 // EngineDeps are what Deps.NewEngine gets: the parts New built, behind the
@@ -142,6 +146,7 @@ func (d Deps) withDefaults() Deps {
 		d.CancelTimeout = 2 * time.Minute
 	}
 	d.ReleaseTimeout = cmp.Or(d.ReleaseTimeout, 30*time.Second)
+	d.ListCacheBytes = cmp.Or(d.ListCacheBytes, 16<<20)
 	d.LogRetention = cmp.Or(d.LogRetention, DefaultLogRetention)
 	d.Logs.Logger = cmp.Or(d.Logs.Logger, d.Logger)
 	d.Metrics = cmp.Or[Metrics](d.Metrics, metric.None{})
@@ -161,6 +166,8 @@ func New(d Deps) (*Service, error) {
 	d = d.withDefaults()
 	store := newStore(d.DB, d.Clock)
 	store.audit = d.Audit
+	lists := pagecache.New(d.DB, d.ListCacheBytes, d.Logger)
+	store.changed = lists.Changed
 	logs := NewLogs(store, d.Logs)
 	acts, err := NewActivities(d.activitiesConfig(store, logs, d.Runtime))
 	if err != nil {
@@ -176,7 +183,7 @@ func New(d Deps) (*Service, error) {
 		logs.Close()
 		return nil, err
 	}
-	return &Service{d: d, store: store, logs: logs, acts: acts, engine: eng, projects: d.Projects,
+	return &Service{d: d, store: store, lists: lists, logs: logs, acts: acts, engine: eng, projects: d.Projects,
 		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat),
 		retention: &logstream.Retention{SQL: store.SQL, Hub: logs, Keep: d.LogRetention, Clock: d.Clock, Log: d.Logger}}, nil
 }
@@ -184,10 +191,11 @@ func New(d Deps) (*Service, error) {
 // DefaultLogRetention is Deps.LogRetention's default.
 const DefaultLogRetention = 30 * 24 * time.Hour
 
-// Start starts the engine when it runs work in this process (the embedded
-// engine settles what a previous run left and starts its worker loop), then
-// the hourly log retention (see PurgeLogs).
+// Start starts the list cache's listener (Postgres), the engine when it runs
+// work in this process (the embedded engine settles what a previous run left
+// and starts its worker loop), then the hourly log retention (see PurgeLogs).
 func (s *Service) Start(ctx context.Context) error {
+	s.lists.Start()
 	if st, ok := s.engine.(interface{ Start(context.Context) error }); ok {
 		if err := st.Start(ctx); err != nil {
 			return err
@@ -202,6 +210,7 @@ func (s *Service) Start(ctx context.Context) error {
 // (the apps' last lines are stored first), then the log streams.
 func (s *Service) Close(ctx context.Context) error {
 	s.retention.Stop()
+	s.lists.Close()
 	var errs []error
 	if c, ok := s.engine.(interface{ Close() error }); ok {
 		errs = append(errs, c.Close())

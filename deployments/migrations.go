@@ -3,6 +3,8 @@ package deployments
 import (
 	"context"
 
+	"github.com/keelson-dev/keelson/deployments/internal/pagecache"
+	"github.com/keelson-dev/keelson/deployments/internal/usage"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -15,12 +17,12 @@ func Migrations() db.MigrationSet {
 		Migrations: []db.Migration{{
 			ID: "0001_init",
 			Up: db.Steps(
-				db.CreateTables((*Deployment)(nil), (*LogLine)(nil), (*usage)(nil)),
+				db.CreateTables((*Deployment)(nil), (*LogLine)(nil), (*usage.Row)(nil)),
 				db.CreateIndex((*Deployment)(nil), "deployments_owner_created_idx", false, "owner_id", "created_at", "id"),
 				db.CreateIndex((*Deployment)(nil), "deployments_project_created_idx", false, "project_id", "created_at", "id"),
 				db.CreateIndex((*Deployment)(nil), "deployments_status_idx", false, "status"),
 				db.CreateIndex((*LogLine)(nil), "deployment_logs_ts_idx", false, "deployment_id", "ts"),
-				db.CreateIndex((*usage)(nil), "deployment_usage_owner_idx", false, "owner_id", "month"),
+				db.CreateIndex((*usage.Row)(nil), "deployment_usage_owner_idx", false, "owner_id", "month"),
 			),
 		}, {
 			// The Temporal engine's per-owner build slots (BuildSlot).
@@ -75,6 +77,10 @@ func Migrations() db.MigrationSet {
 			ID: "0008_needs",
 			Up: db.Steps(db.AddColumn("deployments", "memory_mi", "INTEGER NOT NULL DEFAULT 0"),
 				db.AddColumn("deployments", "cpu_m", "INTEGER NOT NULL DEFAULT 0")),
+		}, {
+			// Postgres: tell every replica's list cache (internal/pagecache).
+			ID: "0009_list_notify",
+			Up: pagecache.Triggers,
 		}},
 	}
 }

@@ -176,18 +176,6 @@ func (d *Deployment) BuildDuration() time.Duration {
 	return time.Duration(d.BuildDurationMs) * time.Millisecond
 }
 
-// usage counts the deployments started per project and calendar month (UTC).
-// It is kept apart from the deployments table so deleting deployments does not
-// give quota back.
-type usage struct {
-	bun.BaseModel `bun:"table:deployment_usage"`
-
-	ProjectID string `bun:"project_id,pk,type:varchar(36)"`
-	Month     string `bun:"month,pk,type:varchar(7)"` // 2006-01
-	OwnerID   string `bun:"owner_id,notnull,type:varchar(36)"`
-	Count     int    `bun:"count,notnull"`
-}
-
 // Value stores steps as JSON text (the same on both dialects).
 func (s Steps) Value() (driver.Value, error) { return jsoncol.Value(s) }
 

@@ -16,6 +16,7 @@ type StreamGate = logstream.Gate
 
 type handlers struct {
 	svc *Service
+	api huma.API
 }
 
 // LogTokenScheme is the OpenAPI security scheme of the ?token= log-stream token.
@@ -25,7 +26,7 @@ const LogTokenScheme = logstream.TokenScheme
 // log tokens) to api.
 func (s *Service) Register(api huma.API) error {
 	d := s.d
-	h := &handlers{svc: s}
+	h := &handlers{svc: s, api: api}
 	auth := huma.Middlewares{platform.RequireAuth(api, d.Auth)}
 	tags := []string{"Deployments"}
 	op := func(id, method, path, summary string, status int) huma.Operation {
@@ -33,7 +34,9 @@ func (s *Service) Register(api huma.API) error {
 			DefaultStatus: status, Security: platform.Bearer(), Middlewares: auth, MaxBodyBytes: 64 << 10}
 	}
 	huma.Register(api, op("create-deployment", http.MethodPost, "/deployments", "Trigger a deployment of a project", http.StatusCreated), h.create)
-	huma.Register(api, op("list-deployments", http.MethodGet, "/deployments", "List your deployments, newest first", http.StatusOK), h.list)
+	list := op("list-deployments", http.MethodGet, "/deployments", "List your deployments, newest first", http.StatusOK)
+	list.Responses = platform.EncodedResponses[[]View](api, "listOutputBody")
+	huma.Register(api, list, h.list)
 	huma.Register(api, op("get-deployment", http.MethodGet, "/deployments/{id}", "Get a deployment", http.StatusOK), h.get)
 	huma.Register(api, op("get-deployment-status", http.MethodGet, "/deployments/{id}/status", "Sync a deployment's state from the workflow engine and return it", http.StatusOK), h.status)
 	huma.Register(api, op("delete-deployment", http.MethodDelete, "/deployments/{id}", "Delete a deployment: stop its app, remove its route, workspace and logs", http.StatusOK), h.delete)
@@ -167,24 +170,22 @@ type listInput struct {
 	ProjectID string `query:"projectId" doc:"Only deployments of this project"`
 }
 
+// listOutput's Body writes an encoded []View (listpage.go); the operation's
+// response schema says so (platform.EncodedResponses).
 type listOutput struct {
 	NextCursor string `header:"X-Next-Cursor" doc:"Cursor of the next page; empty on the last page"`
-	Body       []View
+	Body       func(huma.Context)
 }
 
 func (h *handlers) list(ctx context.Context, in *listInput) (*listOutput, error) {
 	if in.ProjectID != "" && !platform.ValidID(in.ProjectID) {
 		return nil, platform.Invalid("query.projectId: must be a project ID (UUID)")
 	}
-	ds, next, err := h.svc.List(ctx, ListParams{OwnerID: caller(ctx), ProjectID: in.ProjectID, Page: in.PageParams})
+	p, err := h.svc.listPage(ctx, ListParams{OwnerID: caller(ctx), ProjectID: in.ProjectID, Page: in.PageParams})
 	if err != nil {
 		return nil, err
 	}
-	out := &listOutput{NextCursor: next, Body: make([]View, len(ds))}
-	for i, d := range ds {
-		out.Body[i] = ViewOf(d)
-	}
-	return out, nil
+	return &listOutput{NextCursor: p.Next, Body: platform.WriteEncoded[[]View](h.api, p.Body)}, nil
 }
 
 type viewOutput struct{ Body View }

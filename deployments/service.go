@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/internal/opt"
+	"github.com/keelson-dev/keelson/deployments/internal/pagecache"
+	"github.com/keelson-dev/keelson/deployments/internal/usage"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 )
@@ -19,6 +21,7 @@ import (
 type Service struct {
 	d         Deps
 	store     *Store
+	lists     *pagecache.Cache // GET /deployments?projectId=' pages
 	logs      *Logs
 	acts      *Activities
 	engine    Engine
@@ -91,7 +94,7 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 		MemoryMi: spec.Limits.MemoryMi, CPUm: spec.Limits.CPUMillis,
 	}
 	used, err := s.store.DeploymentInsert(ctx, d, spec.MaxDeploymentsPerMonth)
-	if errors.Is(err, errQuota) {
+	if errors.Is(err, usage.ErrQuota) {
 		msg := fmt.Sprintf("maxDeployments quota reached: %d of %d deployments this month", used, spec.MaxDeploymentsPerMonth)
 		if spec.PlanName != "" {
 			msg += " on plan " + spec.PlanName
@@ -176,37 +179,43 @@ type ListParams struct {
 
 // List returns a page of deployments and the cursor of the next page ("" at the end).
 func (s *Service) List(ctx context.Context, p ListParams) ([]*Deployment, string, error) {
-	cur, err := platform.DecodeCursor(p.Page.Cursor)
+	cur, owners, err := s.listScope(ctx, p)
 	if err != nil {
 		return nil, "", err
+	}
+	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerIDs: owners, ProjectID: p.ProjectID, After: cur, Limit: p.Page.Size() + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	ds, next := platform.TrimPage(ds, p.Page.Size(), cursorOf)
+	return ds, next, nil
+}
+
+func cursorOf(d *Deployment) platform.Cursor { return platform.Cursor{Time: d.CreatedAt, ID: d.ID} }
+
+// listScope decodes p's cursor and decides, per request, what the caller may
+// list: a project they cannot read is a 404; the accounts whose deployments they see.
+func (s *Service) listScope(ctx context.Context, p ListParams) (*platform.Cursor, []string, error) {
+	cur, err := platform.DecodeCursor(p.Page.Cursor)
+	if err != nil {
+		return nil, nil, err
 	}
 	if p.ProjectID != "" {
 		// Filtering by someone else's (or no) project is a 404, like every
 		// other route that names a project the caller cannot see.
 		if err := s.projectReadable(ctx, p.OwnerID, p.ProjectID); errors.Is(err, platform.ErrNotFound) {
-			return nil, "", platform.NotFound("project not found")
+			return nil, nil, platform.NotFound("project not found")
 		} else if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 	}
 	owners := []string{p.OwnerID}
 	if s.d.Access != nil {
 		if owners, err = s.d.Access.Accounts(ctx, p.OwnerID); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 	}
-	size := p.Page.Size()
-	ds, err := s.store.DeploymentList(ctx, DeploymentListParams{OwnerIDs: owners, ProjectID: p.ProjectID, After: cur, Limit: size + 1})
-	if err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(ds) > size {
-		ds = ds[:size]
-		last := ds[size-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
-	}
-	return ds, next, nil
+	return cur, owners, nil
 }
 
 // Status returns the deployment's state, synced from the engine (SPEC 3.1)
@@ -382,7 +391,7 @@ func (s *Service) TeardownProject(ctx context.Context, projectID string) error {
 // DeploymentsThisMonth returns, per project of ownerID, how many deployments it
 // started this calendar month (UTC). Deleting deployments does not lower it.
 func (s *Service) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[string]int, error) {
-	return s.store.UsageByOwner(ctx, ownerID, monthOf(s.clock.Now()))
+	return s.store.UsageByOwner(ctx, ownerID, usage.Month(s.clock.Now()))
 }
 
 // Logs returns the service's log hub (for engines and tests).

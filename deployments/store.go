@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/internal/usage"
 	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
@@ -25,6 +26,9 @@ type Store struct {
 	// deployment's log_bytes.
 	*logstream.SQL
 	byID *db.PreparedModel[Deployment] // DeploymentGet's statement (the status route's read)
+	// changed is told the project of every write a list page shows (all but
+	// host's and log_bytes'), before the write answers ("": any project).
+	changed func(projectID string)
 }
 
 // NewStore returns a Store over idb (usually the *bun.DB pool) that stamps
@@ -33,52 +37,30 @@ func NewStore(idb bun.IDB) *Store { return newStore(idb, platform.SystemClock{})
 
 func newStore(idb bun.IDB, clock platform.Clock) *Store {
 	return &Store{db: idb, clock: clock, SQL: logstream.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled)),
-		byID: db.NewPreparedModel[Deployment]("id = ?")}
+		byID: db.NewPreparedModel[Deployment]("id = ?"), changed: func(string) {}}
 }
-
-// errQuota is returned by DeploymentInsert when the project's monthly quota is used up.
-var errQuota = errors.New("deployment quota reached")
-
-// monthOf is the usage bucket of t: its calendar month in UTC.
-func monthOf(t time.Time) string { return t.UTC().Format("2006-01") }
 
 // DeploymentInsert stores d and counts it against its project's deployments of
 // d.CreatedAt's calendar month (UTC). When maxPerMonth > 0 and the project has
-// already started that many this month, nothing is stored and errQuota is
+// already started that many this month, nothing is stored and usage.ErrQuota is
 // returned with used = the count. Check and insert are atomic: on Postgres an
 // advisory transaction lock per project serialises concurrent triggers; SQLite
 // has a single writer.
 func (s *Store) DeploymentInsert(ctx context.Context, d *Deployment, maxPerMonth int) (used int, err error) {
-	month := monthOf(d.CreatedAt)
+	defer s.changed(d.ProjectID)
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if err := db.LockTx(ctx, tx, "deployments:"+d.ProjectID); err != nil {
 			return err
 		}
-		u := usage{ProjectID: d.ProjectID, Month: month}
-		err := tx.NewSelect().Model(&u).WherePK().Scan(ctx)
-		exists := err == nil
-		if err != nil && !errors.Is(db.Translate(err), platform.ErrNotFound) {
+		if used, err = usage.Take(ctx, tx, d.ProjectID, d.OwnerID, usage.Month(d.CreatedAt), maxPerMonth); err != nil {
 			return err
 		}
-		used = u.Count
-		if maxPerMonth > 0 && used >= maxPerMonth {
-			return errQuota
-		}
-		u.OwnerID, u.Count = d.OwnerID, used+1
-		if exists {
-			_, err = tx.NewUpdate().Model(&u).Column("count", "owner_id").WherePK().Exec(ctx)
-		} else {
-			_, err = tx.NewInsert().Model(&u).Exec(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err = tx.NewInsert().Model(d).Exec(ctx); err != nil {
+		if _, err := tx.NewInsert().Model(d).Exec(ctx); err != nil {
 			return err
 		}
 		return s.record(ctx, tx, d, d.audit)
 	})
-	if errors.Is(err, errQuota) {
+	if errors.Is(err, usage.ErrQuota) {
 		return used, err
 	}
 	return used, db.Translate(err)
@@ -126,16 +108,21 @@ func (s *Store) DeploymentsEnded(ctx context.Context, ids []string) (map[string]
 
 // DeploymentListParams select a page of deployments, newest first.
 type DeploymentListParams struct {
-	OwnerIDs  []string // required: the owner accounts
-	ProjectID string   // optional filter
+	// OwnerIDs are the owner accounts; required unless ProjectID is set,
+	// then nil reads the project's deployments of any owner.
+	OwnerIDs  []string
+	ProjectID string // optional filter
 	After     *platform.Cursor
 	Limit     int
 }
 
-// DeploymentList returns a page of the owner's deployments, newest first.
+// DeploymentList returns a page of the owners' deployments, newest first.
 func (s *Store) DeploymentList(ctx context.Context, p DeploymentListParams) ([]*Deployment, error) {
 	var out []*Deployment
-	q := s.db.NewSelect().Model(&out).Where("owner_id IN (?)", bun.In(p.OwnerIDs))
+	q := s.db.NewSelect().Model(&out)
+	if p.OwnerIDs != nil || p.ProjectID == "" {
+		q = q.Where("owner_id IN (?)", bun.In(p.OwnerIDs))
+	}
 	if p.ProjectID != "" {
 		q = q.Where("project_id = ?", p.ProjectID)
 	}
@@ -176,7 +163,8 @@ func (s *Store) DeploymentsWhere(ctx context.Context, f Filter) ([]*Deployment, 
 	return out, db.Translate(err)
 }
 
-// DeploymentSetHost records the host (worker) that runs the deployment's app.
+// DeploymentSetHost records the host (worker) that runs the deployment's app
+// (no page shows it: nothing is told).
 func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
 	_, err := s.db.NewUpdate().Model((*Deployment)(nil)).Set("host = ?", host).Where("id = ?", id).Exec(ctx)
 	return db.Translate(err)
@@ -187,6 +175,7 @@ func (s *Store) DeploymentSetHost(ctx context.Context, id, host string) error {
 // whether it did (false, nil: the row moved on or is gone).
 func (s *Store) DeploymentUpdate(ctx context.Context, d *Deployment, from []Status, columns ...string) (bool, error) {
 	d.UpdatedAt = s.now()
+	defer s.changed(d.ProjectID)
 	q := s.db.NewUpdate().Model(d).Column(append(columns, "updated_at")...).Where("id = ?", d.ID)
 	if len(from) > 0 {
 		q = q.Where("status IN (?)", bun.In(from))
@@ -210,6 +199,7 @@ func (s *Store) DeploymentRequestCancel(ctx context.Context, id string) error {
 
 // requestCancel is DeploymentRequestCancel with d's audit row of action ("": none).
 func (s *Store) requestCancel(ctx context.Context, d *Deployment, action string) error {
+	defer s.changed(d.ProjectID)
 	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.NewUpdate().Model((*Deployment)(nil)).Set("cancel_requested = ?", true).
 			Set("updated_at = ?", s.now()).Where("id = ?", d.ID).Exec(ctx)
@@ -227,6 +217,7 @@ func (s *Store) DeploymentDelete(ctx context.Context, id string) error {
 
 // deleteDeployment is DeploymentDelete with d's audit row of action ("": none).
 func (s *Store) deleteDeployment(ctx context.Context, d *Deployment, action string) error {
+	defer s.changed(d.ProjectID)
 	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		for _, m := range []any{(*LogLine)(nil), (*BuildSlot)(nil)} {
 			if _, err := tx.NewDelete().Model(m).Where("deployment_id = ?", d.ID).Exec(ctx); err != nil {
@@ -251,21 +242,12 @@ func (s *Store) record(ctx context.Context, tx bun.IDB, d *Deployment, action st
 
 // UsageDeleteProject forgets the monthly counts of a deleted project.
 func (s *Store) UsageDeleteProject(ctx context.Context, projectID string) error {
-	_, err := s.db.NewDelete().Model((*usage)(nil)).Where("project_id = ?", projectID).Exec(ctx)
-	return db.Translate(err)
+	return usage.DeleteProject(ctx, s.db, projectID)
 }
 
 // UsageByOwner returns, per project of ownerID, how many deployments it started in month (2006-01).
 func (s *Store) UsageByOwner(ctx context.Context, ownerID, month string) (map[string]int, error) {
-	var rows []usage
-	if err := s.db.NewSelect().Model(&rows).Where("owner_id = ? AND month = ?", ownerID, month).Scan(ctx); err != nil {
-		return nil, db.Translate(err)
-	}
-	out := make(map[string]int, len(rows))
-	for _, r := range rows {
-		out[r.ProjectID] = r.Count
-	}
-	return out, nil
+	return usage.ByOwner(ctx, s.db, ownerID, month)
 }
 
 // now is the store's timestamp: UTC, microsecond precision so values survive a
@@ -277,8 +259,9 @@ func errorf(format string, a ...any) error { return fmt.Errorf("deployments: "+f
 
 // ProjectOwnerSet records ownerID as the owner of the project's deployments and usage rows.
 func (s *Store) ProjectOwnerSet(ctx context.Context, projectID, ownerID string) error {
+	defer s.changed(projectID)
 	return db.Translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		for _, m := range []any{(*Deployment)(nil), (*usage)(nil)} {
+		for _, m := range []any{(*Deployment)(nil), (*usage.Row)(nil)} {
 			if _, err := tx.NewUpdate().Model(m).Set("owner_id = ?", ownerID).Where("project_id = ?", projectID).Exec(ctx); err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package db
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -153,9 +154,24 @@ func (c *ExactCache[K, V]) clearLocked() {
 // otherwise, and OLD's too when an UPDATE moved the row to another value.
 // An ExactCache keyed by that column hears it through Listen.
 func NotifyFunction(fn, channel, column string) string {
+	return NotifyFunctionIgnoring(fn, channel, column)
+}
+
+// NotifyFunctionIgnoring is NotifyFunction, silent on an UPDATE that changed
+// none of the row's columns but ignored: columns written often that no cache
+// shows (a counter kept beside the row).
+func NotifyFunctionIgnoring(fn, channel, column string, ignored ...string) string {
+	skip := ""
+	if len(ignored) > 0 {
+		cols := "ARRAY['" + strings.Join(ignored, "', '") + "']"
+		skip = `
+	IF TG_OP = 'UPDATE' AND to_jsonb(OLD) - ` + cols + ` = to_jsonb(NEW) - ` + cols + ` THEN
+		RETURN NULL;
+	END IF;`
+	}
 	return `
 CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger AS $$
-BEGIN
+BEGIN` + skip + `
 	IF TG_OP = 'DELETE' THEN
 		PERFORM pg_notify('` + channel + `', OLD.` + column + `);
 	ELSE
