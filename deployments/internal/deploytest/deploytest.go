@@ -220,6 +220,14 @@ func (p *Projects) Add(spec deployments.DeploySpec) string {
 	return id
 }
 
+// SetOwner moves a project to another owner account (as if moved to or
+// from a team).
+func (p *Projects) SetOwner(id, owner string) {
+	p.mu.Lock()
+	p.m[id].OwnerID = owner
+	p.mu.Unlock()
+}
+
 // Remove forgets a project (as if deleted).
 func (p *Projects) Remove(id string) {
 	p.mu.Lock()

@@ -1,0 +1,213 @@
+package deployments_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/internal/deploytest"
+	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+)
+
+// startListCache starts e's list cache listener and waits until the cache
+// serves (on Postgres once the listener has proven its connection).
+func (e *env) startListCache() {
+	e.t.Helper()
+	deployments.StartListCache(e.svc)
+	platformtest.Eventually(e.t, 20*time.Second, "the list cache to go live",
+		func() bool { return deployments.ListCacheLive(e.svc) })
+}
+
+// listed is what user's GET /deployments<query> shows of each deployment
+// (id:status, and :by=<id> when superseded), and its X-Next-Cursor.
+func (e *env) listed(user, query string) (string, string) {
+	e.t.Helper()
+	var list []deployments.View
+	code, h, body := e.do("GET", "/deployments"+query, user, nil, &list)
+	if code != 200 {
+		e.t.Fatalf("list %s: %d %s", query, code, body)
+	}
+	if ct := h.Get("Content-Type"); ct != "application/json" {
+		e.t.Fatalf("list %s: Content-Type %q", query, ct)
+	}
+	var out []string
+	for _, v := range list {
+		s := v.ID + ":" + string(v.Status)
+		if v.SupersededBy != nil {
+			s += ":by=" + *v.SupersededBy
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " "), h.Get("X-Next-Cursor")
+}
+
+// ids is what a listed string says of the deployments' order alone.
+func ids(listed string) string {
+	var out []string
+	for _, f := range strings.Fields(listed) {
+		out = append(out, strings.SplitN(f, ":", 2)[0])
+	}
+	return strings.Join(out, " ")
+}
+
+// eventuallyListed waits until user's list query shows want (a write the
+// engine makes in the background, or another replica's).
+func (e *env) eventuallyListed(user, query, want string) {
+	e.t.Helper()
+	var got string
+	platformtest.Eventually(e.t, 20*time.Second, "the list "+query+" to show "+want, func() bool {
+		got, _ = e.listed(user, query)
+		return got == want
+	})
+}
+
+// reason reads the reason the list shows for the first deployment.
+func (e *env) reason(user, query string) string {
+	e.t.Helper()
+	var list []deployments.View
+	code, _, body := e.do("GET", "/deployments"+query, user, nil, &list)
+	require.Equal(e.t, 200, code, string(body))
+	require.NotEmpty(e.t, list)
+	return list[0].Reason
+}
+
+// setReason writes deployment id's reason through a Store of its own, as
+// another process would: no service is told in process.
+func (e *env) setReason(id, reason string) {
+	e.t.Helper()
+	d := e.get(id)
+	d.Reason = reason
+	_, err := deployments.NewStore(e.db).DeploymentUpdate(context.Background(), d, nil, "reason")
+	must(e.t, err)
+}
+
+// The list cache serves a project's pages, and every write that changes what
+// they show drops them before the write answers: a new deployment, the
+// engine's status changes (checked while the build is held), a redeploy and
+// the supersede it leads to, a cancel, a delete (which also ends the first
+// page's next cursor) and a move of the project to another account. A write
+// through another store (another process) is what shows the cache serves:
+// on SQLite (one process per database) the page stays until a write of the
+// service; on Postgres the deployments table's trigger tells the cache.
+func TestListCacheSeesEveryWrite(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{})
+		e.startListCache()
+		alice, bob := platform.NewID(), platform.NewID()
+		p := e.project(alice, "cached")
+		q := "?projectId=" + p
+		got, _ := e.listed(alice, q)
+		require.Equal(t, "", got)
+
+		hold := e.rt.HoldBuild("cached")
+		d1 := e.trigger(alice, p)
+		<-hold.Entered() // BUILD's write told the cache before the build began
+		got, _ = e.listed(alice, q)
+		require.Equal(t, d1+":BUILDING", got)
+		hold.Release(nil)
+		e.eventuallyListed(alice, q, d1+":LIVE")
+
+		e.setReason(d1, "behind its back")
+		if db.IsPostgres(bdb) {
+			platformtest.Eventually(t, 20*time.Second, "the trigger to tell the cache",
+				func() bool { return e.reason(alice, q) == "behind its back" })
+		} else {
+			require.Equal(t, "manual", e.reason(alice, q), "the cached page is served")
+		}
+
+		var tr triggered
+		code, _, body := e.do("POST", "/deployments/"+d1+"/redeploy", alice, nil, &tr)
+		require.Equal(t, 201, code, string(body))
+		d2 := tr.DeploymentID
+		got, _ = e.listed(alice, q)
+		require.Equal(t, d2+" "+d1, ids(got))
+		require.Equal(t, "redeploy of "+d1, e.reason(alice, q))
+		e.eventuallyListed(alice, q, d2+":LIVE "+d1+":CANCELLED:by="+d2)
+
+		// Pages are kept per size and cursor; a delete ends the first page's
+		// next cursor (the row after it is gone).
+		got, cur := e.listed(alice, q+"&limit=1")
+		require.Equal(t, d2+":LIVE", got)
+		require.NotEmpty(t, cur)
+		got, _ = e.listed(alice, q+"&limit=1&cursor="+cur)
+		require.Equal(t, d1+":CANCELLED:by="+d2, got)
+		code, _, body = e.do("DELETE", "/deployments/"+d1, alice, nil, nil)
+		require.Equal(t, 200, code, string(body))
+		got, _ = e.listed(alice, q+"&limit=1&cursor="+cur)
+		assert.Equal(t, "", got)
+		got, next := e.listed(alice, q+"&limit=1")
+		assert.Equal(t, d2+":LIVE", got)
+		assert.Equal(t, "", next)
+
+		hold = e.rt.HoldBuild("cached")
+		d3 := e.trigger(alice, p)
+		<-hold.Entered()
+		var st statusBody
+		code, _, body = e.do("POST", "/deployments/"+d3+"/cancel", alice, nil, &st)
+		require.Equal(t, 200, code, string(body))
+		got, _ = e.listed(alice, q)
+		require.Equal(t, d3+":"+st.Status+" "+d2+":LIVE", got)
+
+		// The page never decides who sees it: moved to bob, the project is
+		// a 404 to alice at once; bob sees its deployments only once they
+		// are his (until then they are alice's rows: his filtered list).
+		e.projects.SetOwner(p, bob)
+		code, _, _ = e.do("GET", "/deployments"+q, alice, nil, nil)
+		assert.Equal(t, 404, code)
+		got, _ = e.listed(bob, q)
+		assert.Equal(t, "", got)
+		must(t, e.svc.ProjectOwnerChanged(context.Background(), p, bob))
+		got, _ = e.listed(bob, q)
+		assert.Equal(t, d3+":"+st.Status+" "+d2+":LIVE", got)
+	})
+}
+
+// Two replicas (two services on one Postgres database) see each other's
+// writes through the list cache's listener: the engine's status changes on
+// one, a delete on the other. The window is the notification's trip, so the
+// other replica's list is awaited. Only a's engine runs deployments.
+func TestListCacheAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	bdb := dbtest.Postgres(t, sets...)
+	projects := deploytest.NewProjects()
+	a, b := newEnv(t, bdb, envOpts{projects: projects}), newEnv(t, bdb, envOpts{projects: projects, noStart: true})
+	a.startListCache()
+	b.startListCache()
+	alice := platform.NewID()
+	p := a.project(alice, "replicas")
+	q := "?projectId=" + p
+	for _, e := range []*env{a, b} {
+		got, _ := e.listed(alice, q)
+		require.Equal(t, "", got)
+	}
+	hold := a.rt.HoldBuild("replicas")
+	d1 := a.trigger(alice, p)
+	<-hold.Entered()
+	b.eventuallyListed(alice, q, d1+":BUILDING")
+	hold.Release(nil)
+	b.eventuallyListed(alice, q, d1+":LIVE")
+	a.eventuallyListed(alice, q, d1+":LIVE")
+
+	code, _, body := b.do("DELETE", "/deployments/"+d1, alice, nil, nil)
+	require.Equal(t, 200, code, string(body))
+	got, _ := b.listed(alice, q)
+	require.Equal(t, "", got)
+	a.eventuallyListed(alice, q, "")
+
+	// A write of another process is named by the trigger too.
+	d2 := a.trigger(alice, p)
+	a.waitStatus(d2, deployments.StatusLive)
+	b.eventuallyListed(alice, q, d2+":LIVE")
+	b.setReason(d2, "elsewhere")
+	platformtest.Eventually(t, 20*time.Second, "b's list to show the reason written behind its back",
+		func() bool { return b.reason(alice, q) == "elsewhere" })
+}
