@@ -15,7 +15,7 @@ type projectOutput struct {
 }
 
 // listOutput's Body writes an encoded []*Project (listcache.go); the
-// operation's response schema says so (listResponses).
+// operation's response schema says so (platform.EncodedResponses).
 type listOutput struct {
 	NextCursor string `header:"X-Next-Cursor" doc:"Cursor of the next page; empty when this is the last"`
 	Body       func(huma.Context)
@@ -84,13 +84,13 @@ func (s *Service) registerProjects(api huma.API, op func(id, method, path, summa
 
 	list := op("list-projects", http.MethodGet, "/projects", "List the caller's projects",
 		"Newest first; deleted projects are not listed. The next page's cursor is in X-Next-Cursor.")
-	list.Responses = listResponses(api)
+	list.Responses = platform.EncodedResponses[[]*Project](api, "ListProjectsResponse")
 	huma.Register(api, list, func(ctx context.Context, in *listInput) (*listOutput, error) {
 		p, err := s.cachedList(ctx, caller(ctx), in)
 		if err != nil {
 			return nil, err
 		}
-		return &listOutput{NextCursor: p.next, Body: writePage(api, p.body)}, nil
+		return &listOutput{NextCursor: p.next, Body: platform.WriteEncoded[[]*Project](api, p.body)}, nil
 	})
 
 	huma.Register(api, op("get-project", http.MethodGet, "/projects/{id}", "Get a project",

@@ -1,13 +1,8 @@
 package projects
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"net/http"
-	"reflect"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -117,13 +112,11 @@ func (s *Service) cachedList(ctx context.Context, owner string, in *listInput) (
 	if err != nil {
 		return listPage{}, err
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // as huma.DefaultJSONFormat
-	if err := enc.Encode(ps); err != nil {
+	body, err := platform.EncodeJSON(ps) // as huma.DefaultJSONFormat
+	if err != nil {
 		return listPage{}, err
 	}
-	p := listPage{body: b.Bytes(), next: next}
+	p := listPage{body: body, next: next}
 	s.lists.Put(gen, owner, q, p)
 	return p, nil
 }
@@ -138,43 +131,6 @@ func (s *Service) teamList(ctx context.Context, accounts []string, in *listInput
 	if err != nil {
 		return listPage{}, err
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ps); err != nil {
-		return listPage{}, err
-	}
-	return listPage{body: b.Bytes(), next: next}, nil
-}
-
-// listResponses is the 200 response of list-projects as Huma would derive it
-// from a Body of []*Project: the handler writes encoded bytes through a body
-// function (for which Huma derives no schema), so the document says what they are.
-func listResponses(api huma.API) map[string]*huma.Response {
-	f, _ := reflect.TypeFor[struct{ Body []*Project }]().FieldByName("Body")
-	schema := huma.SchemaFromField(api.OpenAPI().Components.Schemas, f, "ListProjectsResponse")
-	return map[string]*huma.Response{"200": {Content: map[string]*huma.MediaType{"application/json": {Schema: schema}}}}
-}
-
-// writePage writes an encoded page as Huma writes a body: the negotiated
-// content type (every format of the API is JSON unless one was added; then
-// the page is decoded and marshalled in it) and status 200.
-func writePage(api huma.API, body []byte) func(huma.Context) {
-	return func(hctx huma.Context) {
-		ct, err := api.Negotiate(hctx.Header("Accept"))
-		if err != nil {
-			_ = huma.WriteErr(api, hctx, http.StatusNotAcceptable, "unable to marshal response", err)
-			return
-		}
-		hctx.SetHeader("Content-Type", ct)
-		hctx.SetStatus(http.StatusOK)
-		if ct == "application/json" || ct == "json" {
-			_, _ = hctx.BodyWriter().Write(body)
-			return
-		}
-		var v []*Project
-		if err := json.Unmarshal(body, &v); err == nil {
-			_ = api.Marshal(hctx.BodyWriter(), ct, v)
-		}
-	}
+	body, err := platform.EncodeJSON(ps)
+	return listPage{body: body, next: next}, err
 }
