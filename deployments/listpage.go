@@ -6,10 +6,9 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/pagecache"
 )
 
-// listPage answers GET /deployments encoded. A project's page may come from
-// the page cache (internal/pagecache), whose pages are read without the owner
-// filter; the decision (the project readable, the caller's accounts) is
-// taken per request either way.
+// listPage answers GET /deployments encoded; a project's page may come from
+// the page cache (internal/pagecache). The decision (the project readable,
+// the caller's accounts) is taken per request either way.
 func (s *Service) listPage(ctx context.Context, p ListParams) (pagecache.Page, error) {
 	cur, owners, err := s.listScope(ctx, p)
 	if err != nil {

@@ -32,7 +32,8 @@ type Store struct {
 }
 
 // NewStore returns a Store over idb (usually the *bun.DB pool) that stamps
-// times with the system clock.
+// times with the system clock. Its writes tell no Service's list cache in
+// process (a Service's own Store does; on Postgres the trigger tells all).
 func NewStore(idb bun.IDB) *Store { return newStore(idb, platform.SystemClock{}) }
 
 func newStore(idb bun.IDB, clock platform.Clock) *Store {
