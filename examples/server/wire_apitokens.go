@@ -7,6 +7,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
+	"github.com/keelson-dev/keelson/auth/auditlog"
+	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/httpx"
 )
@@ -15,11 +17,12 @@ import (
 // routes take sessions only; creators are auth's accounts) and makes
 // a.Authn accept both: every module built after it (plans, teams,
 // projects, deployments, ...) authenticates API tokens too, and
-// tokenRule, on the whole API, says where they may go. The teams module,
-// built after it, answers the creator's role for a team-bound token (an edge).
+// tokenRule, on the whole API, says where they may go. The creator's role
+// for a team-bound token is read from the teams tables (teams.Members): the
+// teams module is built after this one, which it tells of deleted teams.
 func (a *App) buildAPITokens(context.Context) error {
 	svc, err := apitokens.New(apitokens.Deps{
-		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: tokenTeams{a.edges}, Audit: auditEdge{a.edges},
+		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: teams.Members{DB: a.DB}, Audit: auditlog.Recorder{},
 		MaxPerUser: a.Cfg.MaxAPITokens, Log: a.Log.With("module", "apitokens"),
 	})
 	if err != nil {
@@ -54,13 +57,6 @@ func (u tokenUsers) UserByID(ctx context.Context, id string) (*apitokens.User, e
 		return nil, err
 	}
 	return &apitokens.User{ID: x.ID, Email: x.Email}, nil
-}
-
-// tokenTeams answers apitokens.Teams through the teams module (an edge).
-type tokenTeams struct{ e *edges }
-
-func (t tokenTeams) MemberRole(ctx context.Context, teamID, userID string) (platform.MemberRole, error) {
-	return t.e.teams.MemberRole(ctx, teamID, userID)
 }
 
 // tokenRoutes are the operations API tokens may use, with the scope a

@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/plans"
+	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/keelson-dev/keelson/projects"
 )
 
@@ -13,7 +14,8 @@ import (
 // this process serves apps it also stores the ingress meter's counts (built
 // in buildDeployments) and tells it which projects are over their plan's
 // maxBandwidthGb; its Close, after the listeners stopped, stores the last
-// counts. Plan changes reach it through planChanges.
+// counts. It follows plan changes: the plans module's, and a project's own
+// plan (the projects module's PlanChanged).
 func (a *App) buildBandwidth(context.Context) error {
 	d := bandwidth.Deps{DB: a.DB, BytesPerGB: a.Cfg.bandwidthBytesPerGB, Log: a.Log.With("module", "bandwidth")}
 	if a.meter != nil {
@@ -28,6 +30,8 @@ func (a *App) buildBandwidth(context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.Plans.Changed().Subscribe(events.Notify(func(plans.PlanChanged) { svc.PlanChanged() }))
+	a.Projects.Events().PlanChanged.Subscribe(events.Notify(func(projects.PlanChanged) { svc.PlanChanged() }))
 	a.add(svc)
 	a.Bandwidth = svc
 	return nil
@@ -45,19 +49,7 @@ func (b bandwidthProjects) ProjectBySlug(ctx context.Context, slug string) (*ban
 		MaxBandwidthGb: p.Plan.MaxBandwidthGb}, nil
 }
 
-// bandwidthCounter answers GET /usage's bandwidth through the bandwidth
-// module, built after projects (an edge).
-type bandwidthCounter struct{ e *edges }
-
-func (c bandwidthCounter) BandwidthThisMonth(ctx context.Context, ids []string) (map[string]int64, int64, error) {
-	if c.e.bandwidth == nil {
-		return nil, 0, fmt.Errorf("bandwidth: module not built")
-	}
-	return c.e.bandwidth.BandwidthThisMonth(ctx, ids)
-}
-
 var (
-	_ bandwidth.Projects        = bandwidthProjects{}
-	_ projects.BandwidthCounter = bandwidthCounter{}
-	_ bandwidth.Metrics         = (*serverMetrics)(nil)
+	_ bandwidth.Projects = bandwidthProjects{}
+	_ bandwidth.Metrics  = (*serverMetrics)(nil)
 )

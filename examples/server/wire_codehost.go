@@ -21,8 +21,8 @@ import (
 //
 // Codehost is built after projects and deployments and gets them directly:
 // pushes trigger deployments, commit statuses read their results. The
-// reverse edge (clones of private repositories get installation tokens,
-// codehostGit) is bound in NewApp's second phase.
+// reverse question (clones of private repositories get installation
+// tokens, codehostGit) reads a.Codehost when a deployment asks.
 func (a *App) buildCodehost(ctx context.Context) error {
 	c := a.Cfg
 	mac := hmac.New(sha256.New, a.JWTSecret)
@@ -151,9 +151,15 @@ func (t deploymentsTrigger) Trigger(ctx context.Context, projectID, ownerID, sha
 
 // codehostGit adapts the codehost module to deployments.GitCredentials and
 // RepoAccess: installation tokens for the private repositories of the
-// project owner's installations that the owner may access themselves. Codehost is built after deployments: the edge is bound in
-// NewApp's second phase.
-type codehostGit struct{ e *edges }
+// project owner's installations that the owner may access themselves.
+//
+// It is the one question between modules that runs against the build
+// order: codehost triggers deployments, and deployments asks codehost for
+// clone credentials, both at run time, and neither answer is in a table
+// alone (the code host is asked with the owner's token). So it reads the
+// service the codehost build stores in *s, before any module starts; a
+// nil service (never built) answers as a code host with no app does.
+type codehostGit struct{ s **codehost.Service }
 
 var _ deployments.GitCredentials = codehostGit{}
 
@@ -163,11 +169,17 @@ var _ deployments.RepoAccess = codehostGit{}
 // private repository of the owner's installations is queued only when the
 // code host, asked with the owner's own token, lets the owner access it.
 func (g codehostGit) CheckRepoAccess(ctx context.Context, projectID, repoURL string) error {
-	return g.e.codehost.CheckRepoAccess(ctx, projectID, repoURL)
+	if *g.s == nil {
+		return nil
+	}
+	return (*g.s).CheckRepoAccess(ctx, projectID, repoURL)
 }
 
 func (g codehostGit) GitAuthFor(ctx context.Context, projectID, repoURL string) (*deployments.GitAuth, error) {
-	auth, err := g.e.codehost.GitAuthFor(ctx, projectID, repoURL)
+	if *g.s == nil {
+		return nil, nil
+	}
+	auth, err := (*g.s).GitAuthFor(ctx, projectID, repoURL)
 	if err != nil || auth == nil {
 		return nil, err
 	}

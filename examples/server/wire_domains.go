@@ -16,7 +16,10 @@ import (
 // (ownership, slug), the plans module (customDomains of the project's
 // effective plan) and the auth module's mailer (notices to owners), all
 // built before it. Its periodic DNS check starts with the modules and stops
-// at shutdown; a project's teardown deletes its domains (projectTeardown).
+// at shutdown. It follows the projects module's events: a deleted project's
+// domains go (before deployments tears the rest down: deployments is built,
+// and subscribes, after it), a moved project's follow it. The ingress,
+// built with deployments, subscribes to its ActiveChanged.
 func (a *App) buildDomains(context.Context) error {
 	svc, err := domains.New(domains.Deps{
 		DB: a.DB, Auth: a.Authn,
@@ -27,12 +30,18 @@ func (a *App) buildDomains(context.Context) error {
 		AppsDomain: a.Cfg.AppsDomain, PublicURL: a.Cfg.PublicURL, FrontendURL: a.Cfg.FrontendURL,
 		IngressIPs: a.Cfg.IngressIPs, Resolvers: a.Cfg.DNSResolvers,
 		MaxPerProject: a.Cfg.MaxDomainsPerProject, CheckInterval: a.Cfg.DomainCheckInterval,
-		ActiveChanged: a.activeChanged,
-		Log:           a.Log.With("module", "domains"),
+		Log: a.Log.With("module", "domains"),
 	})
 	if err != nil {
 		return err
 	}
+	ev := a.Projects.Events()
+	ev.Deleted.Subscribe(func(ctx context.Context, e projects.Deleted) error {
+		return a.shutdownError(svc.DeleteProject(ctx, e.ProjectID))
+	})
+	ev.OwnerChanged.Subscribe(func(ctx context.Context, e projects.OwnerChanged) error {
+		return svc.ProjectOwnerChanged(ctx, e.ProjectID, e.OwnerID)
+	})
 	a.add(svc)
 	a.Domains = svc
 	return nil
