@@ -5,10 +5,10 @@ import (
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/auth/auditlog"
 	"github.com/keelson-dev/keelson/auth/teams"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/httpx"
 )
@@ -22,7 +22,7 @@ import (
 // teams module is built after this one, which it tells of deleted teams.
 func (a *App) buildAPITokens(context.Context) error {
 	svc, err := apitokens.New(apitokens.Deps{
-		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: teams.Members{DB: a.DB}, Audit: auditlog.Recorder{},
+		DB: a.DB, Auth: a.Auth, Users: glue.TokenUsers{Auth: a.Auth}, Teams: teams.Members{DB: a.DB}, Audit: auditlog.Recorder{},
 		MaxPerUser: a.Cfg.MaxAPITokens, Log: a.Log.With("module", "apitokens"),
 	})
 	if err != nil {
@@ -30,33 +30,8 @@ func (a *App) buildAPITokens(context.Context) error {
 	}
 	a.add(svc)
 	a.APITokens = svc
-	a.Authn = bearerAuthn{sessions: a.Auth, tokens: svc}
+	a.Authn = glue.Bearer{Sessions: a.Auth, Tokens: svc}
 	return nil
-}
-
-// bearerAuthn sends API tokens (by their prefix) to the tokens module and
-// every other bearer token to the auth module's sessions.
-type bearerAuthn struct {
-	sessions platform.Authenticator
-	tokens   platform.Authenticator
-}
-
-func (b bearerAuthn) Authenticate(ctx context.Context, token string) (platform.Principal, error) {
-	if platform.IsAPIToken(token) {
-		return b.tokens.Authenticate(ctx, token)
-	}
-	return b.sessions.Authenticate(ctx, token)
-}
-
-// tokenUsers adapts the auth module to apitokens.Users.
-type tokenUsers struct{ s *auth.Service }
-
-func (u tokenUsers) UserByID(ctx context.Context, id string) (*apitokens.User, error) {
-	x, err := u.s.UserByID(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return &apitokens.User{ID: x.ID, Email: x.Email}, nil
 }
 
 // tokenRoutes are the operations API tokens may use, with the scope a

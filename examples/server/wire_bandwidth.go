@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/keelson-dev/keelson/projects"
@@ -20,8 +21,8 @@ func (a *App) buildBandwidth(context.Context) error {
 	d := bandwidth.Deps{DB: a.DB, BytesPerGB: a.Cfg.bandwidthBytesPerGB, Log: a.Log.With("module", "bandwidth")}
 	if a.meter != nil {
 		d.Meter = a.meter
-		d.Projects = bandwidthProjects{a.Projects}
-		d.Notifier = mailNotifier{a.Auth, a.Mailer, a.Teams}
+		d.Projects = glue.BandwidthProjects{Projects: a.Projects}
+		d.Notifier = glue.MailNotifier{Users: a.Auth, Mailer: a.Mailer, Teams: a.Teams}
 	}
 	if a.metrics != nil {
 		d.Metrics = a.metrics
@@ -37,19 +38,7 @@ func (a *App) buildBandwidth(context.Context) error {
 	return nil
 }
 
-// bandwidthProjects adapts the projects module to bandwidth.Projects.
-type bandwidthProjects struct{ p *projects.Service }
-
-func (b bandwidthProjects) ProjectBySlug(ctx context.Context, slug string) (*bandwidth.Project, error) {
-	p, err := b.p.ProjectBySlug(ctx, slug)
-	if err != nil {
-		return nil, err
-	}
-	return &bandwidth.Project{ID: p.ID, OwnerID: p.OwnerID, Slug: p.Slug, PlanName: p.Plan.Name,
-		MaxBandwidthGb: p.Plan.MaxBandwidthGb}, nil
-}
-
 var (
-	_ bandwidth.Projects = bandwidthProjects{}
+	_ bandwidth.Projects = glue.BandwidthProjects{}
 	_ bandwidth.Metrics  = (*serverMetrics)(nil)
 )

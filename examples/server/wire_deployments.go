@@ -9,6 +9,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/fleet"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/projects"
 	"github.com/moby/moby/client"
 )
@@ -23,10 +24,10 @@ import (
 func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
-	d := assemble.Deps{Logger: a.Log, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
+	d := assemble.Deps{Logger: a.Log, Shares: glue.BuildShares{Plans: a.Plans, Teams: a.Teams, PerUser: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
 		PinnedHost: a.Projects.PinnedHost, // placed there only, never moved off it
 		Service: deployments.Deps{
-			DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{&a.Codehost},
+			DB: a.DB, Auth: a.Authn, Projects: glue.DeploySource{Projects: a.Projects}, Access: glue.ProjectAccess{Projects: a.Projects}, Git: glue.CodehostGit{Codehost: &a.Codehost},
 			LogTokenKey: a.derivedKey("keelson deployment log tokens v1"), Streams: a.LogStreams, Logger: log, LogRetention: c.LogRetention,
 			Audit: a.AuditLog, KeepBuilds: cmp.Or(c.KeepBuilds, -1), // 0 keeps none
 			Logs: deployments.LogsConfig{MaxBuildLines: c.BuildLogMaxLines, MaxBuildBytes: int64(c.BuildLogMaxMB) << 20,

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/keelson-dev/keelson/auth/teams"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
 	"github.com/keelson-dev/keelson/deployments/hosts"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/events"
@@ -30,7 +29,7 @@ func (a *App) buildProjects(ctx context.Context) error {
 		DB:          a.DB,
 		Auth:        a.Authn,
 		Sealer:      a.Sealer,
-		Plans:       planSource{a.Plans, a.Teams},
+		Plans:       glue.PlanSource{Plans: a.Plans, Teams: a.Teams},
 		Teams:       a.Teams,
 		Audit:       a.AuditLog,
 		Deployments: deployments.Usage{DB: a.DB, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
@@ -75,77 +74,8 @@ func (a *App) shutdownError(err error) error {
 	return err
 }
 
-// planSource adapts the plans module to projects.PlanSource; an account
-// is a user or a team (whose plan is its own, else its owner's).
-type planSource struct {
-	s     *plans.Service
-	teams *teams.Service
-}
-
-func (p planSource) PlanByName(ctx context.Context, name string) (*projects.Plan, error) {
-	pl, err := p.s.PlanByName(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return toProjectsPlan(pl), nil
-}
-
-func (p planSource) AccountPlan(ctx context.Context, accountID string) (*projects.Plan, error) {
-	pl, err := accountPlan(ctx, p.s, p.teams, accountID)
-	if err != nil {
-		return nil, err
-	}
-	return toProjectsPlan(pl), nil
-}
-
-func toProjectsPlan(p *plans.Plan) *projects.Plan {
-	return &projects.Plan{
-		Name: p.Name, Tier: string(p.Tier), TierRank: p.Tier.Rank(),
-		MaxProjects: p.MaxProjects, MaxDeployments: p.MaxDeployments, MaxMemoryMi: p.MaxMemoryMi,
-		MaxCpuM: p.MaxCpuM, MaxStorageGi: p.MaxStorageGi, BuildTimeoutMins: p.BuildTimeoutMins,
-		PriorityBuilds: p.PriorityBuilds, Public: p.Public, MaxBandwidthGb: p.MaxBandwidthGb,
-	}
-}
-
 var (
 	_ projects.DeploymentCounter = deployments.Usage{}
 	_ projects.LogCounter        = deployments.Usage{}
 	_ projects.BandwidthCounter  = bandwidth.Usage{}
 )
-
-// projectAccess adapts the projects module's one authorisation point to
-// deployments.Access.
-type projectAccess struct{ s *projects.Service }
-
-func (p projectAccess) Authorize(ctx context.Context, userID, projectID string, perm platform.Permission) error {
-	_, err := p.s.Authorize(ctx, userID, projectID, perm)
-	return err
-}
-
-func (p projectAccess) Accounts(ctx context.Context, userID string) ([]string, error) {
-	return p.s.Accounts(ctx, userID)
-}
-
-// deploySource adapts the projects module to deployments.ProjectSource.
-type deploySource struct{ s *projects.Service }
-
-func (s deploySource) ProjectForDeploy(ctx context.Context, projectID string) (*deployments.DeploySpec, error) {
-	p, err := s.s.ProjectForDeploy(ctx, projectID)
-	if err != nil {
-		return nil, err
-	}
-	env := make([]deployments.EnvVar, len(p.Env))
-	for i, e := range p.Env {
-		env[i] = deployments.EnvVar{Key: e.Key, Value: e.Value, Secret: e.Secret}
-	}
-	return &deployments.DeploySpec{
-		OwnerID: p.OwnerID, Slug: p.Slug, Name: p.Name, RepoURL: p.RepoURL, Branch: p.Branch,
-		Framework: p.Framework, Port: p.Port, BuildCommand: p.BuildCommand, StartCommand: p.StartCommand,
-		Region: p.Region, Env: env,
-		Limits: deployments.Limits{
-			BuildTimeout: time.Duration(p.BuildTimeoutMins) * time.Minute,
-			MemoryMi:     p.MaxMemoryMi, CPUMillis: p.MaxCpuM, StorageGi: p.MaxStorageGi, Priority: p.PriorityBuilds,
-		},
-		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName,
-	}, nil
-}

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/auth/auditlog"
 	"github.com/keelson-dev/keelson/auth/teams"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/plans"
-	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
 )
 
@@ -22,8 +21,8 @@ import (
 // deployments, domains, deploy hooks and codehost reach through adapters.
 func (a *App) buildTeams(context.Context) error {
 	svc, err := teams.New(teams.Deps{
-		DB: a.DB, Auth: a.Authn, Users: teamUsers{a.Auth}, Plans: teamPlans{a.Plans},
-		Projects: projects.Counts{DB: a.DB}, Audit: auditlog.Recorder{}, Mailer: teamMailer{a.Mailer}, Limiter: a.Auth, Dependents: a.APITokens,
+		DB: a.DB, Auth: a.Authn, Users: glue.TeamUsers{Auth: a.Auth}, Plans: glue.TeamPlans{Plans: a.Plans},
+		Projects: projects.Counts{DB: a.DB}, Audit: auditlog.Recorder{}, Mailer: glue.TeamMailer{Mailer: a.Mailer}, Limiter: a.Auth, Dependents: a.APITokens,
 		FrontendURL: a.Cfg.FrontendURL, InviteTTL: a.Cfg.InviteTTL, Log: a.Log.With("module", "teams"),
 	})
 	if err != nil {
@@ -32,50 +31,6 @@ func (a *App) buildTeams(context.Context) error {
 	a.add(svc)
 	a.Teams = svc
 	return nil
-}
-
-// teamUsers adapts the auth module to teams.Users.
-type teamUsers struct{ s *auth.Service }
-
-func (u teamUsers) UserByID(ctx context.Context, id string) (*teams.User, error) {
-	x, err := u.s.UserByID(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return &teams.User{ID: x.ID, Email: x.Email, EmailVerified: x.EmailVerified}, nil
-}
-
-// teamMailer adapts the server's mailer to teams.Mailer.
-type teamMailer struct{ m auth.Mailer }
-
-func (m teamMailer) Send(ctx context.Context, to, subject, text string) error {
-	return m.m.Send(ctx, auth.Mail{To: to, Subject: subject, Text: text})
-}
-
-// teamPlans adapts the plans module to teams.Plans.
-type teamPlans struct{ s *plans.Service }
-
-func (p teamPlans) TeamPlan(ctx context.Context, teamID, ownerID string) (string, bool, error) {
-	pl, err := p.s.TeamPlan(ctx, teamID, ownerID)
-	if err != nil {
-		return "", false, err
-	}
-	return pl.Name, pl.TeamMembers, nil
-}
-
-// accountPlan is the plan of an owner account: a user's account plan, or a
-// team's plan (its own, else its first owner's account plan).
-func accountPlan(ctx context.Context, p *plans.Service, t *teams.Service, accountID string) (*plans.Plan, error) {
-	if t != nil {
-		owner, err := t.TeamOwner(ctx, accountID)
-		if err == nil {
-			return p.TeamPlan(ctx, accountID, owner)
-		}
-		if !errors.Is(err, platform.ErrNotFound) {
-			return nil, err
-		}
-	}
-	return p.AccountPlan(ctx, accountID)
 }
 
 var (
