@@ -101,10 +101,8 @@ func (s *Service) TeamProjects(ctx context.Context, teamID string) (int, error) 
 	return Counts{DB: s.d.DB}.TeamProjects(ctx, teamID)
 }
 
-// Counts answers, from the database alone, the questions that modules built
-// before this one ask of projects (plans: is a plan in use; teams: does a
-// team own projects), so that projects can be built on them. Its answers
-// are the service's.
+// Counts answers from the database alone what modules built before this one
+// ask of projects (plans, teams), so projects can be built on them.
 type Counts struct{ DB bun.IDB }
 
 // TeamProjects counts the projects teamID owns that are not DELETED.

@@ -250,7 +250,9 @@ func (s *Service) BandwidthThisMonth(ctx context.Context, projectIDs []string) (
 	return s.usage().BandwidthThisMonth(ctx, projectIDs)
 }
 
-func (s *Service) usage() Usage { return Usage{DB: s.d.DB, BytesPerGB: s.d.BytesPerGB, Clock: s.d.Clock} }
+func (s *Service) usage() Usage {
+	return Usage{DB: s.d.DB, BytesPerGB: s.d.BytesPerGB, Clock: s.d.Clock}
+}
 
 func (s *Service) used(ctx context.Context, month string, ids []string) (map[string]int64, error) {
 	return s.usage().used(ctx, month, ids)

@@ -19,6 +19,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/plans"
@@ -141,7 +142,7 @@ func buildCore(bdb *bun.DB, sealer *secret.Sealer, o FullOptions) (c core, err e
 	}
 	if c.projects, err = projects.New(projects.Deps{DB: bdb, Auth: c.authn, Sealer: sealer, Plans: glue.PlanSource{Plans: c.plans, Teams: c.teams},
 		Teams: c.teams, Audit: c.audit, AllowLocalRepos: o.AllowLocalRepos,
-		Deployments: deployments.Usage{DB: bdb}, Logs: deployments.Usage{DB: bdb}, Bandwidth: bandwidth.Usage{DB: bdb}}); err != nil {
+		Deployments: fleet.Usage{DB: bdb}, Logs: fleet.Usage{DB: bdb}, Bandwidth: bandwidth.Usage{DB: bdb}}); err != nil {
 		return c, err
 	}
 	c.plans.Changed().Subscribe(events.Notify(func(e plans.PlanChanged) {

@@ -8,7 +8,7 @@
 //
 // It holds no logic of its own and starts nothing. The questions a module
 // asks of one built after it are not here: they read that module's tables
-// (teams.Members, projects.Counts, deployments.Usage, bandwidth.Usage), and
+// (teams.Members, projects.Counts, fleet.Usage, bandwidth.Usage), and
 // notifications are events (platform/events).
 package glue
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/plans"
@@ -18,7 +18,7 @@ import (
 // buildProjects builds the projects module on the plans, teams and audit
 // log modules, built before it; it follows plan changes (plans' Changed
 // event) in its list cache. GET /usage's figures of the modules built after
-// it come from their tables (deployments.Usage, bandwidth.Usage), and a host
+// it come from their tables (fleet.Usage, bandwidth.Usage), and a host
 // pin is checked in the hosts register's (hosts.Registered). What it
 // publishes (a project deleted, moved, its plan or httpsRedirect changed)
 // the later modules subscribe to. At start, teardowns interrupted by a
@@ -32,8 +32,8 @@ func (a *App) buildProjects(ctx context.Context) error {
 		Plans:       glue.PlanSource{Plans: a.Plans, Teams: a.Teams},
 		Teams:       a.Teams,
 		Audit:       a.AuditLog,
-		Deployments: deployments.Usage{DB: a.DB, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
-		Logs:        deployments.Usage{DB: a.DB, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
+		Deployments: fleet.Usage{DB: a.DB, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
+		Logs:        fleet.Usage{DB: a.DB, AccountBudget: logBudget(a.Cfg.LogBudgetMB)},
 		Bandwidth:   bandwidth.Usage{DB: a.DB, BytesPerGB: a.Cfg.bandwidthBytesPerGB},
 		CheckHost: func(ctx context.Context, id string) error {
 			if ok, err := hosts.Registered(ctx, a.DB, id); err != nil {
@@ -75,7 +75,7 @@ func (a *App) shutdownError(err error) error {
 }
 
 var (
-	_ projects.DeploymentCounter = deployments.Usage{}
-	_ projects.LogCounter        = deployments.Usage{}
+	_ projects.DeploymentCounter = fleet.Usage{}
+	_ projects.LogCounter        = fleet.Usage{}
 	_ projects.BandwidthCounter  = bandwidth.Usage{}
 )
