@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/deployments/fleet"
 	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/local"
@@ -195,6 +196,11 @@ func New(ctx context.Context, cfg Config, d Deps) (_ *Module, err error) {
 	}
 	if err := m.buildHosts(cfg, d, ed.Store); err != nil {
 		return nil, err
+	}
+	if cfg.Engine == EngineTemporal {
+		// After the deployments and hosts tables: the triggers announcing
+		// route changes to every ingress (Postgres only).
+		m.add(platform.Part{Schema: fleet.Migrations()})
 	}
 	return m, nil
 }

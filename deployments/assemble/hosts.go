@@ -13,6 +13,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/temporal"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
 
@@ -26,8 +27,14 @@ type Host struct {
 	HeartbeatEvery, DownAfter time.Duration
 }
 
-// RemoteEvery is how often an ingress reloads the routes other hosts serve.
-const RemoteEvery = time.Second
+// RemoteEvery is how often an ingress reloads the routes other hosts serve
+// when nothing tells it of a change (SQLite); RemoteSafetyEvery when
+// Postgres announces each change (fleet.RouteChannel) and the reload runs
+// on it at once.
+const (
+	RemoteEvery       = time.Second
+	RemoteSafetyEvery = 10 * time.Second
+)
 
 // buildHosts adds the hosts register (deployments/hosts): the ADMIN routes
 // in every role; with the Temporal engine, a process that runs a worker
@@ -89,10 +96,12 @@ func (p hostPlacer) Place(ctx context.Context, id string) (temporal.Placement, e
 
 // routeRemote keeps router's remote routes (the apps other hosts run, each
 // forwarded to its host's ingress) loaded from the database: at start, then
-// every RemoteEvery, so a deployment going LIVE on another host is served
-// here within about a second.
+// on every change Postgres announces (fleet.RouteChannel), so a deployment
+// going LIVE on another host is served here within a reload's time, and
+// every RemoteSafetyEvery (RemoteEvery without Postgres).
 func (m *Module) routeRemote(idb *bun.DB, router *ingress.Router, log *slog.Logger) {
 	var loop *platform.Loop
+	stopListen := func() {}
 	reload := func(ctx context.Context) error {
 		live, err := fleet.Queries{DB: idb}.LiveHosts(ctx)
 		if err != nil {
@@ -115,13 +124,18 @@ func (m *Module) routeRemote(idb *bun.DB, router *ingress.Router, log *slog.Logg
 			if err := reload(ctx); err != nil {
 				return err
 			}
-			loop = platform.Every(context.Background(), RemoteEvery, false, nil, func(ctx context.Context) {
+			every, wake := RemoteEvery, fleet.NewRouteWake()
+			if db.IsPostgres(idb) {
+				every = RemoteSafetyEvery
+				stopListen = db.StartListen(idb, wake, db.ListenConfig{Channels: []string{fleet.RouteChannel}, Logger: log})
+			}
+			loop = platform.Every(context.Background(), every, false, wake, func(ctx context.Context) {
 				if err := reload(ctx); err != nil && ctx.Err() == nil {
 					log.Warn("ingress: reload the routes of other hosts", "err", err)
 				}
 			})
 			return nil
 		},
-		OnClose: func(context.Context) error { loop.Stop(); return nil },
+		OnClose: func(context.Context) error { stopListen(); loop.Stop(); return nil },
 	})
 }

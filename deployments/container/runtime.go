@@ -691,6 +691,9 @@ func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error 
 	return r.sup.Unroute(ctx, slug, deploymentID)
 }
 
+// Running reports whether this runtime holds the app of deploymentID.
+func (r *Runtime) Running(deploymentID string) bool { return r.sup.Running(deploymentID) }
+
 // Cleanup stops the app, cancels a running build, removes the container, its
 // network, the checkout and the deployment's image tag.
 func (r *Runtime) Cleanup(ctx context.Context, deploymentID string) error {

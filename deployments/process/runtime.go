@@ -303,6 +303,9 @@ func (r *Runtime) Unroute(ctx context.Context, slug, deploymentID string) error 
 	return r.sup.Unroute(ctx, slug, deploymentID)
 }
 
+// Running reports whether this runtime holds the app of deploymentID.
+func (r *Runtime) Running(deploymentID string) bool { return r.sup.Running(deploymentID) }
+
 // Cleanup stops the deployment's app if it runs (it runs from the workspace),
 // cancels its build if one runs, and removes its workspace.
 // Reuse copies the built checkout of deployment from into job's workspace (a

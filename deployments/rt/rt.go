@@ -126,6 +126,11 @@ type Runtime interface {
 	Stop(ctx context.Context, deploymentID string) error
 	// Cleanup removes the deployment's workspace. Idempotent.
 	Cleanup(ctx context.Context, deploymentID string) error
+	// Running reports whether this runtime holds the app of deploymentID
+	// (starting or running). A runtime started again does not hold the apps
+	// an earlier run started: it stopped them. So the DNS step asks before
+	// routing to the app PROVISION started.
+	Running(deploymentID string) bool
 }
 
 // ProjectCleaner is implemented by runtimes that keep something per project

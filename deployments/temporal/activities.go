@@ -121,6 +121,16 @@ func (a *activities) provision(ctx context.Context, id string) error {
 func (a *activities) configureDNS(ctx context.Context, id string) (DNSResult, error) {
 	stop := heartbeat(ctx)
 	defer stop()
+	if !a.rt.Running(id) {
+		// This worker started again after PROVISION ended: it stopped the
+		// processes and containers its earlier run left, this app among
+		// them. Routing to it would serve a LIVE deployment with a 502; the
+		// workflow builds it again instead. The stored row is untouched (the
+		// next round's BUILD re-queues it).
+		msg := "the app PROVISION started is not running on this host (its worker restarted and stopped it); building again"
+		a.acts.Note(ctx, id, msg)
+		return DNSResult{}, temporal.NewNonRetryableApplicationError(msg, errTypeAppLost, nil)
+	}
 	d, err := a.store.DeploymentGet(ctx, id)
 	if err != nil {
 		return DNSResult{}, err

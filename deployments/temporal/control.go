@@ -47,6 +47,9 @@ func (ControlRuntime) Unroute(context.Context, string, string) error { return ni
 // Cleanup is part of the release Stop asks for.
 func (ControlRuntime) Cleanup(context.Context, string) error { return nil }
 
+// Running is false: no app runs on an API replica.
+func (ControlRuntime) Running(string) bool { return false }
+
 // Reuse is never called on the API side (a rollback's BUILD runs on the
 // worker that holds the build); ControlRuntime offers it so the API takes
 // rollbacks, which every worker's runtime serves.

@@ -48,6 +48,7 @@ const versionReleaseGrace = "release-grace"
 const (
 	errTypeStepFailed = "StepFailed" // the build command failed, the app did not start, ...
 	errTypeNotQueued  = "NotQueued"  // the deployment left QUEUED (cancelled) before BUILD began
+	errTypeAppLost    = "AppLost"    // the app PROVISION started is gone: its worker restarted
 )
 
 // Input starts a deployment's workflow. It holds no project data (and so no
@@ -230,7 +231,11 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 				return st.live(ctx, t, dr)
 			}
 		}
-		if workerLost(err) && round < t.Rounds && ctx.Err() == nil {
+		// An AppLost DNS step is a lost worker seen from the other side: the
+		// worker came back (same host queue) without the app PROVISION
+		// started. No older history has that error type, so replay is
+		// unchanged.
+		if (workerLost(err) || isType(err, errTypeAppLost)) && round < t.Rounds && ctx.Err() == nil {
 			log.Warn("worker holding the build was lost; building again", "deployment", in.DeploymentID, "round", round, "err", err)
 			continue // BUILD's activity re-queues the stored deployment (deployments.Activities.Recover)
 		}

@@ -241,6 +241,38 @@ func TestWorkflowWorkerLostDuringProvisionRebuilds(t *testing.T) {
 	require.Equal(t, 2, got.Attempt)
 }
 
+// A worker killed after PROVISION ended and started again (same host queue)
+// stopped the app its earlier run started. The DNS step it then runs must not
+// route to that app (the deployment would read LIVE and answer 502): the
+// round starts over from BUILD.
+func TestWorkflowDNSOnARestartedWorkerBuildsAgain(t *testing.T) {
+	f := newFixture(t, deployments.NewStore(dbtest.SQLite(t, deployments.Migrations())))
+	d := f.queue(t)
+	env := f.testEnv(t)
+	calls := 0
+	env.OnActivity(activityProvision, mock.Anything, mock.Anything).Return(func(ctx context.Context, id string) error {
+		calls++
+		err := f.activities().provision(ctx, id)
+		if calls == 1 {
+			require.NoError(t, f.rt.Stop(ctx, id)) // the restarted worker's clean-up
+		}
+		return err
+	})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalRelease, nil) }, time.Hour)
+	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var final State
+	require.NoError(t, env.GetWorkflowResult(&final))
+	require.Equal(t, 2, final.Round, "the DNS step on the restarted worker started a new round")
+	require.Len(t, f.rt.Builds(), 2)
+	got := f.get(t, d.ID)
+	require.Equal(t, deployments.StatusLive, got.Status)
+	require.Equal(t, 2, got.Attempt)
+	require.Contains(t, f.logText(t, d.ID), "not running on this host")
+}
+
 // pinnedPlacer places every deployment on one host queue, pinned there.
 type pinnedPlacer string
 

@@ -57,14 +57,14 @@ func TestTemporalLiveIsServedAfterKill(t *testing.T) {
 		t.Fatalf("first deployment: %s %q", st.Status, st.ErrorMessage)
 	}
 
-	// Rounds kill the server a second in (BUILD, which Temporal retries) or
-	// as soon as the new deployment is seen LIVE (its workflow may not have
-	// recorded the DNS step's end yet; before the host id, the restarted
-	// server left it LIVE and unserved). Kills seen PROVISIONING are not yet
-	// covered: in CI (stop 34's check) the restarted server killed the app
-	// the PROVISION step had started, the DNS step then routed to it, and the
-	// deployment read LIVE while its host answered 502 (issue 29, open).
-	killAt := []string{"", "LIVE", "", "LIVE", "", "LIVE"}
+	// Rounds kill the server a second in (BUILD, which Temporal retries), as
+	// soon as the new deployment is seen PROVISIONING (the restarted server
+	// stops the app PROVISION started; its DNS step must then build again,
+	// not route to it: before that, the deployment read LIVE and answered
+	// 502), or as soon as it is seen LIVE (its workflow may not have recorded
+	// the DNS step's end yet; before the host id, the restarted server left
+	// it LIVE and unserved).
+	killAt := []string{"", "PROVISIONING", "LIVE", "", "PROVISIONING", "LIVE"}
 	for round := 1; round <= len(killAt); round++ {
 		version := fmt.Sprintf("v%d", round)
 		commit(t, work, bare, "main", goApp(version), version)
