@@ -11,7 +11,7 @@ import (
 )
 
 // buildBandwidth builds the bandwidth module on every role: its tables, and
-// GET /usage's figures (projects reads them through bandwidthCounter). Where
+// GET /usage's figures (projects reads them from its table: bandwidth.Usage). Where
 // this process serves apps it also stores the ingress meter's counts (built
 // in buildDeployments) and tells it which projects are over their plan's
 // maxBandwidthGb; its Close, after the listeners stopped, stores the last
