@@ -249,15 +249,16 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 // away) hands it to any worker, unless the project is pinned to it.
 func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout time.Duration) (BuildResult, error) {
 	st.begin(ctx, deployments.StepBuild, deployments.StatusBuilding)
-	queue, placed, pinned, refused := st.place(ctx, in)
-	if refused != "" {
-		return BuildResult{}, temporal.NewNonRetryableApplicationError("placement: "+refused, errTypeStepFailed, nil)
+	p := st.place(ctx, in)
+	if p.Refused != "" {
+		return BuildResult{}, temporal.NewNonRetryableApplicationError("placement: "+p.Refused, errTypeStepFailed, nil)
 	}
 	var br BuildResult
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions(queue, t, buildTimeout)),
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions(p.Queue, t, buildTimeout)),
 		activityBuild, in.DeploymentID).Get(ctx, &br)
+	placed := in.BuildQueue == "" && p.Queue != "" // the Placer chose the host
 	if err != nil && placed && workerLost(err) {
-		if pinned {
+		if p.Pinned {
 			return br, temporal.NewNonRetryableApplicationError("placement: the project's pinned host did not take the build (it went away); it is not built elsewhere", errTypeStepFailed, nil)
 		}
 		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, buildOptions("", t, buildTimeout)),
@@ -272,15 +273,16 @@ func (st *State) build(ctx workflow.Context, in Input, t Timeouts, buildTimeout 
 }
 
 // place is the host queue BUILD runs on: a rollback's is the host that
-// keeps the build (in.BuildQueue); else the Placer's choice (placed true),
-// or "" (any worker) without one, when it has none, or when it fails.
-// refused says why no host can take it (the deployment fails).
-func (st *State) place(ctx workflow.Context, in Input) (queue string, placed, pinned bool, refused string) {
+// keeps the build (in.BuildQueue); else the Placer's choice, or "" (any
+// worker) without one, when it has none, or when it fails before the
+// placement-fails-closed version. Refused says why no host can take it (the
+// deployment fails).
+func (st *State) place(ctx workflow.Context, in Input) PlaceResult {
 	if in.BuildQueue != "" {
-		return in.BuildQueue, false, false, ""
+		return PlaceResult{Queue: in.BuildQueue}
 	}
 	if workflow.GetVersion(ctx, versionPlacement, workflow.DefaultVersion, 1) < 1 {
-		return "", false, false, ""
+		return PlaceResult{}
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
@@ -293,14 +295,14 @@ func (st *State) place(ctx workflow.Context, in Input) (queue string, placed, pi
 		if workflow.GetVersion(ctx, versionPlacementClosed, workflow.DefaultVersion, 1) == 1 {
 			var app *temporal.ApplicationError
 			if errors.As(err, &app) {
-				return "", false, false, app.Message()
+				return PlaceResult{Refused: app.Message()}
 			}
-			return "", false, false, "the placement could not be decided"
+			return PlaceResult{Refused: "the placement could not be decided"}
 		}
 		workflow.GetLogger(ctx).Warn("placement failed; any worker builds it", "deployment", in.DeploymentID, "err", err)
-		return "", false, false, ""
+		return PlaceResult{}
 	}
-	return res.Queue, res.Queue != "", res.Pinned, res.Refused
+	return res
 }
 
 // PlaceResult is the host the placement chose ("" for any worker), or why

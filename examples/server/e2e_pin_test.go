@@ -78,7 +78,7 @@ func TestPinnedProjectStaysOnItsHostE2E(t *testing.T) {
 	platformtest.Eventually(t, time.Minute, "the pinned app's log to say it is not moved", func() bool {
 		return strings.Contains(logText(t, api, root, live.ID), "the project is pinned to host "+host1+", so its app is not moved")
 	})
-	if now := liveOf(t, api, root, slug); now.ID != live.ID {
+	if now := liveOf(t, api, slug); now.ID != live.ID {
 		t.Fatalf("the pinned app moved: %+v", now)
 	}
 }

@@ -73,7 +73,7 @@ func TestHostDownMovesFromTheRegistryE2E(t *testing.T) {
 	if final, _ := waitDeployment(t, api, alice, tr.DeploymentID); final.Status != "LIVE" {
 		t.Fatalf("deployment: %s %s", final.Status, final.ErrorMessage)
 	}
-	was := liveOf(t, api, alice, p.Slug)
+	was := liveOf(t, api, p.Slug)
 	if was.Host != w1.App.localHost.Queue || !strings.HasPrefix(was.Image, reg.Repository()+"/") || !strings.Contains(was.Image, "@sha256:") {
 		t.Fatalf("the deployment: host %q image %q", was.Host, was.Image)
 	}

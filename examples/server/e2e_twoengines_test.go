@@ -103,7 +103,7 @@ func TestTwoEnginesE2E(t *testing.T) {
 			map[string]string{"Dockerfile": containertest.ScratchDockerfile, "app": string(app)}, "docker")
 		projects = append(projects, p.ID)
 		id := deployLive(t, api, alice, p.ID)
-		if d := liveOf(t, api, alice, p.Slug); d.ID != id || d.Host != queueOf(t, api, host) {
+		if d := liveOf(t, api, p.Slug); d.ID != id || d.Host != queueOf(t, api, host) {
 			t.Fatalf("%s placed on %q, want host %s", name, d.Host, host)
 		}
 		return p
@@ -125,12 +125,12 @@ func TestTwoEnginesE2E(t *testing.T) {
 	// Host two is drained while a client asks app two through each ingress
 	// without pause: app two moves to host one, and no request fails.
 	steadyWhile(t, []*testServer{w1, ingress2}, two.Slug, "200 hello bin", func() {
-		moving := liveOf(t, api, alice, two.Slug)
+		moving := liveOf(t, api, two.Slug)
 		if _, err := api.App.Hosts.Drain(ctx, host2); err != nil {
 			t.Fatal(err)
 		}
 		platformtest.Eventually(t, 2*time.Minute, "app two to move to host one", func() bool {
-			d := liveOf(t, api, alice, two.Slug)
+			d := liveOf(t, api, two.Slug)
 			return d.ID != moving.ID && d.Host == w1.App.localHost.Queue
 		})
 		time.Sleep(5 * time.Second) // past the old app's release
@@ -141,7 +141,7 @@ func TestTwoEnginesE2E(t *testing.T) {
 	cordon(host1, false)
 
 	// Host two dies: its worker and its whole engine, with no shutdown code.
-	was := liveOf(t, api, alice, three.Slug)
+	was := liveOf(t, api, three.Slug)
 	w2.proc.kill()
 	eng.Kill()
 	died := time.Now()

@@ -88,12 +88,12 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	// Host two is drained while clients ask app two through each ingress
 	// without pause: app two moves to host one, and no request fails.
 	steadyWhile(t, []*testServer{w1, w2}, slug2, "200 version two", func() {
-		moving := liveOf(t, api, alice, slug2)
+		moving := liveOf(t, api, slug2)
 		if _, err := w1.App.Hosts.Drain(ctx, w2.App.localHost.ID); err != nil {
 			t.Fatal(err)
 		}
 		platformtest.Eventually(t, time.Minute, "app two to move to host one", func() bool {
-			d := liveOf(t, api, alice, slug2)
+			d := liveOf(t, api, slug2)
 			return d.ID != moving.ID && d.Host == w1.App.localHost.Queue
 		})
 		time.Sleep(5 * time.Second) // past the old app's release
@@ -103,7 +103,7 @@ func TestTwoHostsServeEveryAppE2E(t *testing.T) {
 	// Host one stops (its heartbeat, its apps, its ingress): within a
 	// minute its apps answer through host two, from new deployments of the
 	// same commits that the old ones' logs name.
-	was := liveOf(t, api, alice, slug1)
+	was := liveOf(t, api, slug1)
 	w1.stop()
 	platformtest.Eventually(t, time.Minute, "the apps through host two after host one stopped", func() bool {
 		return tryApp(w2, "", slug1) == "version one" && tryApp(w2, url2, slug2) == "version two"
@@ -139,7 +139,7 @@ func startTwoHosts(t testing.TB, heartbeat, downAfter time.Duration, more func(*
 }
 
 // liveOf is the project's LIVE deployment (the newest), by slug.
-func liveOf(t *testing.T, ts *testServer, token, slug string) *deployments.Deployment {
+func liveOf(t *testing.T, ts *testServer, slug string) *deployments.Deployment {
 	t.Helper()
 	var out *deployments.Deployment
 	platformtest.Eventually(t, time.Minute, "a LIVE deployment of "+slug, func() bool {
@@ -167,7 +167,7 @@ func liveAfter(t *testing.T, ts *testServer, slug, was string) *deployments.Depl
 	t.Helper()
 	var now *deployments.Deployment
 	platformtest.Eventually(t, 10*time.Second, "a LIVE deployment of "+slug+" other than "+was, func() bool {
-		now = liveOf(t, ts, "", slug)
+		now = liveOf(t, ts, slug)
 		return now.ID != was
 	})
 	return now
