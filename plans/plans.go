@@ -20,6 +20,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/uptrace/bun"
 )
 
@@ -83,25 +84,16 @@ type UsageChecker interface {
 	PlanInUse(ctx context.Context, planName string) (bool, error)
 }
 
-// UsageCheckerFunc adapts a function to UsageChecker (handy when the
-// implementation is built after the plans service).
-type UsageCheckerFunc func(ctx context.Context, planName string) (bool, error)
-
-// PlanInUse calls f.
-func (f UsageCheckerFunc) PlanInUse(ctx context.Context, planName string) (bool, error) {
-	return f(ctx, planName)
-}
-
-// ChangeObserver hears of changes to what AccountPlan answers, after they
-// commit and before the request that made them answers (the host forwards
-// them to caches of other modules, such as the projects list). Across
-// replicas on Postgres the same changes are notified on ChangeChannel.
-type ChangeObserver interface {
-	// AccountPlanChanged: userID's account plan assignment changed.
-	AccountPlanChanged(userID string)
-	// PlansChanged: a plan was created, changed or deleted, which may change
-	// anyone's account plan (the default plan, a renamed plan).
-	PlansChanged()
+// PlanChanged is the event (Service.Changed) of a change to what AccountPlan
+// answers, published after the write (committed or not) and before the
+// request that made it answers: modules built after plans subscribe (the
+// projects list cache, the bandwidth limits). Across replicas on Postgres
+// the same changes are notified on ChangeChannel.
+type PlanChanged struct {
+	// UserID's account plan assignment changed; "" when a plan was created,
+	// changed or deleted, which may change anyone's account plan (the
+	// default plan, a renamed plan).
+	UserID string
 }
 
 // Deps are what the plans module needs.
@@ -113,8 +105,6 @@ type Deps struct {
 	// Usage answers whether projects use a plan. Optional: without it a plan
 	// in use by projects could be deleted, so hosts with projects must set it.
 	Usage UsageChecker
-	// Changes hears of every plan and assignment write. Optional.
-	Changes ChangeObserver
 	// Teams tells whether a team exists, for PUT /plans/{id}/teams/{teamId}.
 	// Optional: without it that route answers 404 for every team.
 	Teams Teams
@@ -133,9 +123,14 @@ func (d Deps) withDefaults() Deps {
 
 // Service is the plans module: the store, the account-plan lookup and the routes.
 type Service struct {
-	d    Deps
-	stmt accountPlanStmt
+	d       Deps
+	stmt    accountPlanStmt
+	changed events.Topic[PlanChanged]
 }
+
+// Changed is the topic of every plan and assignment write (PlanChanged);
+// subscribe before Start.
+func (s *Service) Changed() *events.Topic[PlanChanged] { return &s.changed }
 
 // New returns the plans service. It returns an error for a bad Deps.
 func New(d Deps) (*Service, error) {

@@ -443,17 +443,14 @@ func (s *Service) seed(ctx context.Context) (bool, error) {
 func (PlanInput) SchemaName() string { return "CreatePlanRequest" }
 func (PlanPatch) SchemaName() string { return "UpdatePlanRequest" }
 
-// accountPlanChanged tells Deps.Changes that userID's assignment was written
-// (or may have been: it runs whether the write committed or not).
+// accountPlanChanged publishes that userID's assignment was written (or may
+// have been: it runs whether the write committed or not). Subscribers only
+// drop caches: they cannot fail.
 func (s *Service) accountPlanChanged(userID string) {
-	if s.d.Changes != nil {
-		s.d.Changes.AccountPlanChanged(userID)
-	}
+	_ = s.changed.Publish(context.Background(), PlanChanged{UserID: userID})
 }
 
-// plansChanged tells Deps.Changes that plans were written (or may have been).
+// plansChanged publishes that plans were written (or may have been).
 func (s *Service) plansChanged() {
-	if s.d.Changes != nil {
-		s.d.Changes.PlansChanged()
-	}
+	_ = s.changed.Publish(context.Background(), PlanChanged{})
 }

@@ -18,12 +18,6 @@ type Teams interface {
 	TeamsOf(ctx context.Context, userID string) ([]string, error)
 }
 
-// OwnerChanges is told when a project moved to another owner (account), so
-// the modules that keep the owner beside the project follow it.
-type OwnerChanges interface {
-	ProjectOwnerChanged(ctx context.Context, projectID, ownerID string) error
-}
-
 // Access is a user's standing on a project: its owning account (the user
 // of a personal project, or the team), the team ("" when personal) and the
 // user's role.
@@ -104,9 +98,29 @@ func (s *Service) Accounts(ctx context.Context, userID string) ([]string, error)
 
 // TeamProjects counts the projects teamID owns that are not DELETED.
 func (s *Service) TeamProjects(ctx context.Context, teamID string) (int, error) {
-	n, err := s.d.DB.NewSelect().Model((*projectRow)(nil)).
+	return Counts{DB: s.d.DB}.TeamProjects(ctx, teamID)
+}
+
+// Counts answers from the database alone what modules built before this one
+// ask of projects (plans, teams), so projects can be built on them.
+type Counts struct{ DB bun.IDB }
+
+// TeamProjects counts the projects teamID owns that are not DELETED.
+func (c Counts) TeamProjects(ctx context.Context, teamID string) (int, error) {
+	n, err := c.DB.NewSelect().Model((*projectRow)(nil)).
 		Where("owner_id = ? AND team_id = ? AND status <> ?", teamID, teamID, StatusDeleted).Count(ctx)
 	return int(n), wrap("team projects", err)
+}
+
+// PlanInUse reports whether a project that is not DELETED uses plan name
+// (plans.UsageChecker).
+func (c Counts) PlanInUse(ctx context.Context, name string) (bool, error) {
+	n, err := c.DB.NewSelect().Model((*projectRow)(nil)).
+		Where("plan_name = ? AND status <> ?", name, StatusDeleted).Count(ctx)
+	if err != nil {
+		return false, wrap("plan in use", err)
+	}
+	return n > 0, nil
 }
 
 // createOwner is the account a new project of userID belongs to: userID,
@@ -191,10 +205,8 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 		return wrap("transfer", err)
 	}
 	s.d.Logger.InfoContext(ctx, "project moved", "project_id", row.ID, "from", row.OwnerID, "to", to, "user_id", userID)
-	if s.d.OwnerChanges != nil {
-		if err := s.d.OwnerChanges.ProjectOwnerChanged(ctx, row.ID, to); err != nil {
-			return fmt.Errorf("projects: the project moved, but its deployments and domains did not follow yet: %w", err)
-		}
+	if err := s.events.OwnerChanged.Publish(ctx, OwnerChanged{ProjectID: row.ID, OwnerID: to}); err != nil {
+		return fmt.Errorf("projects: the project moved, but its deployments and domains did not follow yet: %w", err)
 	}
 	return nil
 }

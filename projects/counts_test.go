@@ -80,7 +80,7 @@ func BenchmarkCreateWith1000Owned(b *testing.B) {
 	plans.plans["unlimited"] = &projects.Plan{Name: "unlimited", Tier: "ENTERPRISE", TierRank: 3, MaxDeployments: 1, MaxMemoryMi: 512, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10}
 	plans.setAccount(users["alice"], "unlimited")
 	svc, err := projects.New(projects.Deps{
-		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans, Teardown: newTeardown(),
+		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -187,7 +187,7 @@ func (s *Service) callTeardown(ctx context.Context, id string) (err error) {
 			err = fmt.Errorf("teardown panicked: %v", p)
 		}
 	}()
-	return s.d.Teardown.TeardownProject(ctx, id)
+	return s.events.Deleted.Publish(ctx, Deleted{ProjectID: id})
 }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).

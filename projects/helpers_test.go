@@ -17,6 +17,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/platform/secret"
 	"github.com/keelson-dev/keelson/projects"
@@ -177,7 +178,7 @@ type opts struct {
 	listCache   int64                  // Deps.ListCacheBytes (0: the default, on)
 	planChannel string                 // Deps.PlanChannel
 	reserved    []string               // Deps.ReservedSlugs
-	redirect    func(projectID string) // Deps.HTTPSRedirectChanged
+	redirect    func(projectID string) // Events.HTTPSRedirectChanged
 	hosts       []string               // Deps.HostExists knows these
 }
 
@@ -198,10 +199,9 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	}
 	e := &env{t: t, bdb: bdb, api: api, plans: newPlanBook(), teardown: newTeardown(), logs: logs, sealer: sealer}
 	e.svc, err = projects.New(projects.Deps{
-		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans, Teardown: e.teardown,
+		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans,
 		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
-		HTTPSRedirectChanged: o.redirect,
 		CheckHost: func(_ context.Context, id string) error {
 			if slices.Contains(o.hosts, id) {
 				return nil
@@ -211,6 +211,13 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Subscribed as deployments and the ingress are in the server.
+	e.svc.Events().Deleted.Subscribe(func(ctx context.Context, ev projects.Deleted) error {
+		return e.teardown.TeardownProject(ctx, ev.ProjectID)
+	})
+	if o.redirect != nil {
+		e.svc.Events().HTTPSRedirectChanged.Subscribe(events.Notify(func(ev projects.HTTPSRedirectChanged) { o.redirect(ev.ProjectID) }))
 	}
 	if err := e.svc.Register(api); err != nil {
 		t.Fatal(err)

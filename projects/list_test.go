@@ -25,7 +25,7 @@ func listBench(b *testing.B, cacheBytes int64) (*projects.Service, humatest.Test
 	plans.plans["unlimited"] = &projects.Plan{Name: "unlimited", Tier: "ENTERPRISE", TierRank: 3}
 	plans.setAccount(users["alice"], "unlimited")
 	svc, err := projects.New(projects.Deps{
-		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans, Teardown: newTeardown(),
+		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: plans,
 		Logger: slog.New(slog.DiscardHandler), ListCacheBytes: cacheBytes,
 	})
 	if err != nil {

@@ -3,7 +3,8 @@
 // enforces the quotas that bite at project level: maxProjects at create and
 // "a project's plan is not above its owner's account plan" at settings, and it
 // answers GET /usage. It does not deploy anything; deployments reads a
-// project through ProjectForDeploy and tears it down through Teardown.
+// project through ProjectForDeploy and tears it down when it hears Deleted
+// (Events).
 //
 // Decisions SPEC leaves open:
 //   - A project belongs to a user or to a team (teamId). Every route asks
@@ -33,7 +34,7 @@
 //     account plan, e.g. after a downgrade) the account plan.
 //   - maxProjects counts the owner's projects that are not DELETED.
 //   - Deletion: DELETE marks the project DELETING and answers 202; a background
-//     teardown (Teardown) runs with a bounded context; success makes it
+//     teardown (Events.Deleted) runs with a bounded context; success makes it
 //     DELETED, failure FAILED with errorMessage, and DELETE again retries.
 //     Start resumes DELETING projects after a restart; delete-status resumes a
 //     teardown whose runner vanished (older than TeardownTimeout).
@@ -98,21 +99,6 @@ type PlanSource interface {
 	AccountPlan(ctx context.Context, userID string) (*Plan, error)
 }
 
-// Teardown removes everything a project has outside this module: running
-// apps, ingress routes, workspaces, logs. The deployments module implements
-// it. It must be idempotent: a failed or interrupted teardown is retried.
-type Teardown interface {
-	TeardownProject(ctx context.Context, projectID string) error
-}
-
-// TeardownFunc adapts a function to Teardown.
-type TeardownFunc func(ctx context.Context, projectID string) error
-
-// TeardownProject calls f.
-func (f TeardownFunc) TeardownProject(ctx context.Context, projectID string) error {
-	return f(ctx, projectID)
-}
-
 // DeploymentCounter counts deployments started this calendar month (UTC) by
 // project, for GET /usage. The deployments module implements it.
 type DeploymentCounter interface {
@@ -146,13 +132,9 @@ type Deps struct {
 	Sealer Sealer
 	// Plans looks up plans and account plans. Required.
 	Plans PlanSource
-	// Teardown tears a deleted project down. Required.
-	Teardown Teardown
 	// Teams answers users' roles in the teams that own projects. Optional:
 	// without it there are only personal projects.
 	Teams Teams
-	// OwnerChanges is told when a project moves to another owner. Optional.
-	OwnerChanges OwnerChanges
 	// Deployments counts this month's deployments for GET /usage. Optional.
 	Deployments DeploymentCounter
 	// Logs reports stored log bytes against the account log budget for GET
@@ -161,14 +143,6 @@ type Deps struct {
 	// Bandwidth reports this month's bytes per project for GET /usage.
 	// Optional: without it the report has no bandwidth field.
 	Bandwidth BandwidthCounter
-	// ProjectPlanChanged, when set, is called after a settings update changed
-	// a project's planName (the ingress' bandwidth limit follows it). It runs
-	// on the request's goroutine: keep it short. Optional.
-	ProjectPlanChanged func(projectID string)
-	// HTTPSRedirectChanged, when set, is called after a settings update
-	// changed a project's httpsRedirect (the ingress reloads KeepHTTPSlugs).
-	// Same rules as ProjectPlanChanged. Optional.
-	HTTPSRedirectChanged func(projectID string)
 	// CheckHost answers nil for a host a project may be pinned to, else
 	// the settings update's 4xx naming it. Without it none can be.
 	CheckHost func(ctx context.Context, id string) error
@@ -207,8 +181,6 @@ func (d Deps) validate() error {
 		return errors.New("projects: Deps.Sealer is required")
 	case d.Plans == nil:
 		return errors.New("projects: Deps.Plans is required")
-	case d.Teardown == nil:
-		return errors.New("projects: Deps.Teardown is required")
 	}
 	for _, r := range d.Regions {
 		if r == "" {
@@ -235,7 +207,8 @@ func (d Deps) withDefaults() Deps {
 
 // Service is the projects module.
 type Service struct {
-	d Deps
+	d      Deps
+	events Events // what it publishes (events.go)
 
 	// Background teardowns: base is cancelled by Close after its grace period.
 	base     context.Context

@@ -323,11 +323,11 @@ func (s *Service) UpdateSettings(ctx context.Context, user, id string, in Settin
 		return nil, wrap("update settings", err)
 	}
 	s.d.Logger.InfoContext(ctx, "project settings updated", "project_id", id, "env_vars", len(env), "plan", upd.PlanName)
-	if upd.PlanName != cur.PlanName && s.d.ProjectPlanChanged != nil {
-		s.d.ProjectPlanChanged(id)
+	if upd.PlanName != cur.PlanName {
+		s.published(ctx, "plan changed", s.events.PlanChanged.Publish(ctx, PlanChanged{ProjectID: id}))
 	}
-	if upd.KeepHTTP != cur.KeepHTTP && s.d.HTTPSRedirectChanged != nil {
-		s.d.HTTPSRedirectChanged(id)
+	if upd.KeepHTTP != cur.KeepHTTP {
+		s.published(ctx, "httpsRedirect changed", s.events.HTTPSRedirectChanged.Publish(ctx, HTTPSRedirectChanged{ProjectID: id}))
 	}
 	out, err := upd.toProject()
 	if err != nil {
@@ -440,12 +440,7 @@ func (s *Service) mergeEnv(cur *projectRow, in []EnvVarIn) ([]storedEnv, error) 
 // PlanInUse reports whether a project that is not DELETED uses plan name
 // (plans.UsageChecker).
 func (s *Service) PlanInUse(ctx context.Context, name string) (bool, error) {
-	n, err := s.d.DB.NewSelect().Model((*projectRow)(nil)).
-		Where("plan_name = ? AND status <> ?", name, StatusDeleted).Count(ctx)
-	if err != nil {
-		return false, wrap("plan in use", err)
-	}
-	return n > 0, nil
+	return Counts{DB: s.d.DB}.PlanInUse(ctx, name)
 }
 
 // effectivePlan is the project's plan unless it is unset, gone, or above the

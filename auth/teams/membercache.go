@@ -79,13 +79,45 @@ func (s *Service) TeamOwner(ctx context.Context, teamID string) (string, error) 
 	ids, ok := s.teamsOf.Get(teamID, ownerOfTeam)
 	if !ok {
 		gen := s.teamsOf.Begin()
-		err := s.d.DB.NewSelect().Model((*memberRow)(nil)).Column("user_id").
-			Where("team_id = ? AND role = ?", teamID, platform.MemberOwner).
-			OrderExpr("created_at ASC, user_id ASC").Limit(1).Scan(ctx, &ids)
-		if err != nil {
-			return "", db.Translate(err)
+		var err error
+		if ids, err = firstOwner(ctx, s.d.DB, teamID); err != nil {
+			return "", err
 		}
 		s.teamsOf.Put(gen, teamID, ownerOfTeam, ids)
+	}
+	if len(ids) == 0 {
+		return "", notFound()
+	}
+	return ids[0], nil
+}
+
+// firstOwner reads the owner who joined teamID first (none: an empty slice).
+func firstOwner(ctx context.Context, idb bun.IDB, teamID string) ([]string, error) {
+	var ids []string
+	err := idb.NewSelect().Model((*memberRow)(nil)).Column("user_id").
+		Where("team_id = ? AND role = ?", teamID, platform.MemberOwner).
+		OrderExpr("created_at ASC, user_id ASC").Limit(1).Scan(ctx, &ids)
+	return ids, db.Translate(err)
+}
+
+// Members answers questions about teams' members from the database alone,
+// with no service and no cache: the modules built before this one (API
+// tokens, plans; teams needs both) ask it. Its answers are the service's.
+type Members struct{ DB bun.IDB }
+
+// MemberRole returns userID's role in teamID, as Service.MemberRole.
+func (m Members) MemberRole(ctx context.Context, teamID, userID string) (platform.MemberRole, error) {
+	return memberRole(ctx, m.DB, teamID, userID)
+}
+
+// TeamOwner returns the owner who joined teamID first, as Service.TeamOwner.
+func (m Members) TeamOwner(ctx context.Context, teamID string) (string, error) {
+	if !platform.ValidID(teamID) {
+		return "", notFound()
+	}
+	ids, err := firstOwner(ctx, m.DB, teamID)
+	if err != nil {
+		return "", err
 	}
 	if len(ids) == 0 {
 		return "", notFound()

@@ -88,6 +88,11 @@ func TestTeamsOfSeesEveryWrite(t *testing.T) {
 					t.Fatalf("%s: TeamOwner(%s) is not %q", what, team, owner)
 				}
 			}
+			// Members, the uncached reader of the modules built before teams, agrees.
+			got, err := Members{DB: bdb}.TeamOwner(ctx, team)
+			if (owner == "" && !errors.Is(err, platform.ErrNotFound)) || (owner != "" && (err != nil || got != owner)) {
+				t.Fatalf("%s: Members.TeamOwner(%s) = %q, %v; want %q", what, team, got, err, owner)
+			}
 		}
 		wantOwner("a user's id is no team", owner, "")
 		wantOwner("the creator owns the team", a.ID, owner)

@@ -247,16 +247,41 @@ func (s *Service) PlanChanged() {
 // BandwidthThisMonth returns the bytes (in and out) each of projectIDs
 // carried this calendar month (UTC), and the bytes in one GB of a limit.
 func (s *Service) BandwidthThisMonth(ctx context.Context, projectIDs []string) (map[string]int64, int64, error) {
-	used, err := s.used(ctx, monthOf(s.d.Clock.Now()), projectIDs)
-	return used, s.d.BytesPerGB, err
+	return s.usage().BandwidthThisMonth(ctx, projectIDs)
+}
+
+func (s *Service) usage() Usage {
+	return Usage{DB: s.d.DB, BytesPerGB: s.d.BytesPerGB, Clock: s.d.Clock}
 }
 
 func (s *Service) used(ctx context.Context, month string, ids []string) (map[string]int64, error) {
+	return s.usage().used(ctx, month, ids)
+}
+
+// Usage answers GET /usage's bandwidth from the database alone, with no
+// service: projects, built before this module (which resolves projects'
+// slugs through it), asks it. Its answers are the service's.
+type Usage struct {
+	DB bun.IDB
+	// BytesPerGB is Deps.BytesPerGB. Default GB.
+	BytesPerGB int64
+	// Clock tells the month. Default platform.SystemClock.
+	Clock platform.Clock
+}
+
+// BandwidthThisMonth is Service.BandwidthThisMonth.
+func (u Usage) BandwidthThisMonth(ctx context.Context, projectIDs []string) (map[string]int64, int64, error) {
+	clock := cmp.Or[platform.Clock](u.Clock, platform.SystemClock{})
+	used, err := u.used(ctx, monthOf(clock.Now()), projectIDs)
+	return used, cmp.Or(u.BytesPerGB, GB), err
+}
+
+func (u Usage) used(ctx context.Context, month string, ids []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(ids))
 	for len(ids) > 0 {
 		n := min(len(ids), batch)
 		var rows []usageRow
-		if err := s.d.DB.NewSelect().Model(&rows).Where("month = ? AND project_id IN (?)", month, bun.In(ids[:n])).
+		if err := u.DB.NewSelect().Model(&rows).Where("month = ? AND project_id IN (?)", month, bun.In(ids[:n])).
 			Scan(ctx); err != nil {
 			return nil, fmt.Errorf("bandwidth: usage: %w", err)
 		}

@@ -416,6 +416,14 @@ func num(n int64) string {
 	return s
 }
 
+// Registered reports whether host id is in the register, from the
+// database alone: projects, built before this module, checks a host pin
+// with it.
+func Registered(ctx context.Context, idb bun.IDB, id string) (bool, error) {
+	n, err := idb.NewSelect().Model((*hostRow)(nil)).Where("id = ?", id).Count(ctx)
+	return n > 0, db.Translate(err)
+}
+
 // Get returns one host; platform.ErrNotFound when there is none.
 func (s *Service) Get(ctx context.Context, id string) (*Host, error) {
 	r := new(hostRow)

@@ -117,6 +117,18 @@ func goals(rows []Row) []Goal {
 	return out
 }
 
+// figureGoals are the goals measured beside the rows (the ingress against
+// Caddy and the app served directly, container time to LIVE), in the goals
+// table's form, so one table carries every goal.
+func figureGoals(fs []GoalFigure) []Goal {
+	out := make([]Goal, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, Goal{DB: "-", Goal: f.Name, Figure: f.Figure, Target: f.Target,
+			Met: map[bool]string{true: "met", false: "not met"}[f.Met]})
+	}
+	return out
+}
+
 func printGoals(w io.Writer, gs []Goal) {
 	fmt.Fprintln(w, "\nGoals (issue 28):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

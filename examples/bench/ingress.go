@@ -406,18 +406,3 @@ type GoalFigure struct {
 	Target string `json:"target"`
 	Met    bool   `json:"met"`
 }
-
-// printGoalFigures prints the goals as a table.
-func printGoalFigures(w io.Writer, goals []GoalFigure) {
-	if len(goals) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\ngoal | figure | target | met")
-	for _, g := range goals {
-		met := "no"
-		if g.Met {
-			met = "yes"
-		}
-		fmt.Fprintf(w, "%s | %s | %s | %s\n", g.Name, g.Figure, g.Target, met)
-	}
-}

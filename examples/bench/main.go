@@ -163,8 +163,9 @@ func run() error {
 
 	if *flagContainersOnly {
 		rep.Rows, rep.GoalFigures = benchContainers(bin, filepath.Join(tmp, "containers"))
+		rep.Goals = figureGoals(rep.GoalFigures)
 		printTable(os.Stdout, rep)
-		printGoalFigures(os.Stdout, rep.GoalFigures)
+		printGoals(os.Stdout, rep.Goals)
 		return nil
 	}
 
@@ -214,10 +215,9 @@ func run() error {
 		rows, goals := benchContainers(bin, filepath.Join(tmp, "containers"))
 		rep.Rows, rep.GoalFigures = append(rep.Rows, rows...), append(rep.GoalFigures, goals...)
 	}
-	rep.Goals = goals(rep.Rows)
+	rep.Goals = append(goals(rep.Rows), figureGoals(rep.GoalFigures)...)
 	printTable(os.Stdout, rep)
 	printGoals(os.Stdout, rep.Goals)
-	printGoalFigures(os.Stdout, rep.GoalFigures)
 	if *flagJSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*flagJSON, append(b, '\n'), 0o644); err != nil {

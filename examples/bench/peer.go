@@ -16,12 +16,11 @@ import (
 // The peer: PocketBase v0.39.0 (its examples/base binary, built from the Go
 // module proxy; its code is not part of this repository) serving an
 // authenticated list of 20 records under an owner rule, measured in the same
-// run as Keelson's GET /projects:
-//
-//	go install github.com/pocketbase/pocketbase/examples/base@v0.39.0
-//	go run ./examples/bench -pocketbase "$(go env GOPATH)/bin/base"
+// run as Keelson's GET /projects. The bench uses base from $GOBIN or
+// $(go env GOPATH)/bin, else installs it into the user's cache dir once
+// (go install github.com/pocketbase/pocketbase/examples/base@v0.39.0).
 
-var flagPocketBase = flag.String("pocketbase", "", "PocketBase v0.39.0 binary (go install github.com/pocketbase/pocketbase/examples/base@v0.39.0); default: base in $GOBIN or $(go env GOPATH)/bin; \"off\" skips the peer")
+var flagPocketBase = flag.String("pocketbase", "", "PocketBase v0.39.0 binary (go install github.com/pocketbase/pocketbase/examples/base@v0.39.0); default: base in $GOBIN or $(go env GOPATH)/bin, else built into the user cache dir; \"off\" skips the peer")
 
 // pocketBaseVersion is the peer release the bench was written against.
 const pocketBaseVersion = "v0.39.0"
@@ -60,7 +59,28 @@ func pocketBaseBinary() (string, string) {
 			return p, ""
 		}
 	}
-	return "", "PocketBase binary not found: go install github.com/pocketbase/pocketbase/examples/base@" + pocketBaseVersion + ", then -pocketbase <path>"
+	return buildPocketBase()
+}
+
+// buildPocketBase installs the peer from the Go module proxy into the user's
+// cache (once), as caddyBinary builds Caddy: the bench builds its peers.
+func buildPocketBase() (string, string) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err.Error()
+	}
+	dir := filepath.Join(cache, "keelson", "pocketbase-"+pocketBaseVersion)
+	bin := filepath.Join(dir, "base")
+	if isFile(bin) {
+		return bin, ""
+	}
+	fmt.Fprintf(os.Stderr, "building PocketBase %s into %s (once)...\n", pocketBaseVersion, dir)
+	cmd := exec.Command("go", "install", "github.com/pocketbase/pocketbase/examples/base@"+pocketBaseVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Sprintf("building PocketBase: go install: %v: %.300s", err, out)
+	}
+	return bin, ""
 }
 
 func isFile(p string) bool {

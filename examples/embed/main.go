@@ -2,6 +2,9 @@
 // own mux and Huma API, your own database handle, and only the modules you
 // want (here auth and plans), next to routes of your own that reuse Keelson's
 // bearer authentication. Run it with `go run ./examples/embed`.
+//
+// full.go builds the full service instead: every module the reference
+// server has, as one list given to platform.Assemble.
 package main
 
 import (

@@ -64,9 +64,8 @@ type App struct {
 	ShutdownCtx    context.Context
 	cancelShutdown context.CancelFunc
 
-	mux   *http.ServeMux
-	edges *edges
-	mods  platform.Assembly // every module and part, in build order
+	mux  *http.ServeMux
+	mods platform.Assembly // every module and part, in build order
 
 	// The module services, built in phase one of NewApp (build*).
 	Auth        *auth.Service
@@ -104,24 +103,6 @@ type App struct {
 	// the API's listener); nil when that setting is empty.
 	Metrics http.Handler
 	metrics *serverMetrics // nil when metrics are off
-}
-
-// edges are the few cross-module dependencies that point at a module built
-// later: plans asks projects whether a plan is in use (and tells its list
-// cache of plan changes), projects asks
-// deployments and custom domains to tear down and deployments to count, deployments asks codehost for clone
-// credentials. Every other edge follows the build order (each module gets
-// the services built before it). NewApp binds edges once, after every
-// service is built and before any route is registered or module started,
-// so the adapters reading them never see them empty.
-type edges struct {
-	auditlog    *auditlog.Service
-	teams       *teams.Service
-	projects    *projects.Service
-	deployments *deployments.Service
-	codehost    *codehost.Service
-	domains     *domains.Service
-	bandwidth   *bandwidth.Service
 }
 
 // MaxLogStreamsPerUser is LogStreams' default cap (KEELSON_MAX_LOG_STREAMS):
@@ -179,26 +160,27 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.registerHealth()
 
-	// Phase one: build every service, in dependency order (auth provides
-	// the authenticator everything else uses; projects needs plans;
-	// deployments needs projects; codehost needs projects and deployments).
-	// Each build adds its routes, migrations and start/close hooks to a.
-	a.edges = &edges{}
+	// Build every service in dependency order: each gets the services built
+	// before it. What an earlier module asks of a later one it asks of a
+	// reader over the later one's tables (teams.Members, projects.Counts,
+	// deployments.Usage, ...); what it tells a later one it publishes as an
+	// event (platform/events), which the later one subscribes to when it is
+	// built. Each build adds its routes, migrations and start/close hooks.
 	for _, b := range []struct {
 		name string
 		fn   func(context.Context) error
 	}{
 		{"auth", a.buildAuth},
-		{"auditlog", a.buildAuditLog},
 		{"oauth", a.buildOAuth},
 		{"apitokens", a.buildAPITokens},
 		{"plans", a.buildPlans},
 		{"teams", a.buildTeams},
+		{"auditlog", a.buildAuditLog},
 		{"projects", a.buildProjects},
+		{"domains", a.buildDomains},
 		{"deployments", a.buildDeployments},
 		{"codehost", a.buildCodehost},
 		{"deployhooks", a.buildDeployHooks},
-		{"domains", a.buildDomains},
 		{"bandwidth", a.buildBandwidth},
 		{"scaffold", a.buildScaffold},
 	} {
@@ -206,9 +188,6 @@ func NewApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return nil, fmt.Errorf("%s: %w", b.name, err)
 		}
 	}
-	// Phase two: bind the edges that point at later modules.
-	*a.edges = edges{auditlog: a.AuditLog, teams: a.Teams, projects: a.Projects, deployments: a.Deployments, codehost: a.Codehost, domains: a.Domains,
-		bandwidth: a.Bandwidth}
 
 	// Then every module's routes are registered, all migrations run, and
 	// the modules start in build order (a failure closes them all).

@@ -5,8 +5,10 @@ import (
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
+	"github.com/keelson-dev/keelson/auth/auditlog"
+	"github.com/keelson-dev/keelson/auth/teams"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/httpx"
 )
@@ -15,11 +17,12 @@ import (
 // routes take sessions only; creators are auth's accounts) and makes
 // a.Authn accept both: every module built after it (plans, teams,
 // projects, deployments, ...) authenticates API tokens too, and
-// tokenRule, on the whole API, says where they may go. The teams module,
-// built after it, answers the creator's role for a team-bound token (an edge).
+// tokenRule, on the whole API, says where they may go. The creator's role
+// for a team-bound token is read from the teams tables (teams.Members): the
+// teams module is built after this one, which it tells of deleted teams.
 func (a *App) buildAPITokens(context.Context) error {
 	svc, err := apitokens.New(apitokens.Deps{
-		DB: a.DB, Auth: a.Auth, Users: tokenUsers{a.Auth}, Teams: tokenTeams{a.edges}, Audit: auditEdge{a.edges},
+		DB: a.DB, Auth: a.Auth, Users: glue.TokenUsers{Auth: a.Auth}, Teams: teams.Members{DB: a.DB}, Audit: auditlog.Recorder{},
 		MaxPerUser: a.Cfg.MaxAPITokens, Log: a.Log.With("module", "apitokens"),
 	})
 	if err != nil {
@@ -27,40 +30,8 @@ func (a *App) buildAPITokens(context.Context) error {
 	}
 	a.add(svc)
 	a.APITokens = svc
-	a.Authn = bearerAuthn{sessions: a.Auth, tokens: svc}
+	a.Authn = glue.Bearer{Sessions: a.Auth, Tokens: svc}
 	return nil
-}
-
-// bearerAuthn sends API tokens (by their prefix) to the tokens module and
-// every other bearer token to the auth module's sessions.
-type bearerAuthn struct {
-	sessions platform.Authenticator
-	tokens   platform.Authenticator
-}
-
-func (b bearerAuthn) Authenticate(ctx context.Context, token string) (platform.Principal, error) {
-	if platform.IsAPIToken(token) {
-		return b.tokens.Authenticate(ctx, token)
-	}
-	return b.sessions.Authenticate(ctx, token)
-}
-
-// tokenUsers adapts the auth module to apitokens.Users.
-type tokenUsers struct{ s *auth.Service }
-
-func (u tokenUsers) UserByID(ctx context.Context, id string) (*apitokens.User, error) {
-	x, err := u.s.UserByID(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return &apitokens.User{ID: x.ID, Email: x.Email}, nil
-}
-
-// tokenTeams answers apitokens.Teams through the teams module (an edge).
-type tokenTeams struct{ e *edges }
-
-func (t tokenTeams) MemberRole(ctx context.Context, teamID, userID string) (platform.MemberRole, error) {
-	return t.e.teams.MemberRole(ctx, teamID, userID)
 }
 
 // tokenRoutes are the operations API tokens may use, with the scope a

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/keelson-dev/keelson/auth"
+	"github.com/keelson-dev/keelson/auth/auditlog"
 )
 
 // buildAuth builds the auth module and makes it the
@@ -24,7 +25,7 @@ func (a *App) buildAuth(ctx context.Context) error {
 		Sealer:      a.Sealer,
 		Mailer:      mailer,
 		Logger:      log,
-		Audit:       auditEdge{a.edges},
+		Audit:       auditlog.Recorder{}, // the audit-log module's rows; it is built after teams
 		JWTSecret:   a.JWTSecret,
 		AdminEmails: a.Cfg.AdminEmails,
 		FrontendURL: a.Cfg.FrontendURL,

@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"errors"
-	"net/http"
 	"strconv"
 
-	"github.com/keelson-dev/keelson/auth/oauth"
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/codehost/github"
 	"github.com/keelson-dev/keelson/deployments"
-	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/examples/glue"
 	"github.com/keelson-dev/keelson/projects"
 )
 
@@ -21,8 +18,8 @@ import (
 //
 // Codehost is built after projects and deployments and gets them directly:
 // pushes trigger deployments, commit statuses read their results. The
-// reverse edge (clones of private repositories get installation tokens,
-// codehostGit) is bound in NewApp's second phase.
+// reverse question (clones of private repositories get installation
+// tokens, glue.CodehostGit) reads a.Codehost when a deployment asks.
 func (a *App) buildCodehost(ctx context.Context) error {
 	c := a.Cfg
 	mac := hmac.New(sha256.New, a.JWTSecret)
@@ -32,9 +29,9 @@ func (a *App) buildCodehost(ctx context.Context) error {
 		Auth:        a.Authn,
 		StateKey:    mac.Sum(nil),
 		FrontendURL: c.FrontendURL,
-		Projects:    projectRepos{a.Projects},
+		Projects:    glue.ProjectRepos{Projects: a.Projects},
 		Secrets:     a.Projects,
-		Deployer:    deploymentsTrigger{a.Deployments},
+		Deployer:    glue.PushDeployer{Deployments: a.Deployments},
 		Accounts:    a.OAuth, // users' linked code-host logins
 		Log:         a.Log.With("module", "codehost"),
 		Missing:     github.Missing(c.CodehostAppID, c.CodehostAppSlug, c.CodehostAppPrivateKey, c.CodehostWebhookSecret),
@@ -42,7 +39,7 @@ func (a *App) buildCodehost(ctx context.Context) error {
 		// while the app's id and key are still being set up answers 200).
 		WebhookSecret: c.CodehostWebhookSecret,
 	}
-	d.Connector = oauthConnector{a.OAuth}
+	d.Connector = glue.OAuthConnector{OAuth: a.OAuth}
 	if len(d.Missing) == 0 {
 		appID, err := strconv.ParseInt(c.CodehostAppID, 10, 64)
 		if err != nil || appID <= 0 {
@@ -60,7 +57,7 @@ func (a *App) buildCodehost(ctx context.Context) error {
 			return &ConfigError{"KEELSON_CODEHOST_APP_SLUG", err.Error()}
 		}
 		d.Provider = prov
-		d.Statuses, d.Results = prov, deploymentResults{a.Deployments}
+		d.Statuses, d.Results = prov, glue.DeploymentResults{Deployments: a.Deployments}
 	} else {
 		a.Log.Info("code-host app not configured: its /codehost routes answer 503; repository webhooks signed with a project's webhookSecret are accepted",
 			"missing", d.Missing)
@@ -74,102 +71,8 @@ func (a *App) buildCodehost(ctx context.Context) error {
 	return nil
 }
 
-// projectRepos adapts the projects module to codehost.ProjectLookup.
-type projectRepos struct{ s *projects.Service }
-
-func (p projectRepos) ProjectsForRepository(ctx context.Context, urls []string, repoID string) ([]codehost.RepoProject, error) {
-	links, err := p.s.ProjectsForRepository(ctx, urls, repoID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]codehost.RepoProject, len(links))
-	for i, l := range links {
-		out[i] = codehost.RepoProject{
-			ProjectID: l.ProjectID, OwnerID: l.OwnerID, AutoDeploy: l.AutoDeploy,
-			AutoDeployBranch: l.AutoDeployBranch, RepoURL: l.RepoURL, HasWebhookSecret: l.HasWebhookSecret,
-		}
-	}
-	return out, nil
-}
-
 var _ codehost.ProjectSecrets = (*projects.Service)(nil)
 
-// deploymentResults adapts the deployments module to codehost.DeploymentResults
-// (the final commit status of a push deployment).
-type deploymentResults struct{ s *deployments.Service }
+var _ deployments.GitCredentials = glue.CodehostGit{}
 
-func (r deploymentResults) DeploymentResult(ctx context.Context, ownerID, id string) (*codehost.DeploymentResult, error) {
-	d, err := r.s.Get(ctx, ownerID, id)
-	if err != nil {
-		return nil, err
-	}
-	res := &codehost.DeploymentResult{Ended: d.Status.Terminal(), Succeeded: d.Status == deployments.StatusLive}
-	switch {
-	case d.Status == deployments.StatusLive:
-		res.URL = d.DeployedURL
-	case d.Status == deployments.StatusCancelled:
-		res.Error = "the deployment was cancelled"
-	case res.Ended:
-		res.Error = d.ErrorMessage
-	}
-	return res, nil
-}
-
-// OwnsProject implements codehost.ProjectLookup.
-func (p projectRepos) OwnsProject(ctx context.Context, userID, projectID string) (bool, error) {
-	_, err := p.s.Get(ctx, userID, projectID)
-	if errors.Is(err, platform.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// oauthConnector adapts the oauth module to codehost.IdentityConnector: a
-// one-time connect ticket, bound to the asking browser by its cookie, whose
-// successful link continues to next (the app's install page).
-type oauthConnector struct{ o *oauth.Service }
-
-func (c oauthConnector) ConnectFirst(ctx context.Context, userID, next string) (string, *http.Cookie, error) {
-	t, err := c.o.IssueConnectTicket(ctx, userID, next)
-	if err != nil {
-		return "", nil, err
-	}
-	return t.ConnectURL, t.Cookie, nil
-}
-
-// deploymentsTrigger adapts the deployments module to codehost.Deployer; a
-// quota refusal passes through as its 403 *platform.Error.
-type deploymentsTrigger struct{ s *deployments.Service }
-
-func (t deploymentsTrigger) Trigger(ctx context.Context, projectID, ownerID, sha, reason string) (string, error) {
-	d, err := t.s.Trigger(ctx, deployments.TriggerParams{ProjectID: projectID, OwnerID: ownerID, CommitSHA: sha, Reason: reason})
-	if err != nil {
-		return "", err
-	}
-	return d.ID, nil
-}
-
-// codehostGit adapts the codehost module to deployments.GitCredentials and
-// RepoAccess: installation tokens for the private repositories of the
-// project owner's installations that the owner may access themselves. Codehost is built after deployments: the edge is bound in
-// NewApp's second phase.
-type codehostGit struct{ e *edges }
-
-var _ deployments.GitCredentials = codehostGit{}
-
-var _ deployments.RepoAccess = codehostGit{}
-
-// CheckRepoAccess implements deployments.RepoAccess: a deployment of a
-// private repository of the owner's installations is queued only when the
-// code host, asked with the owner's own token, lets the owner access it.
-func (g codehostGit) CheckRepoAccess(ctx context.Context, projectID, repoURL string) error {
-	return g.e.codehost.CheckRepoAccess(ctx, projectID, repoURL)
-}
-
-func (g codehostGit) GitAuthFor(ctx context.Context, projectID, repoURL string) (*deployments.GitAuth, error) {
-	auth, err := g.e.codehost.GitAuthFor(ctx, projectID, repoURL)
-	if err != nil || auth == nil {
-		return nil, err
-	}
-	return &deployments.GitAuth{Username: auth.Username, Password: auth.Password}, nil
-}
+var _ deployments.RepoAccess = glue.CodehostGit{}

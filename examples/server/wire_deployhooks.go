@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/keelson-dev/keelson/codehost/deployhooks"
-	"github.com/keelson-dev/keelson/deployments"
+	"github.com/keelson-dev/keelson/examples/glue"
 )
 
 // wireDeployHooks builds the deploy-hook module: secret URLs under
@@ -13,7 +13,7 @@ import (
 // Trigger, and so the same quotas, as any deployment), both built before it.
 func (a *App) buildDeployHooks(context.Context) error {
 	svc, err := deployhooks.New(deployhooks.Deps{
-		DB: a.DB, Auth: a.Authn, Projects: domainAccess{a.Projects}, Deployer: hookDeployer{a.Deployments},
+		DB: a.DB, Auth: a.Authn, Projects: glue.ProjectOwner{Projects: a.Projects}, Deployer: glue.HookDeployer{Deployments: a.Deployments},
 		PublicURL: a.Cfg.PublicURL, Audit: a.AuditLog, Log: a.Log.With("module", "deployhooks"),
 	})
 	if err != nil {
@@ -23,18 +23,7 @@ func (a *App) buildDeployHooks(context.Context) error {
 	return nil
 }
 
-// hookDeployer adapts the deployments module to deployhooks.Deployer.
-type hookDeployer struct{ s *deployments.Service }
-
-func (d hookDeployer) Trigger(ctx context.Context, projectID, ownerID, reason string) (string, error) {
-	dep, err := d.s.Trigger(ctx, deployments.TriggerParams{ProjectID: projectID, OwnerID: ownerID, Reason: reason})
-	if err != nil {
-		return "", err
-	}
-	return dep.ID, nil
-}
-
 var (
-	_ deployhooks.Projects = domainAccess{}
-	_ deployhooks.Deployer = hookDeployer{}
+	_ deployhooks.Projects = glue.ProjectOwner{}
+	_ deployhooks.Deployer = glue.HookDeployer{}
 )

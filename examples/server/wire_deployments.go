@@ -9,6 +9,8 @@ import (
 	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/container"
 	"github.com/keelson-dev/keelson/deployments/fleet"
+	"github.com/keelson-dev/keelson/examples/glue"
+	"github.com/keelson-dev/keelson/projects"
 	"github.com/moby/moby/client"
 )
 
@@ -16,15 +18,16 @@ import (
 // the ingress proxy (served on KEELSON_INGRESS_ADDR by Serve), the runtime
 // (KEELSON_RUNTIME), the engine (KEELSON_ENGINE; with temporal, KEELSON_ROLE
 // decides whether this process starts workflows, runs them or both) and the
-// service. Projects reaches it through the edges bound in NewApp's second
-// phase; codehost, built after it, gets it directly.
+// service, on projects and domains, built before it: it tears a deleted
+// project down (after its domains) and moves a moved one's deployments (the
+// projects module's events). Codehost, built after it, gets it directly.
 func (a *App) buildDeployments(ctx context.Context) error {
 	c := a.Cfg
 	log := a.Log.With("module", "deployments")
-	d := assemble.Deps{Logger: a.Log, Shares: buildShares{plans: a.Plans, teams: a.Teams, per: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
+	d := assemble.Deps{Logger: a.Log, Shares: glue.BuildShares{Plans: a.Plans, Teams: a.Teams, PerUser: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
 		PinnedHost: a.Projects.PinnedHost, // placed there only, never moved off it
 		Service: deployments.Deps{
-			DB: a.DB, Auth: a.Authn, Projects: deploySource{a.Projects}, Access: projectAccess{a.Projects}, Git: codehostGit{a.edges},
+			DB: a.DB, Auth: a.Authn, Projects: glue.DeploySource{Projects: a.Projects}, Access: glue.ProjectAccess{Projects: a.Projects}, Git: glue.CodehostGit{Codehost: &a.Codehost},
 			LogTokenKey: a.derivedKey("keelson deployment log tokens v1"), Streams: a.LogStreams, Logger: log, LogRetention: c.LogRetention,
 			Audit: a.AuditLog, KeepBuilds: cmp.Or(c.KeepBuilds, -1), // 0 keeps none
 			Logs: deployments.LogsConfig{MaxBuildLines: c.BuildLogMaxLines, MaxBuildBytes: int64(c.BuildLogMaxMB) << 20,
@@ -53,6 +56,13 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	}
 	a.add(m.Modules()...)
 	a.Deployments, a.Hosts, a.localHost = m.Service, m.Hosts, m.LocalHost()
+	ev := a.Projects.Events()
+	ev.Deleted.Subscribe(func(ctx context.Context, e projects.Deleted) error {
+		return a.shutdownError(m.Service.TeardownProject(ctx, e.ProjectID))
+	})
+	ev.OwnerChanged.Subscribe(func(ctx context.Context, e projects.OwnerChanged) error {
+		return m.Service.ProjectOwnerChanged(ctx, e.ProjectID, e.OwnerID)
+	})
 	if a.metrics != nil {
 		return a.metrics.countDeployments(fleet.Queries{DB: a.DB}, m.QueueDepth())
 	}

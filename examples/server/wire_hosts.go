@@ -13,11 +13,14 @@ import (
 	"github.com/keelson-dev/keelson/deployments/assemble"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/events"
+	"github.com/keelson-dev/keelson/projects"
+	"github.com/keelson-dev/keelson/projects/domains"
 )
 
 // hostSyncEvery is how often an ingress reloads every active custom domain
 // from the database: changes made in this process route at once
-// (domains.Deps.ActiveChanged); this picks up those of other processes (an
+// (domains.Service.ActiveChanged); this picks up those of other processes (an
 // API replica's domain delete, another worker's recheck).
 const hostSyncEvery = 30 * time.Second
 
@@ -27,8 +30,9 @@ const hostSyncEvery = 30 * time.Second
 // (sync), so a deleted or deactivated domain, or a deleted project's, stops
 // being served at once.
 type hostRoutes struct {
-	e      *edges
-	router *ingress.Router
+	domains  *domains.Service
+	projects *projects.Service
+	router   *ingress.Router
 	// certificate says whether a hostname's certificate is ready (nil: HTTPS is off).
 	certificate func(ctx context.Context, host string) string
 
@@ -48,7 +52,7 @@ var _ deployments.HostRouter = (*hostRoutes)(nil)
 func (h *hostRoutes) RouteHosts(ctx context.Context, projectID, slug string) ([]deployments.HostState, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	names, err := h.e.domains.ActiveHostnames(ctx, projectID)
+	names, err := h.domains.ActiveHostnames(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -71,15 +75,15 @@ func (h *hostRoutes) RouteHosts(ctx context.Context, projectID, slug string) ([]
 func (h *hostRoutes) sync(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	all, err := h.e.domains.ActiveRoutes(ctx)
+	all, err := h.domains.ActiveRoutes(ctx)
 	if err != nil {
 		return err
 	}
-	hsts, err := h.e.domains.HSTSHostnames(ctx)
+	hsts, err := h.domains.HSTSHostnames(ctx)
 	if err != nil {
 		return err
 	}
-	keep, err := h.e.projects.KeepHTTPSlugs(ctx)
+	keep, err := h.projects.KeepHTTPSlugs(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,10 +117,21 @@ func (h *hostRoutes) keepsHTTP(host string) bool {
 
 // routeHosts wires hostRoutes on router: the deployments' DNS step uses it,
 // and it reloads the custom domains at start, on every change the domains
-// module reports, and every hostSyncEvery until shutdown.
+// module publishes (ActiveChanged) and every change of a project's
+// httpsRedirect (the projects module's HTTPSRedirectChanged), and every
+// hostSyncEvery until shutdown.
 func (a *App) routeHosts(router *ingress.Router) *hostRoutes {
-	h := &hostRoutes{e: a.edges, router: router}
+	h := &hostRoutes{domains: a.Domains, projects: a.Projects, router: router}
 	a.hosts = h
+	a.Domains.ActiveChanged().Subscribe(func(ctx context.Context, e domains.ActiveChanged) error {
+		a.activeChanged(ctx, e.ProjectID)
+		return nil
+	})
+	a.Projects.Events().HTTPSRedirectChanged.Subscribe(events.Notify(func(e projects.HTTPSRedirectChanged) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.activeChanged(ctx, e.ProjectID)
+	}))
 	var loop *platform.Loop
 	a.add(platform.Part{
 		OnStart: func(sctx context.Context) error {
@@ -138,7 +153,7 @@ func (a *App) routeHosts(router *ingress.Router) *hostRoutes {
 	return h
 }
 
-// activeChanged is the domains module's ActiveChanged (and the projects
+// activeChanged follows the domains module's ActiveChanged (and the projects
 // module's HTTPSRedirectChanged): reload the custom domains and the
 // projects that keep plain HTTP into this process's ingress, if it has one.
 func (a *App) activeChanged(ctx context.Context, projectID string) {

@@ -105,7 +105,7 @@ func (a *App) certificateChanged(ctx context.Context, host string, expires time.
 	if err != nil || expires.IsZero() {
 		status, exp = domains.CertificateError, nil
 	}
-	if serr := a.edges.domains.SetCertificate(ctx, host, status, exp); serr != nil {
+	if serr := a.Domains.SetCertificate(ctx, host, status, exp); serr != nil {
 		a.Log.Warn("certs: record the certificate's state", "host", host, "err", serr)
 	}
 }

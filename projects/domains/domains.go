@@ -20,7 +20,7 @@
 // reaches projects and mail only through the interfaces it declares
 // (Projects, Notifier). The DNS step and the ingress ask it which hostnames
 // are active (ActiveHostnames, ProjectForHost) and which opted in to HSTS
-// (HSTSHostnames), and can be told when that changes (Deps.ActiveChanged);
+// (HSTSHostnames), and can be told when that changes (Service.ActiveChanged);
 // certificates are the ingress's, which records their state here
 // (SetCertificate).
 package domains
@@ -40,6 +40,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/uptrace/bun"
 )
 
@@ -121,12 +122,6 @@ type Deps struct {
 	PollEvery time.Duration
 	// LookupTimeout bounds one domain's DNS lookups. Default 10 s.
 	LookupTimeout time.Duration
-	// ActiveChanged, when set, is called after a project's set of active
-	// hostnames changed (a domain activated, deactivated, deleted or moved
-	// away, the project's domains deleted), or an active domain's hsts, so
-	// the host can route or unroute them at once (the DNS step). It runs on the changing goroutine: keep it
-	// short. Optional.
-	ActiveChanged func(ctx context.Context, projectID string)
 	// Audit records adds, moves, checks and deletes asked for by a person,
 	// in their transaction. Optional.
 	Audit audit.Recorder
@@ -168,6 +163,7 @@ func (d Deps) validate() error {
 type Service struct {
 	d        Deps
 	resolver *net.Resolver
+	changed  events.Topic[ActiveChanged]
 
 	mu     sync.Mutex
 	loop   *platform.Loop
@@ -269,9 +265,18 @@ func (s *Service) record(ctx context.Context, idb bun.IDB, r *domainRow, action,
 
 func (s *Service) now() time.Time { return s.d.Clock.Now().UTC().Truncate(time.Microsecond) }
 
-// activeChanged tells the host that projectID's active hostnames changed.
+// ActiveChanged is the event of a change to a project's set of active
+// hostnames (a domain activated, deactivated, deleted or moved away, the
+// project's domains deleted) or to an active domain's hsts, so the ingress,
+// built after this module, routes or unroutes them at once. It is published
+// on the changing goroutine: a subscriber keeps it short.
+type ActiveChanged struct{ ProjectID string }
+
+// ActiveChanged is the topic of ActiveChanged events; subscribe before Start.
+func (s *Service) ActiveChanged() *events.Topic[ActiveChanged] { return &s.changed }
+
+// activeChanged publishes that projectID's active hostnames changed.
+// Subscribers reload routes and cannot fail.
 func (s *Service) activeChanged(ctx context.Context, projectID string) {
-	if s.d.ActiveChanged != nil {
-		s.d.ActiveChanged(context.WithoutCancel(ctx), projectID)
-	}
+	_ = s.changed.Publish(context.WithoutCancel(ctx), ActiveChanged{ProjectID: projectID})
 }

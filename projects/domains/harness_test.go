@@ -14,6 +14,7 @@ import (
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/events"
 	"github.com/keelson-dev/keelson/projects/domains"
 	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 	"github.com/uptrace/bun"
@@ -168,12 +169,7 @@ func setup(t *testing.T, bdb *bun.DB, tweak ...func(*domains.Deps)) *env {
 	d := domains.Deps{DB: bdb, Auth: tokenAuth{}, Projects: e.projects, Notifier: e.mail, AppsDomain: appsDomain,
 		PublicURL: "https://api.keelson.test", FrontendURL: "https://console.keelson.test:8443",
 		IngressIPs: []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")},
-		Resolvers:  []string{e.dns.DNS}, MaxPerProject: 3, CheckInterval: time.Hour, Clock: e.clock,
-		ActiveChanged: func(_ context.Context, projectID string) {
-			e.changedMu.Lock()
-			defer e.changedMu.Unlock()
-			e.changed = append(e.changed, projectID)
-		}}
+		Resolvers:  []string{e.dns.DNS}, MaxPerProject: 3, CheckInterval: time.Hour, Clock: e.clock}
 	for _, f := range tweak {
 		f(&d)
 	}
@@ -181,6 +177,11 @@ func setup(t *testing.T, bdb *bun.DB, tweak ...func(*domains.Deps)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc.ActiveChanged().Subscribe(events.Notify(func(ev domains.ActiveChanged) {
+		e.changedMu.Lock()
+		defer e.changedMu.Unlock()
+		e.changed = append(e.changed, ev.ProjectID)
+	}))
 	if err := svc.Register(e.api); err != nil {
 		t.Fatal(err)
 	}
