@@ -2,6 +2,7 @@ package deployments_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,12 +117,23 @@ func TestListCacheSeesEveryWrite(t *testing.T) {
 		hold.Release(nil)
 		e.eventuallyListed(alice, q, d1+":LIVE")
 
-		e.setReason(d1, "behind its back")
 		if db.IsPostgres(bdb) {
+			e.setReason(d1, "behind its back")
 			platformtest.Eventually(t, 20*time.Second, "the trigger to tell the cache",
 				func() bool { return e.reason(alice, q) == "behind its back" })
 		} else {
-			require.Equal(t, "manual", e.reason(alice, q), "the cached page is served")
+			// The engine may still write d1 just after LIVE (each of its
+			// writes drops the page, as it must); once it is quiet, a page
+			// read is served from the cache, blind to a write behind the
+			// service's back. (CI at 39bddb2 read the page in that gap.)
+			served := false
+			for i := 0; i < 50 && !served; i++ {
+				cached := e.reason(alice, q)
+				e.setReason(d1, fmt.Sprintf("behind its back %d", i))
+				served = e.reason(alice, q) == cached
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.True(t, served, "the cached page is served")
 		}
 
 		var tr triggered
