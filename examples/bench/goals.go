@@ -123,7 +123,11 @@ func goals(rows []Row) []Goal {
 func figureGoals(fs []GoalFigure) []Goal {
 	out := make([]Goal, 0, len(fs))
 	for _, f := range fs {
-		out = append(out, Goal{DB: "-", Goal: f.Name, Figure: f.Figure, Target: f.Target,
+		db := f.DB
+		if db == "" {
+			db = "-"
+		}
+		out = append(out, Goal{DB: db, Goal: f.Name, Figure: f.Figure, Target: f.Target,
 			Met: map[bool]string{true: "met", false: "not met"}[f.Met]})
 	}
 	return out

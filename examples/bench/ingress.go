@@ -401,6 +401,7 @@ func fmtOr(v float64, format, na string) string {
 
 // GoalFigure is one of issue 28's goals with its figure from this run.
 type GoalFigure struct {
+	DB     string `json:"db,omitempty"` // the server's database ("" for none)
 	Name   string `json:"name"`
 	Figure string `json:"figure"`
 	Target string `json:"target"`

@@ -204,6 +204,9 @@ func run() error {
 	}
 	for _, d := range dbs {
 		rows, goals, err := benchServer(bin, self, tmp, d.name, d.url, baseline, pb)
+		for i := range goals {
+			goals[i].DB = d.name
+		}
 		rep.Rows = append(rep.Rows, rows...)
 		rep.GoalFigures = append(rep.GoalFigures, goals...)
 		if err != nil {
