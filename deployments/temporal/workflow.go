@@ -231,11 +231,7 @@ func Workflow(ctx workflow.Context, in Input) (State, error) {
 				return st.live(ctx, t, dr)
 			}
 		}
-		// An AppLost DNS step is a lost worker seen from the other side: the
-		// worker came back (same host queue) without the app PROVISION
-		// started. No older history has that error type, so replay is
-		// unchanged.
-		if (workerLost(err) || isType(err, errTypeAppLost)) && round < t.Rounds && ctx.Err() == nil {
+		if workerLost(err) && round < t.Rounds && ctx.Err() == nil {
 			log.Warn("worker holding the build was lost; building again", "deployment", in.DeploymentID, "round", round, "err", err)
 			continue // BUILD's activity re-queues the stored deployment (deployments.Activities.Recover)
 		}
@@ -463,7 +459,13 @@ func (st *State) clone() State {
 
 // workerLost reports whether err means the worker running (or meant to run)
 // an activity is gone: it stopped heart-beating, or never picked the task up.
+// An AppLost step is a lost worker seen from the other side: the worker
+// came back (same host queue) without the app PROVISION started. No older
+// history has that error type, so replay is unchanged.
 func workerLost(err error) bool {
+	if isType(err, errTypeAppLost) {
+		return true
+	}
 	var te *temporal.TimeoutError
 	if !errors.As(err, &te) {
 		return false
