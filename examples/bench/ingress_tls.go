@@ -173,7 +173,10 @@ func benchIngressTLS(s *server, bin, slug, direct, dir, db string, conns int) (r
 			cr = tlsRow(caddy.cmd.Process.Pid, db, cr.Name, caddy.url[len("https://"):], host, s.cert, conns, shape.keepAlive)
 			cr.Note = joinNotes(cr.Note, "CPU is Caddy's")
 		}
-		ir := tlsRow(s.cmd.Process.Pid, db, fmt.Sprintf("ingress HTTPS, %s (%d conns)", shape.name, conns), s.tlsAddr, host, s.cert, conns, shape.keepAlive)
+		iname := fmt.Sprintf("ingress HTTPS, %s (%d conns)", shape.name, conns)
+		prof := s.profile(db, iname)
+		ir := tlsRow(s.cmd.Process.Pid, db, iname, s.tlsAddr, host, s.cert, conns, shape.keepAlive)
+		prof()
 		ir.Note = joinNotes(ir.Note, "CPU is the server's")
 		vs := 0.0
 		if cr.NA == "" && cr.ReqPerS > 0 && ir.ReqPerS > 0 {

@@ -110,7 +110,7 @@ var (
 	flagAPIOnly     = flag.Bool("api-only", false, "measure only the request rows (floor, GET /projects, POST /projects), not login, deployments or streams")
 	flagStreamsOnly = flag.Bool("streams-only", false, "measure only the SSE fan-out and stream memory rows (and the idle RSS)")
 	flagPolledOnly  = flag.Bool("polled-only", false, "measure only GET /projects and the polled routes (status, a project's deployments, a project), each against its floor")
-	flagCPUProfile  = flag.String("cpuprofile", "", "write the server's CPU profile during each route measured against its floor to this directory (<db>-<route>.pprof)")
+	flagCPUProfile  = flag.String("cpuprofile", "", "write the server's CPU profile during each route measured against its floor, the fan-out and the HTTPS ingress rows to this directory (<db>-<row>.pprof)")
 
 	// Internal modes: the bench runs itself as the baseline server and as the
 	// log emitter inside a deployment's build.
