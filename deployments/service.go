@@ -46,6 +46,7 @@ type TriggerParams struct {
 	Reason string
 	// RollbackOf runs the build of this earlier deployment again (Rollback).
 	RollbackOf string
+	from       *Deployment // RollbackOf's row (Rollback): a build in no registry runs again on its host only
 	// Action names the deployment in the audit log. Default "deployment.create".
 	Action string
 }
@@ -77,13 +78,11 @@ func (s *Service) Trigger(ctx context.Context, p TriggerParams) (*Deployment, er
 			return nil, err
 		}
 	}
-	reason := p.Reason
-	if reason == "" {
-		reason = "manual"
+	if f := p.from; f != nil && f.Image == "" && f.Host != "" && spec.PinnedHost != "" && spec.PinnedQueue != f.Host {
+		return nil, platform.Conflict(fmt.Sprintf("the build of deployment %s is kept only on the host that made it, and the project is pinned to host %s: deploy the project to build it there", f.ID, spec.PinnedHost))
 	}
-	if len(reason) > 200 {
-		reason = reason[:200]
-	}
+	reason := cmp.Or(p.Reason, "manual")
+	reason = reason[:min(len(reason), 200)]
 	at := s.clock.Now().UTC().Truncate(time.Microsecond)
 	id := platform.NewID()
 	d := &Deployment{
@@ -328,7 +327,7 @@ func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment
 		return nil, platform.Conflict("this server's runtime cannot roll back (it does not keep builds)")
 	}
 	return s.Trigger(ctx, TriggerParams{ProjectID: d.ProjectID, OwnerID: ownerID, CommitSHA: d.CommitSHA,
-		Reason: "rollback to " + id, RollbackOf: id, Action: "deployment.rollback"})
+		Reason: "rollback to " + id, RollbackOf: id, from: d, Action: "deployment.rollback"})
 }
 
 // Delete removes the owner's deployment: cancels it if it runs, stops its app,

@@ -30,8 +30,9 @@ type DeploySpec struct {
 	Limits       Limits
 	// MaxDeploymentsPerMonth caps deployments started per calendar month (UTC); 0 = unlimited.
 	MaxDeploymentsPerMonth int
-	// PlanName names the plan the limits come from, for quota messages (may be empty).
-	PlanName string
+	PlanName               string // the plan the limits come from, for quota messages (may be empty)
+	// PinnedHost is the host id the project's apps must run on ("" for any), PinnedQueue its task queue ("" when not registered).
+	PinnedHost, PinnedQueue string
 }
 
 // GitCredentials authenticates clones of private repositories (the code-host

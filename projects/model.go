@@ -195,6 +195,7 @@ type DeployInfo struct {
 	BuildCommand string
 	StartCommand string
 	Region       string
+	Host         string   // the host the project is pinned to ("" for any)
 	Env          []EnvVar // plaintext; never log or store it
 
 	PlanName         string

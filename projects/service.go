@@ -493,7 +493,7 @@ func (s *Service) ProjectForDeploy(ctx context.Context, id string) (*DeployInfo,
 	return &DeployInfo{
 		ID: row.ID, OwnerID: row.OwnerID, Name: row.Name, Slug: row.Slug, RepoURL: row.RepoURL,
 		Branch: row.AutoDeployBranch, Framework: row.Framework, Port: row.Port,
-		BuildCommand: row.BuildCommand, StartCommand: row.StartCommand, Region: row.Region, Env: env,
+		BuildCommand: row.BuildCommand, StartCommand: row.StartCommand, Region: row.Region, Host: row.Host, Env: env,
 		PlanName: plan.Name, MaxDeployments: plan.MaxDeployments, MaxMemoryMi: plan.MaxMemoryMi,
 		MaxCpuM: plan.MaxCpuM, MaxStorageGi: plan.MaxStorageGi, BuildTimeoutMins: plan.BuildTimeoutMins,
 		PriorityBuilds: plan.PriorityBuilds,

@@ -424,6 +424,17 @@ func Registered(ctx context.Context, idb bun.IDB, id string) (bool, error) {
 	return n > 0, db.Translate(err)
 }
 
+// QueueOf is host id's task queue, from the database alone; "" when id is
+// not in the register.
+func QueueOf(ctx context.Context, idb bun.IDB, id string) (string, error) {
+	var q []string
+	err := idb.NewSelect().Model((*hostRow)(nil)).Column("queue").Where("id = ?", id).Scan(ctx, &q)
+	if len(q) == 0 {
+		return "", db.Translate(err)
+	}
+	return q[0], db.Translate(err)
+}
+
 // Get returns one host; platform.ErrNotFound when there is none.
 func (s *Service) Get(ctx context.Context, id string) (*Host, error) {
 	r := new(hostRow)

@@ -108,6 +108,15 @@ func TestHostsRegisterHeartbeatAndDown(t *testing.T) {
 
 		_, err = admin.Get(ctx, "nope")
 		assert.ErrorIs(t, err, platform.ErrNotFound)
+
+		// What a pin's check of a rollback reads: a host's queue, or ""
+		// for a host not in the register.
+		q, err := hosts.QueueOf(ctx, bdb, "b")
+		require.NoError(t, err)
+		assert.Equal(t, "q/worker/b", q)
+		q, err = hosts.QueueOf(ctx, bdb, "nope")
+		require.NoError(t, err)
+		assert.Empty(t, q)
 	})
 }
 

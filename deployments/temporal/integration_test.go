@@ -543,6 +543,20 @@ func TestTemporalRollbackRunsOnTheHostThatKeptTheBuild(t *testing.T) {
 	v2 := deploy("v2")
 	require.Equal(t, other.HostQueue(), v2.Host)
 
+	// Pinned to the other host, the rollback would run where the pin
+	// forbids: refused, and nothing is queued.
+	projects.Pin(pid, "the-other-host", other.HostQueue())
+	_, err = c.svc.Rollback(ctx, spec.OwnerID, v1.ID)
+	var perr *platform.Error
+	require.ErrorAs(t, err, &perr)
+	require.Equal(t, http.StatusConflict, perr.Status)
+	require.Contains(t, perr.Message, "pinned to host the-other-host")
+	all, err := c.store.DeploymentsWhere(ctx, deployments.Filter{ProjectID: pid})
+	require.NoError(t, err)
+	require.Len(t, all, 2, "no deployment queued")
+	// Pinned to the host that kept the build, it runs there.
+	projects.Pin(pid, "the-host-that-kept-it", v1.Host)
+
 	back, err := c.svc.Rollback(ctx, spec.OwnerID, v1.ID)
 	require.NoError(t, err)
 	live, _ := c.waitStatus(t, spec.OwnerID, back.ID, deployments.StatusLive)

@@ -169,7 +169,7 @@ func buildApps(ctx context.Context, bdb *bun.DB, router *ingress.Router, meter *
 	dep, err := assemble.New(ctx, assemble.Config{Runtime: assemble.RuntimeConfig{Kind: assemble.RuntimeProcess,
 		DataDir: o.DataDir, AllowLocalRepos: o.AllowLocalRepos}}, assemble.Deps{Ingress: router, Logger: o.Log,
 		Shares: glue.BuildShares{Plans: c.plans, Teams: c.teams, PerUser: 2}, PinnedHost: c.projects.PinnedHost,
-		Service: deployments.Deps{DB: bdb, Auth: c.authn, Projects: glue.DeploySource{Projects: c.projects}, LogTokenKey: derive(o.JWTSecret, "log tokens"),
+		Service: deployments.Deps{DB: bdb, Auth: c.authn, Projects: glue.DeploySource{Projects: c.projects, DB: bdb}, LogTokenKey: derive(o.JWTSecret, "log tokens"),
 			Access: glue.ProjectAccess{Projects: c.projects}, Git: glue.CodehostGit{Codehost: &hub}, Audit: c.audit}})
 	if err != nil {
 		return nil, err

@@ -19,6 +19,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/keelson-dev/keelson/auth"
 	"github.com/keelson-dev/keelson/auth/apitokens"
 	"github.com/keelson-dev/keelson/auth/oauth"
@@ -26,6 +28,7 @@ import (
 	"github.com/keelson-dev/keelson/codehost"
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
+	"github.com/keelson-dev/keelson/deployments/hosts"
 	"github.com/keelson-dev/keelson/plans"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/projects"
@@ -312,8 +315,12 @@ func (p ProjectAccess) Accounts(ctx context.Context, userID string) ([]string, e
 	return p.Projects.Accounts(ctx, userID)
 }
 
-// DeploySource adapts the projects module to deployments.ProjectSource.
-type DeploySource struct{ Projects *projects.Service }
+// DeploySource adapts the projects module to deployments.ProjectSource,
+// with a pinned host's task queue from the hosts register in DB.
+type DeploySource struct {
+	Projects *projects.Service
+	DB       bun.IDB
+}
 
 func (s DeploySource) ProjectForDeploy(ctx context.Context, projectID string) (*deployments.DeploySpec, error) {
 	p, err := s.Projects.ProjectForDeploy(ctx, projectID)
@@ -324,7 +331,7 @@ func (s DeploySource) ProjectForDeploy(ctx context.Context, projectID string) (*
 	for i, e := range p.Env {
 		env[i] = deployments.EnvVar{Key: e.Key, Value: e.Value, Secret: e.Secret}
 	}
-	return &deployments.DeploySpec{
+	spec := &deployments.DeploySpec{
 		OwnerID: p.OwnerID, Slug: p.Slug, Name: p.Name, RepoURL: p.RepoURL, Branch: p.Branch,
 		Framework: p.Framework, Port: p.Port, BuildCommand: p.BuildCommand, StartCommand: p.StartCommand,
 		Region: p.Region, Env: env,
@@ -332,8 +339,14 @@ func (s DeploySource) ProjectForDeploy(ctx context.Context, projectID string) (*
 			BuildTimeout: time.Duration(p.BuildTimeoutMins) * time.Minute,
 			MemoryMi:     p.MaxMemoryMi, CPUMillis: p.MaxCpuM, StorageGi: p.MaxStorageGi, Priority: p.PriorityBuilds,
 		},
-		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName,
-	}, nil
+		MaxDeploymentsPerMonth: p.MaxDeployments, PlanName: p.PlanName, PinnedHost: p.Host,
+	}
+	if p.Host != "" {
+		if spec.PinnedQueue, err = hosts.QueueOf(ctx, s.DB, p.Host); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
 }
 
 // TeamUsers adapts the auth module to teams.Users.

@@ -27,7 +27,7 @@ func (a *App) buildDeployments(ctx context.Context) error {
 	d := assemble.Deps{Logger: a.Log, Shares: glue.BuildShares{Plans: a.Plans, Teams: a.Teams, PerUser: cmp.Or(c.BuildsPerUser, DefaultBuildsPerUser)},
 		PinnedHost: a.Projects.PinnedHost, // placed there only, never moved off it
 		Service: deployments.Deps{
-			DB: a.DB, Auth: a.Authn, Projects: glue.DeploySource{Projects: a.Projects}, Access: glue.ProjectAccess{Projects: a.Projects}, Git: glue.CodehostGit{Codehost: &a.Codehost},
+			DB: a.DB, Auth: a.Authn, Projects: glue.DeploySource{Projects: a.Projects, DB: a.DB}, Access: glue.ProjectAccess{Projects: a.Projects}, Git: glue.CodehostGit{Codehost: &a.Codehost},
 			LogTokenKey: a.derivedKey("keelson deployment log tokens v1"), Streams: a.LogStreams, Logger: log, LogRetention: c.LogRetention,
 			Audit: a.AuditLog, KeepBuilds: cmp.Or(c.KeepBuilds, -1), // 0 keeps none
 			Logs: deployments.LogsConfig{MaxBuildLines: c.BuildLogMaxLines, MaxBuildBytes: int64(c.BuildLogMaxMB) << 20,

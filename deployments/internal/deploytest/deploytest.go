@@ -228,6 +228,13 @@ func (p *Projects) SetOwner(id, owner string) {
 	p.mu.Unlock()
 }
 
+// Pin pins a project to host id, whose task queue is queue ("" for none).
+func (p *Projects) Pin(id, host, queue string) {
+	p.mu.Lock()
+	p.m[id].PinnedHost, p.m[id].PinnedQueue = host, queue
+	p.mu.Unlock()
+}
+
 // Remove forgets a project (as if deleted).
 func (p *Projects) Remove(id string) {
 	p.mu.Lock()
