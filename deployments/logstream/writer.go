@@ -83,9 +83,7 @@ func (l *Hub) checkEnded() {
 			if ok && !ended {
 				continue
 			}
-			w := l.remote[id]
-			w.end, w.gone = true, !ok
-			l.remote[id] = w
+			l.remote[id] = l.remote[id].and(remoteWork{end: true, gone: !ok})
 		}
 		l.mu.Unlock()
 	}
