@@ -138,11 +138,11 @@ const DefaultInviteTTL = 7 * 24 * time.Hour
 
 func (d Deps) validate() error {
 	var errs platform.Problems
-	errs.Require("DB", d.DB != nil)
-	errs.Require("Auth", d.Auth != nil)
-	errs.Require("Users", d.Users != nil)
-	errs.Require("Plans", d.Plans != nil)
-	errs.Require("Projects", d.Projects != nil)
+	for name, present := range map[string]bool{
+		"DB": d.DB != nil, "Auth": d.Auth != nil, "Users": d.Users != nil, "Plans": d.Plans != nil, "Projects": d.Projects != nil,
+	} {
+		errs.Require(name, present)
+	}
 	errs.RequireHTTPURL("FrontendURL", d.FrontendURL)
 	if d.InviteTTL < 0 {
 		errs = append(errs, errors.New("InviteTTL must not be negative"))
