@@ -228,10 +228,7 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	out := runlog.New(logs, rt.StreamBuild, runlog.Masker(job))
 
 	start := time.Now()
-	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
-		fmt.Errorf("fetching the repository timed out after %s", r.cfg.CloneTimeout))
-	commit, err := r.clone(cctx, job, ws, out)
-	ccancel()
+	commit, err := r.clone(ctx, job, ws, out)
 	times.clone = time.Since(start)
 	if err != nil {
 		return "", times, runlog.MaskErr(out.Mask, err)
