@@ -86,12 +86,8 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 		if err != nil {
 			return err
 		}
-		ok, err := s.consumeSecondFactor(ctx, tx, row, code)
-		if err != nil {
+		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
 			return err
-		}
-		if !ok {
-			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
 		}
 		res, err := tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
 			Where("id = ? AND used_at IS NULL", id).Exec(ctx)

@@ -262,14 +262,8 @@ func (s *Service) consumeReauthCode(ctx context.Context, tx bun.IDB, row *userRo
 	if !row.TOTPEnabled {
 		return nil
 	}
-	ok, err := s.consumeSecondFactor(ctx, tx, row, code)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return platform.Forbidden("twoFactorCode: invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
-	}
-	return nil
+	return s.requireCode(ctx, tx, row, code, s.consumeSecondFactor,
+		platform.Forbidden("twoFactorCode: invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid))
 }
 
 // revokeOtherSessions ends every session of the user but keep (a refresh

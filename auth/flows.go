@@ -149,13 +149,10 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 	}
 	var pair TokenPair
 	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		ok, err := s.consumeSecondFactor(ctx, tx, row, code)
-		if err != nil {
+		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
 			return err
 		}
-		if !ok {
-			return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
-		}
+		var err error
 		pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
 		return err
 	})

@@ -189,11 +189,7 @@ type refreshInput struct {
 }
 
 func (s *Service) handleRefresh(ctx context.Context, in *refreshInput) (*tokenOutput, error) {
-	pair, err := s.Refresh(ctx, in.Body.RefreshToken)
-	if err != nil {
-		return nil, err
-	}
-	return &tokenOutput{Body: pair}, nil
+	return platform.Reply[tokenOutput](s.Refresh(ctx, in.Body.RefreshToken))
 }
 
 // ---- password reset ----
@@ -282,21 +278,13 @@ type twoFactorLoginInput struct {
 }
 
 func (s *Service) handleTwoFactorLogin(ctx context.Context, in *twoFactorLoginInput) (*tokenOutput, error) {
-	pair, err := s.CompleteTwoFactorLogin(ctx, in.Body.Challenge, in.Body.Code, ipFrom(ctx))
-	if err != nil {
-		return nil, err
-	}
-	return &tokenOutput{Body: pair}, nil
+	return platform.Reply[tokenOutput](s.CompleteTwoFactorLogin(ctx, in.Body.Challenge, in.Body.Code, ipFrom(ctx)))
 }
 
 type setupOutput struct{ Body TwoFactorSetup }
 
 func (s *Service) handleSetup(ctx context.Context, _ *struct{}) (*setupOutput, error) {
-	out, err := s.SetupTwoFactor(ctx, principal(ctx).UserID)
-	if err != nil {
-		return nil, err
-	}
-	return &setupOutput{Body: out}, nil
+	return platform.Reply[setupOutput](s.SetupTwoFactor(ctx, principal(ctx).UserID))
 }
 
 type codeInput struct {
@@ -313,11 +301,7 @@ func (codeBody) SchemaName() string { return "TwoFactorCodeRequest" }
 type verifyOutput struct{ Body TwoFactorEnabled }
 
 func (s *Service) handleVerify(ctx context.Context, in *codeInput) (*verifyOutput, error) {
-	out, err := s.VerifyTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx))
-	if err != nil {
-		return nil, err
-	}
-	return &verifyOutput{Body: out}, nil
+	return platform.Reply[verifyOutput](s.VerifyTwoFactor(ctx, principal(ctx).UserID, in.Body.Code, ipFrom(ctx)))
 }
 
 type disableOutput struct {
@@ -341,11 +325,7 @@ func (s *Service) handleDisable(ctx context.Context, in *codeInput) (*disableOut
 // ---- profile, logout ----
 
 func (s *Service) handleMe(ctx context.Context, _ *struct{}) (*userOutput, error) {
-	u, err := s.UserByID(ctx, principal(ctx).UserID)
-	if err != nil {
-		return nil, err
-	}
-	return &userOutput{Body: u}, nil
+	return platform.Reply[userOutput](s.UserByID(ctx, principal(ctx).UserID))
 }
 
 type patchBody struct {

@@ -59,37 +59,28 @@ type TwoFactorEnabled struct {
 
 var errCodeInvalid = platform.Invalid("code: invalid or already used two-factor code")
 
+// twoFactorRejected answers a sign-in whose two-factor code did not count.
+func twoFactorRejected() error {
+	return platform.Unauthorized("invalid or already used two-factor code").WithCode(CodeTwoFactorInvalid)
+}
+
 // VerifyTwoFactor enables 2FA when code is valid for the secret from setup,
 // and answers fresh recovery codes.
 func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code, ip string) (TwoFactorEnabled, error) {
-	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
-		return TwoFactorEnabled{}, err
-	}
-	if err := s.allow(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
-		return TwoFactorEnabled{}, err
-	}
-	row, err := s.userRow(ctx, s.db, "id", userID)
-	if err != nil {
-		return TwoFactorEnabled{}, err
-	}
-	if row.TOTPEnabled {
-		return TwoFactorEnabled{}, platform.Conflict("two-factor authentication is already enabled")
-	}
-	if row.TOTPSecret == "" {
-		return TwoFactorEnabled{}, platform.Invalid("two-factor authentication is not set up: call POST /auth/2fa/setup first")
+	ready := func(row *userRow) error {
+		if row.TOTPEnabled {
+			return platform.Conflict("two-factor authentication is already enabled")
+		}
+		if row.TOTPSecret == "" {
+			return platform.Invalid("two-factor authentication is not set up: call POST /auth/2fa/setup first")
+		}
+		return nil
 	}
 	codes := make([]string, recoveryCodeCount)
 	for i := range codes {
 		codes[i] = onetime.NewRecoveryCode()
 	}
-	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		ok, err := s.consumeTOTP(ctx, tx, row, code)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errCodeInvalid
-		}
+	err := s.changeTwoFactor(ctx, userID, code, ip, ready, s.consumeTOTP, func(ctx context.Context, tx bun.Tx, row *userRow) error {
 		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("totp_enabled = ?", true).Set("updated_at = ?", s.now()).
 			Where("id = ? AND totp_enabled = ? AND totp_secret = ?", userID, false, row.TOTPSecret).Exec(ctx)
 		if err != nil {
@@ -113,13 +104,41 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 	if err != nil {
 		return TwoFactorEnabled{}, err
 	}
-	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 	return TwoFactorEnabled{Enabled: true, RecoveryCodes: codes}, nil
 }
 
 // DisableTwoFactor switches 2FA off when code is a valid TOTP or recovery
 // code, and forgets the secret and the recovery codes.
 func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code, ip string) error {
+	ready := func(row *userRow) error {
+		if !row.TOTPEnabled {
+			return platform.Invalid("two-factor authentication is not enabled")
+		}
+		return nil
+	}
+	return s.changeTwoFactor(ctx, userID, code, ip, ready, s.consumeSecondFactor, func(ctx context.Context, tx bun.Tx, _ *userRow) error {
+		if _, err := tx.NewUpdate().Model((*userRow)(nil)).
+			Set("totp_enabled = ?", false).Set("totp_secret = ''").Set("totp_last_step = 0").Set("updated_at = ?", s.now()).
+			Where("id = ?", userID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		if _, err := tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
+			return db.Translate(err)
+		}
+		return s.record(ctx, tx, userID, "account.2fa_disable", "two-factor authentication disabled")
+	})
+}
+
+// consumeFunc uses up a second-factor code of the user's (in idb, the
+// caller's transaction) and reports whether it counted.
+type consumeFunc func(ctx context.Context, idb bun.IDB, row *userRow, code string) (bool, error)
+
+// changeTwoFactor makes a change to userID's 2FA, within the per-IP and
+// per-user attempt limits: ready judges the user's row first; then, in one
+// transaction, consume must accept code before change runs. A change made
+// gives the user's attempt back.
+func (s *Service) changeTwoFactor(ctx context.Context, userID platform.ID, code, ip string,
+	ready func(*userRow) error, consume consumeFunc, change func(context.Context, bun.Tx, *userRow) error) error {
 	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return err
 	}
@@ -130,31 +149,32 @@ func (s *Service) DisableTwoFactor(ctx context.Context, userID platform.ID, code
 	if err != nil {
 		return err
 	}
-	if !row.TOTPEnabled {
-		return platform.Invalid("two-factor authentication is not enabled")
+	if err := ready(row); err != nil {
+		return err
 	}
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		ok, err := s.consumeSecondFactor(ctx, tx, row, code)
-		if err != nil {
+		if err := s.requireCode(ctx, tx, row, code, consume, errCodeInvalid); err != nil {
 			return err
 		}
-		if !ok {
-			return errCodeInvalid
-		}
-		if _, err := tx.NewUpdate().Model((*userRow)(nil)).
-			Set("totp_enabled = ?", false).Set("totp_secret = ''").Set("totp_last_step = 0").Set("updated_at = ?", s.now()).
-			Where("id = ?", userID).Exec(ctx); err != nil {
-			return db.Translate(err)
-		}
-		if _, err = tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
-			return db.Translate(err)
-		}
-		return s.record(ctx, tx, userID, "account.2fa_disable", "two-factor authentication disabled")
+		return change(ctx, tx, row)
 	})
 	if err != nil {
 		return err
 	}
 	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
+	return nil
+}
+
+// requireCode uses up code with consume (in idb); a code that does not count
+// is answered with invalid.
+func (s *Service) requireCode(ctx context.Context, idb bun.IDB, row *userRow, code string, consume consumeFunc, invalid error) error {
+	ok, err := consume(ctx, idb, row, code)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return invalid
+	}
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -88,9 +87,7 @@ func (d Deps) validate() error {
 	if len(d.StateKey) < 32 {
 		errs = append(errs, errors.New("StateKey must be at least 32 bytes"))
 	}
-	if u, err := url.Parse(d.FrontendURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, errors.New("FrontendURL must be an http(s) URL"))
-	}
+	errs.RequireHTTPURL("FrontendURL", d.FrontendURL)
 	if d.Statuses != nil && d.Results == nil {
 		errs = append(errs, errors.New("Results is required with Statuses"))
 	}

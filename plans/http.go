@@ -53,11 +53,7 @@ func (s *Service) registerReads(api huma.API, tags []string) {
 		OperationID: "list-plans", Method: http.MethodGet, Path: "/plans", Tags: tags,
 		Summary: "List plans", Description: "Every plan, lowest tier first. Public.",
 	}, func(ctx context.Context, _ *struct{}) (*listOutput, error) {
-		ps, err := s.List(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &listOutput{Body: ps}, nil
+		return platform.Reply[listOutput](s.List(ctx))
 	})
 	huma.Register(api, huma.Operation{
 		OperationID: "get-plan", Method: http.MethodGet, Path: "/plans/{id}", Tags: tags,
@@ -83,11 +79,7 @@ func (s *Service) registerWrites(api huma.API, tags []string) {
 		DefaultStatus: http.StatusCreated, Security: platform.Bearer(), Middlewares: admin,
 		MaxBodyBytes: 16 << 10,
 	}, func(ctx context.Context, in *createInput) (*planOutput, error) {
-		p, err := s.Create(ctx, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &planOutput{Body: p}, nil
+		return platform.Reply[planOutput](s.Create(ctx, in.Body))
 	})
 	huma.Register(api, huma.Operation{
 		OperationID: "update-plan", Method: http.MethodPatch, Path: "/plans/{id}", Tags: tags,
@@ -96,11 +88,7 @@ func (s *Service) registerWrites(api huma.API, tags []string) {
 			"or moving the last FREE-tier plan to another tier, is 409.",
 		Security: platform.Bearer(), Middlewares: admin, MaxBodyBytes: 16 << 10,
 	}, func(ctx context.Context, in *patchInput) (*planOutput, error) {
-		p, err := s.Update(ctx, in.ID, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &planOutput{Body: p}, nil
+		return platform.Reply[planOutput](s.Update(ctx, in.ID, in.Body))
 	})
 	huma.Register(api, huma.Operation{
 		OperationID: "delete-plan", Method: http.MethodDelete, Path: "/plans/{id}", Tags: tags,
@@ -109,11 +97,7 @@ func (s *Service) registerWrites(api huma.API, tags []string) {
 			"plan, cannot be deleted (409). Answers the deleted plan.",
 		Security: platform.Bearer(), Middlewares: admin,
 	}, func(ctx context.Context, in *idInput) (*planOutput, error) {
-		p, err := s.Delete(ctx, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &planOutput{Body: p}, nil
+		return platform.Reply[planOutput](s.Delete(ctx, in.ID))
 	})
 	huma.Register(api, huma.Operation{
 		OperationID: "assign-account-plan", Method: http.MethodPut, Path: "/plans/{id}/accounts/{userId}", Tags: tags,

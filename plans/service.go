@@ -229,22 +229,8 @@ func (r *planRow) input() PlanInput {
 }
 
 func (p PlanPatch) applyTo(in *PlanInput) {
-	set := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	setB := func(dst *bool, v *bool) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	if p.Name != nil {
-		in.Name = *p.Name
-	}
-	if p.Tier != nil {
-		in.Tier = *p.Tier
-	}
+	set(&in.Name, p.Name)
+	set(&in.Tier, p.Tier)
 	set(&in.MaxProjects, p.MaxProjects)
 	set(&in.MaxDeployments, p.MaxDeployments)
 	set(&in.MaxMemoryMi, p.MaxMemoryMi)
@@ -252,10 +238,17 @@ func (p PlanPatch) applyTo(in *PlanInput) {
 	set(&in.MaxStorageGi, p.MaxStorageGi)
 	set(&in.MaxBandwidthGb, p.MaxBandwidthGb)
 	set(&in.BuildTimeoutMins, p.BuildTimeoutMins)
-	setB(&in.CustomDomains, p.CustomDomains)
-	setB(&in.TeamMembers, p.TeamMembers)
-	setB(&in.PriorityBuilds, p.PriorityBuilds)
-	setB(&in.Public, p.Public)
+	set(&in.CustomDomains, p.CustomDomains)
+	set(&in.TeamMembers, p.TeamMembers)
+	set(&in.PriorityBuilds, p.PriorityBuilds)
+	set(&in.Public, p.Public)
+}
+
+// set copies *v to *dst when the patch sets v.
+func set[T any](dst, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // Update changes the fields p sets. Renaming a plan projects use, or moving

@@ -30,3 +30,14 @@ func (b *BearerOps) Op(id, method, path, summary, desc string, status int) huma.
 	return huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Description: desc,
 		Tags: b.Tags, Security: Bearer(), Middlewares: b.auth, DefaultStatus: status, MaxBodyBytes: b.MaxBodyBytes}
 }
+
+// Reply is a handler's answer from a service call's result: an output O
+// (a struct{ Body T }) holding body, or err. In a handler:
+//
+//	return platform.Reply[projectOutput](s.Get(ctx, caller(ctx), in.ID))
+func Reply[O ~struct{ Body T }, T any](body T, err error) (*O, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &O{Body: body}, nil
+}

@@ -75,11 +75,7 @@ func (s *Service) registerProjects(api huma.API, op func(id, method, path, summa
 	create.DefaultStatus = http.StatusCreated
 	create.MaxBodyBytes = 64 << 10
 	huma.Register(api, create, func(ctx context.Context, in *createInput) (*projectOutput, error) {
-		p, err := s.Create(ctx, caller(ctx), in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &projectOutput{Body: p}, nil
+		return platform.Reply[projectOutput](s.Create(ctx, caller(ctx), in.Body))
 	})
 
 	list := op("list-projects", http.MethodGet, "/projects", "List the caller's projects",
@@ -96,11 +92,7 @@ func (s *Service) registerProjects(api huma.API, op func(id, method, path, summa
 	huma.Register(api, op("get-project", http.MethodGet, "/projects/{id}", "Get a project",
 		"Another user's or a deleted project is 404."),
 		func(ctx context.Context, in *idInput) (*projectOutput, error) {
-			p, err := s.Get(ctx, caller(ctx), in.ID)
-			if err != nil {
-				return nil, err
-			}
-			return &projectOutput{Body: p}, nil
+			return platform.Reply[projectOutput](s.Get(ctx, caller(ctx), in.ID))
 		})
 
 	settings := op("update-project-settings", http.MethodPatch, "/projects/{id}/settings", "Update a project's settings",
@@ -109,11 +101,7 @@ func (s *Service) registerProjects(api huma.API, op func(id, method, path, summa
 			"a secret sent back as \"********\" keeps its stored value. Optional fields left out keep their value.")
 	settings.MaxBodyBytes = 2 << 20
 	huma.Register(api, settings, func(ctx context.Context, in *settingsInput) (*projectOutput, error) {
-		p, err := s.UpdateSettings(ctx, caller(ctx), in.ID, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &projectOutput{Body: p}, nil
+		return platform.Reply[projectOutput](s.UpdateSettings(ctx, caller(ctx), in.ID, in.Body))
 	})
 
 }
@@ -127,11 +115,7 @@ func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summ
 		ID   string `path:"id" maxLength:"36" doc:"Project id (UUID)"`
 		Body TransferInput
 	}) (*projectOutput, error) {
-		p, err := s.Transfer(ctx, caller(ctx), in.ID, in.Body.TeamID)
-		if err != nil {
-			return nil, err
-		}
-		return &projectOutput{Body: p}, nil
+		return platform.Reply[projectOutput](s.Transfer(ctx, caller(ctx), in.ID, in.Body.TeamID))
 	})
 
 	huma.Register(api, op("get-project-delete-status", http.MethodGet, "/projects/{id}/delete-status",
@@ -139,11 +123,7 @@ func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summ
 		"ACTIVE, DELETING, DELETED or FAILED (with errorMessage). Resumes a teardown whose runner vanished before answering. "+
 			"A deleted project's owner can still read DELETED here."),
 		func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
-			st, err := s.GetDeleteStatus(ctx, caller(ctx), in.ID)
-			if err != nil {
-				return nil, err
-			}
-			return &deleteStatusOutput{Body: st}, nil
+			return platform.Reply[deleteStatusOutput](s.GetDeleteStatus(ctx, caller(ctx), in.ID))
 		})
 
 	del := op("delete-project", http.MethodDelete, "/projects/{id}", "Delete a project",
@@ -151,11 +131,7 @@ func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summ
 			"workspaces, logs); poll delete-status. After FAILED, DELETE again retries.")
 	del.DefaultStatus = http.StatusAccepted
 	huma.Register(api, del, func(ctx context.Context, in *idInput) (*deleteStatusOutput, error) {
-		st, err := s.Delete(ctx, caller(ctx), in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &deleteStatusOutput{Body: st}, nil
+		return platform.Reply[deleteStatusOutput](s.Delete(ctx, caller(ctx), in.ID))
 	})
 
 	usage := op("get-usage", http.MethodGet, "/usage", "The caller's use of their plan's quotas",
@@ -164,10 +140,6 @@ func (s *Service) registerLifecycle(api huma.API, op func(id, method, path, summ
 			"and the bytes each project's hosts carried this month through the ingress against its plan's maxBandwidthGb.")
 	usage.Tags = []string{"Plans"}
 	huma.Register(api, usage, func(ctx context.Context, _ *struct{}) (*usageOutput, error) {
-		u, err := s.Usage(ctx, caller(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &usageOutput{Body: u}, nil
+		return platform.Reply[usageOutput](s.Usage(ctx, caller(ctx)))
 	})
 }

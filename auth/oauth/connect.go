@@ -129,20 +129,7 @@ func (s *Service) allowedNext(next string) bool {
 // to, and answers its row. Anything else (unknown, expired, used, or opened
 // in another browser) is platform.ErrNotFound and uses nothing up.
 func (s *Service) redeemConnectTicket(ctx context.Context, ticket, cookie string) (*connectTicketRow, error) {
-	id, now := hashToken(ticket), s.now()
-	res, err := s.db.NewUpdate().Model((*connectTicketRow)(nil)).Set("used_at = ?", now).
-		Where("id = ? AND binding = ? AND used_at IS NULL AND expires_at > ?", id, hashToken(cookie), now).Exec(ctx)
-	if err != nil {
-		return nil, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return nil, platform.ErrNotFound
-	}
-	r := new(connectTicketRow)
-	if err := s.db.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
-		return nil, db.Translate(err)
-	}
-	return r, nil
+	return consumeOnce[connectTicketRow](ctx, s, ticket, "binding = ?", hashToken(cookie))
 }
 
 // startConnectWithTicket begins connect mode for the holder of a ticket:

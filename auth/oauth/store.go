@@ -146,16 +146,28 @@ func (s *Service) stateInsert(ctx context.Context, r *stateRow) error {
 // state exactly one gets the row; the other, an expired or unknown state get
 // platform.ErrNotFound.
 func (s *Service) stateConsume(ctx context.Context, provider, state string) (*stateRow, error) {
-	id, now := hashToken(state), s.now()
-	res, err := s.db.NewUpdate().Model((*stateRow)(nil)).Set("used_at = ?", now).
-		Where("id = ? AND provider = ? AND used_at IS NULL AND expires_at > ?", id, provider, now).Exec(ctx)
+	return consumeOnce[stateRow](ctx, s, state, "provider = ?", provider)
+}
+
+// consumeOnce marks the row of table M whose id is the hash of secret used,
+// once, and returns it: of two requests with one secret exactly one gets the
+// row. An unknown, expired or used secret, or one whose row fails cond (a
+// condition with args; "" for none), gets platform.ErrNotFound.
+func consumeOnce[M any](ctx context.Context, s *Service, secret, cond string, args ...any) (*M, error) {
+	id, now := hashToken(secret), s.now()
+	q := s.db.NewUpdate().Model((*M)(nil)).Set("used_at = ?", now).
+		Where("id = ? AND used_at IS NULL AND expires_at > ?", id, now)
+	if cond != "" {
+		q = q.Where(cond, args...)
+	}
+	res, err := q.Exec(ctx)
 	if err != nil {
 		return nil, db.Translate(err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return nil, platform.ErrNotFound
 	}
-	r := new(stateRow)
+	r := new(M)
 	if err := s.db.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
 		return nil, db.Translate(err)
 	}
@@ -174,18 +186,9 @@ func (s *Service) exchangeInsert(ctx context.Context, userID string) (string, er
 // exchangeConsume uses up a one-time code and answers its user, or
 // platform.ErrNotFound for an unknown, expired or used code.
 func (s *Service) exchangeConsume(ctx context.Context, raw string) (string, error) {
-	id, now := hashToken(raw), s.now()
-	res, err := s.db.NewUpdate().Model((*exchangeRow)(nil)).Set("used_at = ?", now).
-		Where("id = ? AND used_at IS NULL AND expires_at > ?", id, now).Exec(ctx)
+	r, err := consumeOnce[exchangeRow](ctx, s, raw, "")
 	if err != nil {
-		return "", db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return "", platform.ErrNotFound
-	}
-	r := new(exchangeRow)
-	if err := s.db.NewSelect().Model(r).Where("id = ?", id).Scan(ctx); err != nil {
-		return "", db.Translate(err)
+		return "", err
 	}
 	return r.UserID, nil
 }

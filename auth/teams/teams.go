@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
 
@@ -138,17 +137,13 @@ type Limit struct {
 const DefaultInviteTTL = 7 * 24 * time.Hour
 
 func (d Deps) validate() error {
-	var errs []error
-	for name, missing := range map[string]bool{
-		"DB": d.DB == nil, "Auth": d.Auth == nil, "Users": d.Users == nil, "Plans": d.Plans == nil, "Projects": d.Projects == nil,
+	var errs platform.Problems
+	for name, present := range map[string]bool{
+		"DB": d.DB != nil, "Auth": d.Auth != nil, "Users": d.Users != nil, "Plans": d.Plans != nil, "Projects": d.Projects != nil,
 	} {
-		if missing {
-			errs = append(errs, errors.New(name+" is required"))
-		}
+		errs.Require(name, present)
 	}
-	if u, err := url.Parse(d.FrontendURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, errors.New("FrontendURL must be an http(s) URL"))
-	}
+	errs.RequireHTTPURL("FrontendURL", d.FrontendURL)
 	if d.InviteTTL < 0 {
 		errs = append(errs, errors.New("InviteTTL must not be negative"))
 	}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -73,9 +72,7 @@ func (d Deps) validate() error {
 	errs.Require("Auth", d.Auth != nil)
 	errs.Require("Projects", d.Projects != nil)
 	errs.Require("Deployer", d.Deployer != nil)
-	if u, err := url.Parse(d.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, errors.New("PublicURL must be an http(s) URL"))
-	}
+	errs.RequireHTTPURL("PublicURL", d.PublicURL)
 	return errors.Join(errs...)
 }
 

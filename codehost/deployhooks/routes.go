@@ -81,11 +81,7 @@ type listOut struct {
 
 func (s *Service) list(ctx context.Context, in *projectIn) (*listOut, error) {
 	p, _ := platform.PrincipalFrom(ctx)
-	hooks, err := s.List(ctx, p.UserID, in.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &listOut{Body: hooks}, nil
+	return platform.Reply[listOut](s.List(ctx, p.UserID, in.ID))
 }
 
 type deleteIn struct {

@@ -88,13 +88,8 @@ func New(c Config) (*Client, error) {
 	errs.Require("PrivateKey", c.PrivateKey != nil)
 	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, DefaultAPIURL), "/")
 	c.WebURL = strings.TrimRight(cmp.Or(c.WebURL, DefaultWebURL), "/")
-	api, err := url.Parse(c.APIURL)
-	if err != nil || (api.Scheme != "http" && api.Scheme != "https") || api.Host == "" {
-		errs = append(errs, errors.New("APIURL must be an http(s) URL"))
-	}
-	if u, err := url.Parse(c.WebURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, errors.New("WebURL must be an http(s) URL"))
-	}
+	errs.RequireHTTPURL("APIURL", c.APIURL)
+	errs.RequireHTTPURL("WebURL", c.WebURL)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("github: %w", err)
 	}
@@ -104,6 +99,7 @@ func New(c Config) (*Client, error) {
 	if c.Clock == nil {
 		c.Clock = platform.SystemClock{}
 	}
+	api, _ := url.Parse(c.APIURL) // checked above
 	return &Client{c: c, api: api, tokens: map[int64]cachedToken{}}, nil
 }
 

@@ -52,22 +52,9 @@ func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err := checkID(job.DeploymentID); err != nil {
 		return "", err
 	}
-	env := make([]string, 0, len(job.Env)+1)
-	for _, v := range job.Env {
-		if v.Key == "" || v.Key == "PORT" {
-			continue
-		}
-		for _, c := range v.Key {
-			if c == '=' || c == 0 {
-				return "", fmt.Errorf("environment variable name %q is not valid", v.Key)
-			}
-		}
-		for _, c := range v.Value {
-			if c == 0 {
-				return "", fmt.Errorf("environment variable %s contains a NUL byte", v.Key)
-			}
-		}
-		env = append(env, v.Key+"="+v.Value)
+	env, err := job.Environ("", "PORT") // PORT is the runtime's
+	if err != nil {
+		return "", err
 	}
 	cport := job.Port
 	if cport <= 0 || cport > 65535 {

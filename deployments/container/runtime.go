@@ -327,10 +327,7 @@ func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", fmt.Errorf("creating the workspace: %w", err)
 	}
-	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
-		fmt.Errorf("fetching the repository timed out after %s", r.cfg.CloneTimeout))
-	commit, err := r.clone(cctx, job, root, out)
-	ccancel()
+	commit, err := r.clone(ctx, job, root, out)
 	if err != nil {
 		return "", runlog.MaskErr(out.Mask, err)
 	}

@@ -47,11 +47,7 @@ func (s *Service) Register(api huma.API) error {
 	huma.Register(api, op("list-hosts", http.MethodGet, "/hosts", "List the hosts that run apps",
 		"Every host a worker registered, by id, with its state, capacity, app count and last heartbeat."),
 		func(ctx context.Context, _ *struct{}) (*listOutput, error) {
-			hs, err := s.List(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return &listOutput{Body: hs}, nil
+			return platform.Reply[listOutput](s.List(ctx))
 		})
 	huma.Register(api, op("get-host", http.MethodGet, "/hosts/{id}", "Get a host", "An unknown id is 404."),
 		func(ctx context.Context, in *idInput) (*hostOutput, error) {

@@ -33,7 +33,16 @@ type Block struct {
 	Until   time.Time
 }
 
-type slugBytes struct{ in, out atomic.Int64 }
+type slugBytes struct{ in, out byteCount }
+
+// byteCount is a count of bytes read or written.
+type byteCount struct{ atomic.Int64 }
+
+// count adds the n of a Read or Write to c and passes its results on.
+func (c *byteCount) count(n int, err error) (int, error) {
+	c.Add(int64(n))
+	return n, err
+}
 
 // NewMeter returns a meter with nothing counted or blocked.
 func NewMeter() *Meter {
@@ -117,14 +126,10 @@ func refuse(w http.ResponseWriter, b Block) {
 
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n *byteCount
 }
 
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
-	return n, err
-}
+func (b *countingBody) Read(p []byte) (int, error) { return b.n.count(b.ReadCloser.Read(p)) }
 
 // countingWriter counts the response body. Flush reaches the server's writer
 // through Unwrap (http.ResponseController); Hijack is its own so an upgraded
@@ -135,9 +140,7 @@ type countingWriter struct {
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	w.c.out.Add(int64(n))
-	return n, err
+	return w.c.out.count(w.ResponseWriter.Write(p))
 }
 
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -157,14 +160,5 @@ type countingConn struct {
 	c *slugBytes
 }
 
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.c.in.Add(int64(n))
-	return n, err
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.c.out.Add(int64(n))
-	return n, err
-}
+func (c *countingConn) Read(p []byte) (int, error)  { return c.c.in.count(c.Conn.Read(p)) }
+func (c *countingConn) Write(p []byte) (int, error) { return c.c.out.count(c.Conn.Write(p)) }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -67,15 +68,13 @@ func (l *Hub) runBudget(ctx context.Context) {
 		case <-l.budgetWake:
 		}
 		l.bmu.Lock()
-		ids := make([]string, 0, len(l.grown))
-		for id := range l.grown {
-			ids = append(ids, id)
-		}
+		ids := slices.Collect(maps.Keys(l.grown))
 		clear(l.grown)
 		l.bmu.Unlock()
-		for len(ids) > 0 && ctx.Err() == nil {
-			page := ids[:min(len(ids), endCheckPage)]
-			ids = ids[len(page):]
+		for page := range slices.Chunk(ids, endCheckPage) {
+			if ctx.Err() != nil {
+				break
+			}
 			owners, err := l.store.LogOwnersOf(ctx, page)
 			if err != nil {
 				l.log.Warn("read the owners of deployments for the log budget", "err", err)

@@ -15,11 +15,8 @@ import (
 // published yet are read and published first, so subscribers see no gap.
 func (l *Hub) publishStored(ctx context.Context, lines []*Line) {
 	id := lines[0].DeploymentID
-	l.mu.Lock()
-	p, known := l.published[id]
-	has := len(l.subs[id]) > 0
-	l.mu.Unlock()
-	if !has {
+	p, known, subscribed := l.publishedMark(id)
+	if !subscribed {
 		return
 	}
 	if known && lines[0].Seq > p+1 {
@@ -88,19 +85,13 @@ func (l *Hub) publishLines(id string, lines []*Line) bool {
 // published and publishes them in order. It never blocks.
 func (l *Hub) LinesStored(deploymentID string, seq int64) {
 	l.mu.Lock()
-	if len(l.subs[deploymentID]) == 0 {
-		l.mu.Unlock()
-		return
-	}
-	if p, known := l.published[deploymentID]; known && seq <= p {
-		l.mu.Unlock()
-		return // already published (e.g. this process stored them)
-	}
-	w := l.remote[deploymentID]
-	w.upTo = max(w.upTo, seq)
-	l.remote[deploymentID] = w
+	p, known := l.published[deploymentID]
+	// Lines already published (e.g. this process stored them) are owed nothing.
+	owed := (!known || seq > p) && l.oweLocked(deploymentID, remoteWork{upTo: seq})
 	l.mu.Unlock()
-	l.poke()
+	if owed {
+		l.poke()
+	}
 }
 
 // DeploymentEnded tells l that the deployment reached a terminal status,
@@ -108,15 +99,11 @@ func (l *Hub) LinesStored(deploymentID string, seq int64) {
 // far, then Done. It never blocks.
 func (l *Hub) DeploymentEnded(deploymentID string) {
 	l.mu.Lock()
-	if len(l.subs[deploymentID]) == 0 {
-		l.mu.Unlock()
-		return
-	}
-	w := l.remote[deploymentID]
-	w.end = true
-	l.remote[deploymentID] = w
+	owed := l.oweLocked(deploymentID, remoteWork{end: true})
 	l.mu.Unlock()
-	l.poke()
+	if owed {
+		l.poke()
+	}
 }
 
 // Resync makes the writer re-read the stored lines of every deployment that
@@ -124,17 +111,33 @@ func (l *Hub) DeploymentEnded(deploymentID string) {
 // It never blocks.
 func (l *Hub) Resync() {
 	l.mu.Lock()
-	if len(l.subs) == 0 {
-		l.mu.Unlock()
-		return
-	}
+	owed := false
 	for id := range l.subs {
-		w := l.remote[id]
-		w.resync = true
-		l.remote[id] = w
+		owed = l.oweLocked(id, remoteWork{resync: true}) || owed
 	}
 	l.mu.Unlock()
-	l.poke()
+	if owed {
+		l.poke()
+	}
+}
+
+// oweLocked adds work to what the writer owes the deployment's subscribers
+// here and reports whether it has any (if not, nothing is owed). l.mu is held.
+func (l *Hub) oweLocked(id string, work remoteWork) bool {
+	if len(l.subs[id]) == 0 {
+		return false
+	}
+	l.remote[id] = l.remote[id].and(work)
+	return true
+}
+
+// publishedMark returns the deployment's published mark (known: there is
+// one) and whether it has subscribers here.
+func (l *Hub) publishedMark(id string) (p int64, known, subscribed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, known = l.published[id]
+	return p, known, len(l.subs[id]) > 0
 }
 
 func (l *Hub) poke() {
@@ -158,11 +161,8 @@ func (l *Hub) catchUpRemote() {
 }
 
 func (l *Hub) catchUp(ctx context.Context, id string, w remoteWork) {
-	l.mu.Lock()
-	p, known := l.published[id]
-	has := len(l.subs[id]) > 0
-	l.mu.Unlock()
-	if !has {
+	p, known, subscribed := l.publishedMark(id)
+	if !subscribed {
 		return
 	}
 	switch {

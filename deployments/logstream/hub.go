@@ -127,6 +127,11 @@ type remoteWork struct {
 	resync bool  // re-read whatever is stored (a notification may have been lost)
 }
 
+// and returns w with o's work added to it.
+func (w remoteWork) and(o remoteWork) remoteWork {
+	return remoteWork{upTo: max(w.upTo, o.upTo), end: w.end || o.end, gone: w.gone || o.gone, resync: w.resync || o.resync}
+}
+
 // New starts the log writer. Call Close when done.
 func New(store Store, cfg Config) *Hub {
 	cfg.SubscriberBuffer = cmp.Or(cfg.SubscriberBuffer, 32)

@@ -3,6 +3,8 @@ package logstream
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -62,16 +64,11 @@ const endCheckPage = 500
 // that are terminal (their streams get the stored lines, then Done) or gone.
 func (l *Hub) checkEnded() {
 	l.mu.Lock()
-	ids := make([]string, 0, len(l.subs))
-	for id := range l.subs {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Keys(l.subs))
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for len(ids) > 0 {
-		page := ids[:min(len(ids), endCheckPage)]
-		ids = ids[len(page):]
+	for page := range slices.Chunk(ids, endCheckPage) {
 		st, err := l.store.DeploymentsEnded(ctx, page)
 		if err != nil {
 			l.log.Warn("check which deployments ended", "err", err)
@@ -83,9 +80,7 @@ func (l *Hub) checkEnded() {
 			if ok && !ended {
 				continue
 			}
-			w := l.remote[id]
-			w.end, w.gone = true, !ok
-			l.remote[id] = w
+			l.remote[id] = l.remote[id].and(remoteWork{end: true, gone: !ok})
 		}
 		l.mu.Unlock()
 	}

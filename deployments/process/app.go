@@ -44,7 +44,7 @@ func (r *Runtime) Start(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err != nil {
 		return "", err
 	}
-	env, err := jobEnv(job)
+	env, err := job.Environ()
 	if err != nil {
 		return "", err
 	}

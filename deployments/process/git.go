@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os/exec"
 
@@ -37,30 +36,15 @@ func (r *Runtime) gitEnv(ws workspace, src repoSource, auth *rt.GitAuth, extra .
 
 // clone fetches the job's commit into ws.src and returns the commit it checked out.
 func (r *Runtime) clone(ctx context.Context, job rt.Job, ws workspace, out *runlog.Output) (string, error) {
-	policy := r.gitPolicy()
-	src, err := policy.Check(job)
-	if err != nil {
-		return "", err
-	}
-	if err := removeAll(ws.src); err != nil {
-		return "", fmt.Errorf("clearing the workspace: %w", err)
-	}
-	pin, err := policy.Pin(ctx, src)
-	if err != nil {
-		return "", err
-	}
-	env := r.gitEnv(ws, src, job.GitAuth, pin...)
-	git := func(args ...string) error {
-		cmd := exec.Command(r.cfg.GitPath, args...)
-		cmd.Dir, cmd.Env = ws.root, env
-		return r.runProc(ctx, cmd, out, job.DeploymentID, "git")
-	}
-	revParse := func() ([]byte, error) {
-		cmd := exec.CommandContext(ctx, r.cfg.GitPath, "-C", "src", "rev-parse", "HEAD")
-		cmd.Dir, cmd.Env = ws.root, env
-		return cmd.Output()
-	}
-	return gitclone.Fetch(ctx, job, src, out, git, revParse)
+	return r.gitPolicy().Clone(ctx, job, out, gitclone.Checkout{
+		Dir: ws.root, GitPath: r.cfg.GitPath, Timeout: r.cfg.CloneTimeout, Clear: removeAll,
+		Env: func(src repoSource, pin [][2]string) []string { return r.gitEnv(ws, src, job.GitAuth, pin...) },
+		Git: func(ctx context.Context, env []string, args ...string) error {
+			cmd := exec.Command(r.cfg.GitPath, args...)
+			cmd.Dir, cmd.Env = ws.root, env
+			return r.runProc(ctx, cmd, out, job.DeploymentID, "git")
+		},
+	})
 }
 
 // pinPublic is the git config that keeps a clone on a public address

@@ -190,21 +190,6 @@ func (r *Runtime) baseEnv(ws workspace) []string {
 	}
 }
 
-// jobEnv checks the job's variables and returns them as KEY=value.
-func jobEnv(job rt.Job) ([]string, error) {
-	env := make([]string, 0, len(job.Env))
-	for _, v := range job.Env {
-		if v.Key == "" || strings.ContainsAny(v.Key, "=\x00") {
-			return nil, fmt.Errorf("environment variable name %q is not valid", v.Key)
-		}
-		if strings.Contains(v.Value, "\x00") {
-			return nil, fmt.Errorf("environment variable %s contains a NUL byte", v.Key)
-		}
-		env = append(env, v.Key+"="+v.Value)
-	}
-	return env, nil
-}
-
 // Build clones the job's repository into its workspace and runs the build
 // command there. It returns the commit it built.
 func (r *Runtime) Build(ctx context.Context, job rt.Job, logs rt.LogSink) (string, error) {
@@ -221,7 +206,7 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	if err != nil {
 		return "", times, err
 	}
-	env, err := jobEnv(job)
+	env, err := job.Environ()
 	if err != nil {
 		return "", times, err
 	}
@@ -243,10 +228,7 @@ func (r *Runtime) build(ctx context.Context, job rt.Job, logs rt.LogSink) (strin
 	out := runlog.New(logs, rt.StreamBuild, runlog.Masker(job))
 
 	start := time.Now()
-	cctx, ccancel := context.WithTimeoutCause(ctx, r.cfg.CloneTimeout,
-		fmt.Errorf("fetching the repository timed out after %s", r.cfg.CloneTimeout))
-	commit, err := r.clone(cctx, job, ws, out)
-	ccancel()
+	commit, err := r.clone(ctx, job, ws, out)
 	times.clone = time.Since(start)
 	if err != nil {
 		return "", times, runlog.MaskErr(out.Mask, err)

@@ -8,6 +8,9 @@ package rt
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -70,6 +73,26 @@ type EnvVar struct {
 	Key    string
 	Value  string
 	Secret bool
+}
+
+// Environ returns the job's variables as KEY=value, leaving out those whose
+// key is one of omit. A name with "=" or NUL (or empty, unless omitted) or a
+// value with NUL is an error, named for the user.
+func (j Job) Environ(omit ...string) ([]string, error) {
+	env := make([]string, 0, len(j.Env)+1) // +1: room for the PORT a runtime adds
+	for _, v := range j.Env {
+		if slices.Contains(omit, v.Key) {
+			continue
+		}
+		if v.Key == "" || strings.ContainsAny(v.Key, "=\x00") {
+			return nil, fmt.Errorf("environment variable name %q is not valid", v.Key)
+		}
+		if strings.Contains(v.Value, "\x00") {
+			return nil, fmt.Errorf("environment variable %s contains a NUL byte", v.Key)
+		}
+		env = append(env, v.Key+"="+v.Value)
+	}
+	return env, nil
 }
 
 // GitAuth is an HTTP basic credential for git (e.g. x-access-token + an

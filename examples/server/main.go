@@ -54,12 +54,18 @@ func run(log *slog.Logger) error {
 		}
 		log.Info("ingress listening", "addr", ingressL.Addr().String(), "apps_domain", cfg.AppsDomain)
 	}
+	// closeListeners closes what run listens on when it fails before serving.
+	closeListeners := func() {
+		apiL.Close()
+		if ingressL != nil {
+			ingressL.Close()
+		}
+	}
 	var tlsL []net.Listener
 	if app.ingressTLS != nil {
 		l, err := net.Listen("tcp", cfg.IngressTLSAddr)
 		if err != nil {
-			apiL.Close()
-			ingressL.Close()
+			closeListeners()
 			return &ConfigError{"KEELSON_INGRESS_TLS_ADDR", err.Error()}
 		}
 		defer l.Close()
@@ -71,10 +77,7 @@ func run(log *slog.Logger) error {
 	if cfg.PprofAddr != "" {
 		pl, err := listenPprof(cfg.PprofAddr)
 		if err != nil {
-			apiL.Close()
-			if ingressL != nil {
-				ingressL.Close()
-			}
+			closeListeners()
 			return err
 		}
 		defer servePprof(ctx, pl, log)()
@@ -82,10 +85,7 @@ func run(log *slog.Logger) error {
 	if app.Metrics != nil {
 		ml, err := listenMetrics(cfg.MetricsAddr)
 		if err != nil {
-			apiL.Close()
-			if ingressL != nil {
-				ingressL.Close()
-			}
+			closeListeners()
 			return err
 		}
 		defer serveMetrics(ctx, ml, app.Metrics, log)()

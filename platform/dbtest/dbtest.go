@@ -74,31 +74,28 @@ func Main(m *testing.M) { MainCheck(m, nil) }
 // SQLite returns a fresh SQLite database in t's temp dir with sets migrated.
 func SQLite(t testing.TB, sets ...db.MigrationSet) *bun.DB {
 	t.Helper()
-	ctx := context.Background()
-	bdb, err := db.Open(ctx, db.Options{URL: "sqlite://" + filepath.Join(t.TempDir(), "test.db")})
-	if err != nil {
-		t.Fatalf("dbtest: open sqlite: %v", err)
-	}
-	t.Cleanup(func() { bdb.Close() })
-	if err := db.Migrate(ctx, bdb, sets...); err != nil {
-		t.Fatalf("dbtest: migrate sqlite: %v", err)
-	}
-	return bdb
+	return open(t, "sqlite", "sqlite://"+filepath.Join(t.TempDir(), "test.db"), sets)
 }
 
 // Postgres returns a connection to a fresh schema on the shared Postgres with
 // sets migrated. The schema is dropped when t ends.
 func Postgres(t testing.TB, sets ...db.MigrationSet) *bun.DB {
 	t.Helper()
-	u := PostgresURL(t)
+	return open(t, "postgres", PostgresURL(t), sets)
+}
+
+// open opens the database at url (kind names it in failures), closed when t
+// ends, with sets migrated.
+func open(t testing.TB, kind, url string, sets []db.MigrationSet) *bun.DB {
+	t.Helper()
 	ctx := context.Background()
-	bdb, err := db.Open(ctx, db.Options{URL: u})
+	bdb, err := db.Open(ctx, db.Options{URL: url})
 	if err != nil {
-		t.Fatalf("dbtest: open postgres: %v", err)
+		t.Fatalf("dbtest: open %s: %v", kind, err)
 	}
 	t.Cleanup(func() { bdb.Close() })
 	if err := db.Migrate(ctx, bdb, sets...); err != nil {
-		t.Fatalf("dbtest: migrate postgres: %v", err)
+		t.Fatalf("dbtest: migrate %s: %v", kind, err)
 	}
 	return bdb
 }

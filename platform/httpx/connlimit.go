@@ -290,6 +290,19 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// evictLocked forgets the connection that has waited longest in waiting
+// and returns it, to be closed; nil when none waits.
+func (c *ConnLimit) evictLocked(waiting *list.List) net.Conn {
+	front := waiting.Front()
+	if front == nil {
+		return nil
+	}
+	victim := front.Value.(*connEntry).conn
+	c.forgetLocked(victim)
+	c.evicted++
+	return victim
+}
+
 // admit decides for a newly accepted connection: true to serve it (evicted
 // connections, if any, are returned to be closed), false to refuse it (with
 // the status to answer).
@@ -304,25 +317,19 @@ func (c *ConnLimit) admit(conn net.Conn) (ok bool, status int, victims []net.Con
 	}
 	ac := c.addrs[key]
 	if key != "" && ac != nil && ac.n >= c.perAddr {
-		front := ac.waiting.Front()
-		if front == nil {
+		victim := c.evictLocked(ac.waiting)
+		if victim == nil {
 			c.addrRefused++
 			return false, http.StatusTooManyRequests, nil
 		}
-		victim := front.Value.(*connEntry).conn
-		c.forgetLocked(victim)
-		c.evicted++
 		victims = append(victims, victim)
 	}
 	if len(c.conns) >= c.max {
-		front := c.waiting.Front()
-		if front == nil {
+		victim := c.evictLocked(c.waiting)
+		if victim == nil {
 			c.refused++
 			return false, http.StatusServiceUnavailable, victims
 		}
-		victim := front.Value.(*connEntry).conn
-		c.forgetLocked(victim)
-		c.evicted++
 		victims = append(victims, victim)
 	}
 	if key != "" {

@@ -91,11 +91,7 @@ func caller(ctx context.Context) string {
 }
 
 func (s *Service) create(ctx context.Context, in *createIn) (*domainOut, error) {
-	d, err := s.Create(ctx, caller(ctx), in.ID, in.Body.Hostname)
-	if err != nil {
-		return nil, err
-	}
-	return &domainOut{Body: d}, nil
+	return platform.Reply[domainOut](s.Create(ctx, caller(ctx), in.ID, in.Body.Hostname))
 }
 
 func (s *Service) list(ctx context.Context, in *listIn) (*listOut, error) {
@@ -111,27 +107,15 @@ func (s *Service) list(ctx context.Context, in *listIn) (*listOut, error) {
 }
 
 func (s *Service) get(ctx context.Context, in *domainIn) (*domainOut, error) {
-	d, err := s.Get(ctx, caller(ctx), in.ID, in.DomainID)
-	if err != nil {
-		return nil, err
-	}
-	return &domainOut{Body: d}, nil
+	return platform.Reply[domainOut](s.Get(ctx, caller(ctx), in.ID, in.DomainID))
 }
 
 func (s *Service) verify(ctx context.Context, in *domainIn) (*domainOut, error) {
-	d, err := s.Verify(ctx, caller(ctx), in.ID, in.DomainID)
-	if err != nil {
-		return nil, err
-	}
-	return &domainOut{Body: d}, nil
+	return platform.Reply[domainOut](s.Verify(ctx, caller(ctx), in.ID, in.DomainID))
 }
 
 func (s *Service) update(ctx context.Context, in *updateIn) (*domainOut, error) {
-	d, err := s.Update(ctx, caller(ctx), in.ID, in.DomainID, in.Body)
-	if err != nil {
-		return nil, err
-	}
-	return &domainOut{Body: d}, nil
+	return platform.Reply[domainOut](s.Update(ctx, caller(ctx), in.ID, in.DomainID, in.Body))
 }
 
 func (s *Service) delete(ctx context.Context, in *domainIn) (*struct{}, error) {

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -191,6 +193,47 @@ func Fetch(ctx context.Context, job rt.Job, src Source, log Log,
 	}
 	log.System("checked out commit " + commit)
 	return commit, nil
+}
+
+// Checkout is where and how a runtime runs a clone (Policy.Clone).
+type Checkout struct {
+	Dir     string        // where git runs; the checkout is <Dir>/src
+	GitPath string        // the git binary
+	Timeout time.Duration // bounds the whole clone
+	// Clear empties the checkout's directory before the fetch.
+	Clear func(path string) error
+	// Env is git's whole environment for src, with the pinning config pin
+	// (Policy.Env with the runtime's paths).
+	Env func(src Source, pin [][2]string) []string
+	// Git runs git with args in Dir with env, its output logged, until ctx ends.
+	Git func(ctx context.Context, env []string, args ...string) error
+}
+
+// Clone checks the job under p and fetches its commit into <c.Dir>/src
+// (Fetch) within c.Timeout; it returns the commit checked out.
+func (p Policy) Clone(ctx context.Context, job rt.Job, log Log, c Checkout) (string, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.Timeout,
+		fmt.Errorf("fetching the repository timed out after %s", c.Timeout))
+	defer cancel()
+	src, err := p.Check(job)
+	if err != nil {
+		return "", err
+	}
+	if err := c.Clear(filepath.Join(c.Dir, "src")); err != nil {
+		return "", fmt.Errorf("clearing the workspace: %w", err)
+	}
+	pin, err := p.Pin(ctx, src)
+	if err != nil {
+		return "", err
+	}
+	env := c.Env(src, pin)
+	git := func(args ...string) error { return c.Git(ctx, env, args...) }
+	revParse := func() ([]byte, error) {
+		cmd := exec.CommandContext(ctx, c.GitPath, "-C", "src", "rev-parse", "HEAD")
+		cmd.Dir, cmd.Env = c.Dir, env
+		return cmd.Output()
+	}
+	return Fetch(ctx, job, src, log, git, revParse)
 }
 
 // PinPublic is the git config that keeps a clone on a public address: the
