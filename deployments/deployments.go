@@ -183,7 +183,8 @@ func New(d Deps) (*Service, error) {
 		logs.Close()
 		return nil, err
 	}
-	return &Service{d: d, store: store, lists: lists, logs: logs, acts: acts, engine: eng, projects: d.Projects,
+	finished := pagecache.NewRows(lists, 10_000, store.DeploymentGet, func(d *Deployment) (string, bool) { return d.ProjectID, d.Status.Terminal() })
+	return &Service{d: d, store: store, lists: lists, finished: finished, logs: logs, acts: acts, engine: eng, projects: d.Projects,
 		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat),
 		retention: &logstream.Retention{SQL: store.SQL, Hub: logs, Keep: d.LogRetention, Clock: d.Clock, Log: d.Logger}}, nil
 }
