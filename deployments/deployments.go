@@ -81,7 +81,7 @@ type Deps struct {
 	// person, in their transaction. Optional.
 	Audit audit.Recorder
 	// ListCacheBytes bounds the encoded pages of a project's deployments kept
-	// (internal/pagecache). Default 16 MiB; negative turns the cache off.
+	// (internal/pagecache). Default 16 MiB; negative turns it off (and Rows).
 	ListCacheBytes int64
 }
 
