@@ -81,7 +81,7 @@ type Deps struct {
 	// person, in their transaction. Optional.
 	Audit audit.Recorder
 	// ListCacheBytes bounds the encoded pages of a project's deployments kept
-	// (internal/pagecache). Default 16 MiB; negative turns the cache off.
+	// (internal/pagecache). Default 16 MiB; negative turns it off (and Rows).
 	ListCacheBytes int64
 }
 
@@ -183,7 +183,8 @@ func New(d Deps) (*Service, error) {
 		logs.Close()
 		return nil, err
 	}
-	return &Service{d: d, store: store, lists: lists, logs: logs, acts: acts, engine: eng, projects: d.Projects,
+	finished := pagecache.NewRows(lists, 10_000, store.DeploymentGet, func(d *Deployment) (string, bool) { return d.ProjectID, d.Status.Terminal() })
+	return &Service{d: d, store: store, lists: lists, finished: finished, logs: logs, acts: acts, engine: eng, projects: d.Projects,
 		clock: d.Clock, log: d.Logger, cancelTO: d.CancelTimeout, streams: logstream.NewStreams(logs, d.Heartbeat),
 		retention: &logstream.Retention{SQL: store.SQL, Hub: logs, Keep: d.LogRetention, Clock: d.Clock, Log: d.Logger}}, nil
 }

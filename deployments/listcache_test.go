@@ -24,7 +24,7 @@ func (e *env) startListCache() {
 	e.t.Helper()
 	deployments.StartListCache(e.svc)
 	platformtest.Eventually(e.t, 20*time.Second, "the list cache to go live",
-		func() bool { return deployments.ListCacheLive(e.svc) })
+		func() bool { return deployments.ListCacheLive(e.svc) && deployments.StatusCacheLive(e.svc) })
 }
 
 // listed is what user's GET /deployments<query> shows of each deployment
@@ -222,4 +222,142 @@ func TestListCacheAcrossReplicas(t *testing.T) {
 	b.setReason(d2, "elsewhere")
 	platformtest.Eventually(t, 20*time.Second, "b's list to show the reason written behind its back",
 		func() bool { return b.reason(alice, q) == "elsewhere" })
+}
+
+// status is user's GET /deployments/{id}/status: its code and body.
+func (e *env) status(user, id string) (int, statusBody) {
+	e.t.Helper()
+	var st statusBody
+	code, _, body := e.do("GET", "/deployments/"+id+"/status", user, nil, &st)
+	if code != 200 && code != 404 {
+		e.t.Fatalf("status %s: %d %s", id, code, body)
+	}
+	return code, st
+}
+
+// statusError is the errorMessage user's status of id shows ("" when none).
+func (e *env) statusError(user, id string) string {
+	e.t.Helper()
+	code, st := e.status(user, id)
+	require.Equal(e.t, 200, code)
+	if st.ErrorMessage == nil {
+		return ""
+	}
+	return *st.ErrorMessage
+}
+
+// setError writes deployment id's error message through a Store of its
+// own, as another process would: no service is told in process.
+func (e *env) setError(id, msg string) {
+	e.t.Helper()
+	d := e.get(id)
+	d.ErrorMessage = msg
+	_, err := deployments.NewStore(e.db).DeploymentUpdate(context.Background(), d, nil, "error_message")
+	must(e.t, err)
+}
+
+// The status of a finished deployment is served from memory, and every write
+// that changes it, or who may read it, drops it before the write answers:
+// the supersede a redeploy leads to (the engine's write), a delete, a move
+// of the project's deployments to another account. A write through another
+// store (another process) is what shows the cache serves: on SQLite the
+// status stays until a write of the service; on Postgres the deployments
+// table's trigger tells the cache.
+func TestStatusCacheSeesEveryWrite(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{})
+		e.startListCache()
+		alice, bob := platform.NewID(), platform.NewID()
+		p := e.project(alice, "status-cached")
+		d1 := e.trigger(alice, p)
+		e.waitStatus(d1, deployments.StatusLive)
+		platformtest.Eventually(t, 20*time.Second, "d1's status to say LIVE", func() bool {
+			_, st := e.status(alice, d1)
+			return st.Status == "LIVE" && st.DeployedURL != nil
+		})
+		if code, _ := e.status(bob, d1); code != 404 {
+			t.Fatalf("bob reads alice's deployment's status: %d", code)
+		}
+
+		if db.IsPostgres(bdb) {
+			e.setError(d1, "behind its back")
+			platformtest.Eventually(t, 20*time.Second, "the trigger to tell the cache",
+				func() bool { return e.statusError(alice, d1) == "behind its back" })
+		} else {
+			served := false // the engine may still write d1 just after LIVE
+			for i := 0; i < 50 && !served; i++ {
+				cached := e.statusError(alice, d1)
+				e.setError(d1, fmt.Sprintf("behind its back %d", i))
+				served = e.statusError(alice, d1) == cached
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.True(t, served, "the cached status is served")
+		}
+
+		var tr triggered
+		code, _, body := e.do("POST", "/deployments/"+d1+"/redeploy", alice, nil, &tr)
+		require.Equal(t, 201, code, string(body))
+		d2 := tr.DeploymentID
+		platformtest.Eventually(t, 20*time.Second, "d1's status to say CANCELLED (superseded)", func() bool {
+			_, st := e.status(alice, d1)
+			return st.Status == "CANCELLED"
+		})
+		e.waitStatus(d2, deployments.StatusLive)
+		_, st := e.status(alice, d2)
+		require.Equal(t, "LIVE", st.Status)
+
+		code, _, body = e.do("DELETE", "/deployments/"+d1, alice, nil, nil)
+		require.Equal(t, 200, code, string(body))
+		code, _ = e.status(alice, d1)
+		assert.Equal(t, 404, code, "a deleted deployment's status")
+
+		// Who may read it is decided on every request, from the row's
+		// owner: moved to bob, d2's status is his at once, no longer alice's.
+		e.projects.SetOwner(p, bob)
+		must(t, e.svc.ProjectOwnerChanged(context.Background(), p, bob))
+		code, st = e.status(bob, d2)
+		assert.Equal(t, 200, code)
+		assert.Equal(t, "LIVE", st.Status)
+		code, _ = e.status(alice, d2)
+		assert.Equal(t, 404, code)
+	})
+}
+
+// Two replicas (two services on one Postgres database) see each other's
+// writes to a finished deployment's status through the listener: the
+// supersede and a delete on one, a write of another process. Only a's
+// engine runs deployments.
+func TestStatusCacheAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	bdb := dbtest.Postgres(t, sets...)
+	projects := deploytest.NewProjects()
+	a, b := newEnv(t, bdb, envOpts{projects: projects}), newEnv(t, bdb, envOpts{projects: projects, noStart: true})
+	a.startListCache()
+	b.startListCache()
+	alice := platform.NewID()
+	p := a.project(alice, "status-replicas")
+	d1 := a.trigger(alice, p)
+	a.waitStatus(d1, deployments.StatusLive)
+	platformtest.Eventually(t, 20*time.Second, "b's status of d1 to say LIVE", func() bool {
+		_, st := b.status(alice, d1)
+		return st.Status == "LIVE"
+	})
+	a.setError(d1, "elsewhere")
+	platformtest.Eventually(t, 20*time.Second, "b's status to show the error written behind its back",
+		func() bool { return b.statusError(alice, d1) == "elsewhere" })
+
+	var tr triggered
+	code, _, body := a.do("POST", "/deployments/"+d1+"/redeploy", alice, nil, &tr)
+	require.Equal(t, 201, code, string(body))
+	platformtest.Eventually(t, 20*time.Second, "b's status of d1 to say CANCELLED", func() bool {
+		_, st := b.status(alice, d1)
+		return st.Status == "CANCELLED"
+	})
+	code, _, body = a.do("DELETE", "/deployments/"+d1, alice, nil, nil)
+	require.Equal(t, 200, code, string(body))
+	platformtest.Eventually(t, 20*time.Second, "b's status of the deleted d1 to be 404", func() bool {
+		code, _ := b.status(alice, d1)
+		return code == 404
+	})
 }

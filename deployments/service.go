@@ -21,7 +21,8 @@ import (
 type Service struct {
 	d         Deps
 	store     *Store
-	lists     *pagecache.Cache // GET /deployments?projectId=' pages
+	lists     *pagecache.Cache            // GET /deployments?projectId=' pages
+	finished  *pagecache.Rows[Deployment] // the status route's terminal rows, kept with lists
 	logs      *Logs
 	acts      *Activities
 	engine    Engine
@@ -151,15 +152,15 @@ func (s *Service) projectReadable(ctx context.Context, userID, projectID string)
 // Get returns deployment id as userID may read it (ErrNotFound if absent or
 // not theirs to see).
 func (s *Service) Get(ctx context.Context, userID, id string) (*Deployment, error) {
-	return s.getFor(ctx, userID, id, platform.DeploymentsRead)
+	return s.getFor(ctx, userID, id, platform.DeploymentsRead, s.store.DeploymentGet)
 }
 
-// getFor returns deployment id when userID's role on its project holds perm.
-func (s *Service) getFor(ctx context.Context, userID, id string, perm platform.Permission) (*Deployment, error) {
+// getFor returns deployment id, read by read, when userID's role on its project holds perm.
+func (s *Service) getFor(ctx context.Context, userID, id string, perm platform.Permission, read func(context.Context, string) (*Deployment, error)) (*Deployment, error) {
 	if !platform.ValidID(id) {
 		return nil, platform.NotFound("deployment not found")
 	}
-	d, err := s.store.DeploymentGet(ctx, id)
+	d, err := read(ctx, id)
 	if err == nil {
 		err = s.authorize(ctx, userID, d.ProjectID, d.OwnerID, perm)
 	}
@@ -218,14 +219,12 @@ func (s *Service) listScope(ctx context.Context, p ListParams) (*platform.Cursor
 }
 
 // Status returns the deployment's state, synced from the engine (SPEC 3.1)
-// while it is not terminal (then it is final: docs/BEHAVIOUR.md).
+// while it is not terminal (then it is final, and kept in memory exactly
+// like the list pages: docs/BEHAVIOUR.md). The caller's role is asked each time.
 func (s *Service) Status(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.Get(ctx, ownerID, id)
-	if err != nil {
-		return nil, err
-	}
-	if d.Status.Terminal() {
-		return d, nil
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsRead, s.finished.Read)
+	if err != nil || d.Status.Terminal() {
+		return d, err
 	}
 	return s.sync(ctx, d)
 }
@@ -272,7 +271,7 @@ func sameState(a, b *State) bool {
 // Cancel stops the owner's non-terminal deployment and returns it as it ended
 // (409 if it already ended).
 func (s *Service) Cancel(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite, s.store.DeploymentGet)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +296,7 @@ func (s *Service) cancel(ctx context.Context, d *Deployment, action string) erro
 
 // Redeploy queues a new deployment of the same project and commit as id.
 func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite, s.store.DeploymentGet)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +310,7 @@ func (s *Service) Redeploy(ctx context.Context, ownerID, id string) (*Deployment
 // deployment was never replaced or its build is no longer kept, or the
 // runtime cannot reuse builds.
 func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment, error) {
-	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsWrite, s.store.DeploymentGet)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +333,7 @@ func (s *Service) Rollback(ctx context.Context, ownerID, id string) (*Deployment
 // removes its route if the route still points at it, its workspace, its logs
 // and its record.
 func (s *Service) Delete(ctx context.Context, ownerID, id string) error {
-	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsDelete)
+	d, err := s.getFor(ctx, ownerID, id, platform.DeploymentsDelete, s.store.DeploymentGet)
 	if err != nil {
 		return err
 	}

@@ -53,11 +53,7 @@ func (s *Service) get(ctx context.Context, idb bun.IDB, userID, id string, withD
 	if !platform.ValidID(id) {
 		return nil, "", notFound()
 	}
-	byID := s.byID
-	if withDeleted {
-		byID = s.byIDAny
-	}
-	row, err := byID.One(ctx, idb, id)
+	row, err := s.row(ctx, idb, id, withDeleted)
 	if err != nil {
 		if err = db.Translate(err); isNotFound(err) {
 			return nil, "", notFound()

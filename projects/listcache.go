@@ -64,7 +64,43 @@ func listTriggers(ctx context.Context, idb bun.IDB) error {
 		db.NotifyTrigger("keelson_projects_list_change", "projects", "keelson_projects_list_notify"))
 }
 
-// listen keeps the cache exact across replicas (Postgres) until Close.
+// rowCache keeps the ACTIVE project rows get read (GET /projects/{id}, and
+// Authorize: every project-scoped route of every module), at most
+// rowCacheSize, under their owner: exact the same way, by the same
+// invalidations (changed, the triggers on projects; a plan change drops
+// them too, needlessly). Only ACTIVE rows are kept: a deletion's teardown
+// claims its row (teardown_at) without telling anyone until it ends. What
+// the caller may do with the row (roleOf, platform.Grant) is decided on
+// every request; its account plan's name is asked on every request too.
+type rowCache = db.RowCache[projectRow]
+
+const rowCacheSize = 10_000
+
+func newRowCache(on, live bool) *rowCache {
+	if !on {
+		return db.NewRowCache[projectRow](0, false)
+	}
+	return db.NewRowCache[projectRow](rowCacheSize, live)
+}
+
+// row reads project id (DELETED too when withDeleted); a project not DELETED
+// through the row cache when idb is the pool (not a transaction).
+func (s *Service) row(ctx context.Context, idb bun.IDB, id string, withDeleted bool) (*projectRow, error) {
+	pool := idb == bun.IDB(s.d.DB)
+	if withDeleted {
+		return s.byIDAny.One(ctx, idb, id)
+	} else if r, ok := s.rows.Row(id); ok && pool {
+		return &r, nil
+	}
+	gen := s.rows.Begin()
+	r, err := s.byID.One(ctx, idb, id)
+	if err == nil && pool && r.Status == StatusActive {
+		s.rows.PutRow(gen, r.OwnerID, r.ID, *r)
+	}
+	return r, err
+}
+
+// listen keeps the caches exact across replicas (Postgres) until Close.
 func (s *Service) listen() {
 	if !db.IsPostgres(s.d.DB) || !s.lists.Enabled() || s.stopListen != nil {
 		return
@@ -73,12 +109,15 @@ func (s *Service) listen() {
 	if s.d.PlanChannel != "" {
 		channels = append(channels, s.d.PlanChannel)
 	}
-	s.stopListen = db.StartListen(s.d.DB, s.lists, db.ListenConfig{Channels: channels, Logger: s.d.Logger})
+	s.stopListen = db.StartListen(s.d.DB, db.Invalidators{s.lists, s.rows}, db.ListenConfig{Channels: channels, Logger: s.d.Logger})
 }
 
-// changed invalidates owner's cached pages; every write to owner's projects
-// calls it after the write (committed or not) and before answering.
-func (s *Service) changed(owner string) { s.lists.InvalidateOwner(owner) }
+// changed invalidates owner's cached pages and rows; every write to owner's
+// projects calls it after the write (committed or not) and before answering.
+func (s *Service) changed(owner string) {
+	s.lists.InvalidateOwner(owner)
+	s.rows.InvalidateOwner(owner)
+}
 
 // AccountPlanChanged drops userID's cached lists: the planName of projects
 // following the account plan may have changed. The host calls it after an

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/projects"
@@ -21,7 +22,7 @@ func (e *env) startCached() {
 		e.t.Fatal(err)
 	}
 	platformtest.Eventually(e.t, 20*time.Second, "the list cache to go live",
-		func() bool { return projects.ListCacheLive(e.svc) })
+		func() bool { return projects.ListCacheLive(e.svc) && projects.RowCacheLive(e.svc) })
 }
 
 // summary is what a list shows of each project: id, status, plan and env
@@ -191,4 +192,114 @@ func TestListCacheAcrossReplicas(t *testing.T) {
 	}
 	a.waitStatus("dave", p1.ID, projects.StatusDeleted)
 	eventually(b, "?status=ACTIVE", p2.ID+":ACTIVE:starter")
+}
+
+// shown is what user's GET /projects/{id} shows: its code, and the
+// project's name, status and env var keys and values.
+func (e *env) shown(user, id string) (int, string) {
+	e.t.Helper()
+	resp := e.api.Get("/projects/"+id, as(user))
+	if resp.Code != 200 {
+		return resp.Code, ""
+	}
+	p := decode[projects.Project](e.t, resp.Body.Bytes())
+	s := p.Name + ":" + p.Status
+	for _, v := range p.EnvVars {
+		s += ":" + v.Key + "=" + v.Value
+	}
+	return 200, s
+}
+
+// rename renames project id behind the service's back (another process).
+func rename(t *testing.T, bdb *bun.DB, id, name string) {
+	t.Helper()
+	if _, err := bdb.NewUpdate().Table("projects").Set("name = ?", name).Where("id = ?", id).
+		Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The project row that GET /projects/{id} and every project-scoped route is
+// authorised by is served from memory, and every write to it drops it
+// before the write answers: settings, a deletion and the teardown that ends
+// it. Who may read it is decided per request. A rename behind the service's
+// back shows the cache serves (SQLite), or that the trigger tells it
+// (Postgres).
+func TestProjectCacheSeesEveryWrite(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets(), func(t *testing.T, bdb *bun.DB) {
+		e := setup(t, bdb, opts{})
+		e.startCached()
+		p := e.create("carol", validCreate("first"))
+		show := func(user, want string) {
+			t.Helper()
+			if code, got := e.shown(user, p.ID); code != 200 || got != want {
+				t.Fatalf("GET as %s: %d %q, want %q", user, code, got, want)
+			}
+		}
+		show("carol", "first:ACTIVE")
+		if code, _ := e.shown("bob", p.ID); code != 404 {
+			t.Fatalf("bob reads carol's project: %d", code)
+		}
+		if db.IsPostgres(bdb) {
+			rename(t, bdb, p.ID, "renamed")
+			platformtest.Eventually(t, 20*time.Second, "the trigger to tell the cache",
+				func() bool { _, got := e.shown("carol", p.ID); return got == "renamed:ACTIVE" })
+		} else {
+			rename(t, bdb, p.ID, "renamed")
+			show("carol", "first:ACTIVE") // served from memory
+			if code, _ := e.shown("bob", p.ID); code != 404 {
+				t.Fatalf("bob reads carol's cached project: %d", code)
+			}
+		}
+		set := validSettings()
+		set["envVars"] = []any{map[string]any{"key": "MODE", "value": "fast"}}
+		if resp := e.api.Patch("/projects/"+p.ID+"/settings", as("carol"), set); resp.Code != 200 {
+			t.Fatalf("settings: %d %s", resp.Code, resp.Body)
+		}
+		show("carol", "renamed:ACTIVE:MODE=fast")
+		hold := make(chan struct{})
+		e.teardown.setHold(hold)
+		if resp := e.api.Delete("/projects/"+p.ID, as("carol")); resp.Code != 202 {
+			t.Fatalf("delete: %d %s", resp.Code, resp.Body)
+		}
+		show("carol", "renamed:DELETING:MODE=fast")
+		close(hold)
+		e.waitStatus("carol", p.ID, projects.StatusDeleted)
+		if code, _ := e.shown("carol", p.ID); code != 404 {
+			t.Fatalf("GET a deleted project: %d", code)
+		}
+	})
+}
+
+// Two replicas see each other's writes to a project's row through the
+// listener: settings, a write of another process, a deletion.
+func TestProjectCacheAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	bdb := dbtest.Postgres(t, sets()...)
+	a, b := setup(t, bdb, opts{}), setup(t, bdb, opts{})
+	a.startCached()
+	b.startCached()
+	eventually := func(e *env, id string, code int, want string) {
+		t.Helper()
+		platformtest.Eventually(t, 20*time.Second, "GET /projects/"+id+" to show "+want, func() bool {
+			c, got := e.shown("dave", id)
+			return c == code && got == want
+		})
+	}
+	p := a.create("dave", validCreate("first"))
+	eventually(b, p.ID, 200, "first:ACTIVE")
+	set := validSettings()
+	set["envVars"] = []any{map[string]any{"key": "MODE", "value": "fast"}}
+	if resp := a.api.Patch("/projects/"+p.ID+"/settings", as("dave"), set); resp.Code != 200 {
+		t.Fatalf("settings: %d %s", resp.Code, resp.Body)
+	}
+	eventually(b, p.ID, 200, "first:ACTIVE:MODE=fast")
+	rename(t, bdb, p.ID, "renamed")
+	eventually(b, p.ID, 200, "renamed:ACTIVE:MODE=fast")
+	if resp := a.api.Delete("/projects/"+p.ID, as("dave")); resp.Code != 202 {
+		t.Fatalf("delete: %d %s", resp.Code, resp.Body)
+	}
+	a.waitStatus("dave", p.ID, projects.StatusDeleted)
+	eventually(b, p.ID, 404, "")
 }

@@ -157,7 +157,7 @@ type Deps struct {
 	// TeardownTimeout bounds one teardown attempt. Default 10 minutes.
 	TeardownTimeout time.Duration
 	// ListCacheBytes bounds the encoded GET /projects pages kept (listcache.go).
-	// Default 16 MiB; negative turns the cache off.
+	// Default 16 MiB; negative turns the cache off, and the project row cache.
 	ListCacheBytes int64
 	// PlanChannel is the Postgres channel on which the plans module names a
 	// user whose account plan changed, or "*" when any plan changed; the list
@@ -224,6 +224,7 @@ type Service struct {
 	// project-scoped route of every module is authorised through them.
 	byID, byIDAny *db.PreparedModel[projectRow]
 	lists         *listCache // GET /projects' encoded pages
+	rows          *rowCache  // get's ACTIVE rows (listcache.go)
 
 	stopListen func() // the list cache's Postgres listener (db.StartListen), stopped by Close
 }
@@ -236,6 +237,7 @@ func New(d Deps) (*Service, error) {
 	s := &Service{d: d.withDefaults(), inflight: map[string]bool{}, create: newCreateStmts(),
 		byID: db.NewPreparedModel[projectRow]("id = ? AND status <> '" + StatusDeleted + "'"), byIDAny: db.NewPreparedModel[projectRow]("id = ?")}
 	s.lists = newListCache(s.d.ListCacheBytes, !db.IsPostgres(s.d.DB))
+	s.rows = newRowCache(s.d.ListCacheBytes >= 0, !db.IsPostgres(s.d.DB))
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

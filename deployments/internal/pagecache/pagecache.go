@@ -10,6 +10,7 @@
 package pagecache
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -50,9 +51,11 @@ func (p Page) OwnedBy(accounts []string) bool {
 	return true
 }
 
-// Cache is the pages of every project, bounded by bytes of bodies.
+// Cache is the pages of every project, bounded by bytes of bodies, and the
+// row caches kept with them (NewRows).
 type Cache struct {
 	pages *db.ExactCache[Key, Page]
+	also  db.Invalidators // pages, then each NewRows' rows
 	bdb   *bun.DB
 	log   *slog.Logger
 	stop  func()
@@ -62,13 +65,13 @@ type Cache struct {
 // Postgres it serves nothing until Start's listener has proven its connection.
 func New(bdb *bun.DB, max int64, log *slog.Logger) *Cache {
 	pages := db.NewExactCache[Key, Page](max, func(p Page) int64 { return int64(len(p.Body)) }, !db.IsPostgres(bdb))
-	return &Cache{pages: pages, bdb: bdb, log: log}
+	return &Cache{pages: pages, also: db.Invalidators{pages}, bdb: bdb, log: log}
 }
 
 // Start listens on Channel (Postgres) until Close.
 func (c *Cache) Start() {
 	if db.IsPostgres(c.bdb) && c.pages.Enabled() && c.stop == nil {
-		c.stop = db.StartListen(c.bdb, c.pages, db.ListenConfig{Channels: []string{Channel}, Logger: c.log})
+		c.stop = db.StartListen(c.bdb, c.also, db.ListenConfig{Channels: []string{Channel}, Logger: c.log})
 	}
 }
 
@@ -83,13 +86,49 @@ func (c *Cache) Close() {
 // Live reports whether the cache serves now.
 func (c *Cache) Live() bool { return c.pages.Live() }
 
-// Changed drops the pages of projectID ("": of every project).
+// Changed drops the pages and rows of projectID ("": of every project).
 func (c *Cache) Changed(projectID string) {
-	if projectID == "" {
-		c.pages.InvalidateAll()
-		return
+	c.also.Invalidate(Channel, cmp.Or(projectID, "*"))
+}
+
+// Rows keeps rows of a project's deployments read by id, exact with the
+// pages: the same writes (Changed) and notifications drop them.
+type Rows[V any] struct {
+	rows *db.RowCache[V]
+	read func(ctx context.Context, id string) (*V, error)
+	keep func(*V) (projectID string, ok bool)
+}
+
+// NewRows returns a cache of at most max rows that read reads, kept with
+// c's pages (call it before Start). keep says a row's project, and whether
+// to store it.
+func NewRows[V any](c *Cache, max int64, read func(context.Context, string) (*V, error), keep func(*V) (string, bool)) *Rows[V] {
+	if !c.pages.Enabled() {
+		max = 0
 	}
-	c.pages.InvalidateOwner(projectID)
+	r := &Rows[V]{rows: db.NewRowCache[V](max, c.pages.Live()), read: read, keep: keep}
+	c.also = append(c.also, r.rows)
+	return r
+}
+
+// Live reports whether the rows are served now.
+func (r *Rows[V]) Live() bool { return r.rows.Live() }
+
+// Read returns row id: stored, or read (and stored when keep says so and
+// nothing changed meanwhile). What it returns shares slices with what is
+// stored: a caller must not change them.
+func (r *Rows[V]) Read(ctx context.Context, id string) (*V, error) {
+	if v, ok := r.rows.Row(id); ok {
+		return &v, nil
+	}
+	gen := r.rows.Begin()
+	v, err := r.read(ctx, id)
+	if err == nil {
+		if project, ok := r.keep(v); ok {
+			r.rows.PutRow(gen, project, id, *v)
+		}
+	}
+	return v, err
 }
 
 // Serve answers projectID's page k to a caller who lists accounts: the
