@@ -51,14 +51,22 @@ func (c *sharedChunk) bytes() []byte {
 // fan-out ran join it (pass.go), so the event may end with more lines than
 // ev. Called with l.mu held.
 func (l *Hub) fanOut(deploymentID string, subs map[*Subscription]struct{}, ev Event) ([]*Subscription, Event) {
-	if len(subs) >= directMin && !ev.Done && len(ev.Lines) > 0 {
-		return l.fanOutMany(deploymentID, subs, ev)
-	}
-	chunk := &sharedChunk{lines: ev.Lines}
 	var lagged []*Subscription
-	for s := range subs {
-		if !s.send(ev, chunk) {
-			lagged = append(lagged, s)
+	switch {
+	case ev.Done || len(ev.Lines) == 0:
+		for s := range subs {
+			if !s.send(ev, nil) {
+				lagged = append(lagged, s)
+			}
+		}
+	case len(subs) >= directMin:
+		return l.fanOutMany(deploymentID, subs, ev)
+	default:
+		v := newPassLines(ev.Lines)
+		for s := range subs {
+			if !s.sendNew(v) {
+				lagged = append(lagged, s)
+			}
 		}
 	}
 	return lagged, ev

@@ -48,7 +48,10 @@ type Subscription struct {
 
 	st      *stream      // written to directly when idle (direct.go); nil: never
 	pending atomic.Int32 // events queued on ch and not yet handled by st
-	got     int          // lines of the current pass handed over; -1: dropped (pass.go)
+	// sent is the last line handed over (published before it subscribed,
+	// at first): a line at or before it is not handed over again (pass.go).
+	// Only the fan-out touches it.
+	sent int64
 }
 
 // Subscribe starts receiving the deployment's new lines.
@@ -70,6 +73,8 @@ func (l *Hub) subscribe(deploymentID string, st *stream) *Subscription {
 	if l.subs[deploymentID] == nil {
 		l.subs[deploymentID] = map[*Subscription]struct{}{}
 	}
+	// Lines published so far are stored: a stream reads them from the table.
+	s.sent = l.published[deploymentID]
 	l.subs[deploymentID][s] = struct{}{}
 	return s
 }

@@ -101,8 +101,10 @@ type Hub struct {
 	remote    map[string]remoteWork // what other processes reported, for the writer
 	scratch   []*Subscription       // fanOut's list, reused
 
-	// The writer goroutine's own (pass.go): lines stored during a fan-out
-	// and published after it, a marker taken meanwhile, the queue closed.
+	// The writer goroutine's own (pass.go): lines that joined a pass late,
+	// lines stored during a fan-out and published after it, a marker taken
+	// meanwhile, the queue closed.
+	owed      *owedLines
 	stash     []logItem
 	held      *logItem
 	queueDone bool

@@ -3,6 +3,7 @@ package logstream
 import (
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 )
@@ -13,11 +14,12 @@ import (
 // runs would wait for the rest of that pass and then for its own. Instead,
 // while the pass's goroutines write, the log writer stores what producers
 // queued meanwhile and appends the deployment's new lines to the pass:
-// subscribers not written yet get them in the same chunk, and one
-// follow-up pass gives those written earlier what they missed (only them:
-// each subscription counts the pass's lines it was handed). A line thus
-// waits for about one pass, not two, and when lines come faster than a
-// pass, each subscriber still gets one write per pass, not one per batch.
+// subscribers not written yet get them in the same chunk, and the next
+// pass, started at once, gives those written earlier what they missed with
+// whatever came since (each subscription knows the last line it was
+// handed, and one that has them all costs no write). A line thus waits for
+// about one pass, not the rest of the current one and then its own, and
+// each subscriber still gets one write per pass, not one per batch.
 //
 // The goroutines take subscribers in small runs from a shared counter, not
 // a fixed half each, so one whose thread the kernel stops does not hold up
@@ -52,12 +54,11 @@ func (p *passLines) chunk(from int) *sharedChunk {
 }
 
 // fanOutMany is fanOut for many subscribers: a pass that takes in the
-// deployment's lines stored while it runs, then a pass for those written
-// before they came. Called with l.mu held.
+// deployment's lines stored while it runs. Those the pass had written to
+// before such lines came are owed them (afterFanOut). Called with l.mu held.
 func (l *Hub) fanOutMany(id string, subs map[*Subscription]struct{}, ev Event) ([]*Subscription, Event) {
 	all := l.scratch[:0]
 	for s := range subs {
-		s.got = 0
 		all = append(all, s)
 	}
 	l.scratch = all[:0]
@@ -65,17 +66,24 @@ func (l *Hub) fanOutMany(id string, subs map[*Subscription]struct{}, ev Event) (
 	var cur atomic.Pointer[passLines]
 	cur.Store(newPassLines(ev.Lines))
 	lagged := l.pass(all, &cur, id)
-	if len(cur.Load().lines) > len(ev.Lines) {
-		lagged = append(lagged, l.pass(all, &cur, "")...)
+	lines := cur.Load().lines
+	if len(lines) > len(ev.Lines) {
+		l.owed = &owedLines{id: id, lines: lines[len(ev.Lines):]}
 	}
-	return lagged, Event{Lines: cur.Load().lines}
+	return lagged, Event{Lines: lines}
+}
+
+// owedLines are lines that joined a pass after it had written to some of
+// the deployment's subscribers.
+type owedLines struct {
+	id    string
+	lines []*Line
 }
 
 // pass hands every subscription of all the lines of cur it has not had,
-// over one goroutine per CPU. With absorb set (a deployment id), the
-// caller's goroutine meanwhile stores queued lines and adds those of that
-// deployment to cur.
-func (l *Hub) pass(all []*Subscription, cur *atomic.Pointer[passLines], absorb string) []*Subscription {
+// over one goroutine per CPU, while the caller's goroutine stores queued
+// lines and adds those of deployment id to cur.
+func (l *Hub) pass(all []*Subscription, cur *atomic.Pointer[passLines], id string) []*Subscription {
 	parts := runtime.GOMAXPROCS(0)
 	lagged := make([][]*Subscription, parts)
 	var next atomic.Int64
@@ -91,15 +99,9 @@ func (l *Hub) pass(all []*Subscription, cur *atomic.Pointer[passLines], absorb s
 				}
 				v := cur.Load()
 				for _, s := range all[i:min(i+passRun, len(all))] {
-					if s.got < 0 || s.got >= len(v.lines) {
-						continue
-					}
-					if !s.send(Event{Lines: v.lines[s.got:]}, v.chunk(s.got)) {
+					if !s.sendNew(v) {
 						lagged[p] = append(lagged[p], s)
-						s.got = -1
-						continue
 					}
-					s.got = len(v.lines)
 				}
 				// The pipe reader and the writer (absorbing lines) need a
 				// turn too: a pass holds every P for milliseconds.
@@ -107,15 +109,13 @@ func (l *Hub) pass(all []*Subscription, cur *atomic.Pointer[passLines], absorb s
 			}
 		}()
 	}
-	if absorb != "" {
-		done := make(chan struct{})
-		go func() {
-			wg.Wait()
-			close(done)
-		}()
-		l.absorb(absorb, cur, done)
-	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	l.absorb(id, cur, done)
+	<-done
 	var out []*Subscription
 	for _, ls := range lagged {
 		out = append(out, ls...)
@@ -123,13 +123,28 @@ func (l *Hub) pass(all []*Subscription, cur *atomic.Pointer[passLines], absorb s
 	return out
 }
 
+// sendNew hands s the lines of v after the last it was handed (none: it
+// has them all). False: its channel is full.
+func (s *Subscription) sendNew(v *passLines) bool {
+	from := sort.Search(len(v.lines), func(i int) bool { return v.lines[i].Seq > s.sent })
+	if from == len(v.lines) {
+		return true
+	}
+	if !s.send(Event{Lines: v.lines[from:]}, v.chunk(from)) {
+		return false
+	}
+	s.sent = v.lines[len(v.lines)-1].Seq
+	return true
+}
+
 // absorb stores what producers queue until done is closed, adding the
 // lines of deployment id that follow cur's last to cur; other stored
 // lines wait in l.stash to be published after the fan-out, and a marker
-// (Flush, End, a trim) ends the absorbing and waits in l.held (what was
-// queued after it stays queued). Runs on the writer goroutine.
+// (Flush, End, a trim) waits in l.held (what was queued after it stays
+// queued); either ends the absorbing, so that other work waits for one
+// pass at most. Runs on the writer goroutine.
 func (l *Hub) absorb(id string, cur *atomic.Pointer[passLines], done <-chan struct{}) {
-	for l.held == nil && !l.queueDone {
+	for l.held == nil && !l.queueDone && len(l.stash) == 0 {
 		var batch []logItem
 		select {
 		case <-done:
@@ -190,18 +205,39 @@ func (l *Hub) take(it logItem, batch []logItem) []logItem {
 	return batch
 }
 
-// afterFanOut publishes what absorb stored and did not add to a pass,
-// then handles the marker it held.
+// afterFanOut gives the subscribers a pass wrote to early the lines that
+// joined it later (with whatever joins this pass), then publishes what
+// absorb stored and did not add to a pass, then handles the marker it
+// held: queue order, per deployment.
 func (l *Hub) afterFanOut() {
-	for len(l.stash) > 0 || l.held != nil {
-		if len(l.stash) > 0 {
+	for l.owed != nil || len(l.stash) > 0 || l.held != nil {
+		switch {
+		case l.owed != nil:
+			o := l.owed
+			l.owed = nil
+			l.publishOwed(o)
+		case len(l.stash) > 0:
 			stash := l.stash
 			l.stash = nil
 			l.publishItems(stash)
-			continue
+		default:
+			it := *l.held
+			l.held = nil
+			l.mark(it)
 		}
-		it := *l.held
-		l.held = nil
-		l.mark(it)
+	}
+}
+
+// publishOwed publishes owed lines again; subscribers that have them skip
+// them (Subscription.sent), so only those written early get a write.
+func (l *Hub) publishOwed(o *owedLines) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.subs[o.id]) == 0 {
+		return
+	}
+	ev := l.publishLocked(o.id, Event{Lines: o.lines})
+	if len(l.subs[o.id]) > 0 {
+		l.published[o.id] = max(l.published[o.id], ev.Lines[len(ev.Lines)-1].Seq)
 	}
 }
