@@ -5,7 +5,7 @@ import (
 
 	"github.com/keelson-dev/keelson/deployments/internal/pagecache"
 	"github.com/keelson-dev/keelson/deployments/internal/usage"
-	"github.com/keelson-dev/keelson/deployments/logstream"
+	"github.com/keelson-dev/keelson/deployments/logstream/logsql"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
 )
@@ -39,7 +39,7 @@ func Migrations() db.MigrationSet {
 				db.AddColumn("deployments", "log_bytes", "BIGINT NOT NULL DEFAULT 0"),
 				func(ctx context.Context, idb bun.IDB) error {
 					_, err := idb.NewUpdate().Model((*Deployment)(nil)).
-						Set("log_bytes = COALESCE((SELECT SUM(" + logstream.MessageBytes(idb) + ") FROM deployment_logs AS l WHERE l.deployment_id = ?TableAlias.id), 0)").
+						Set("log_bytes = COALESCE((SELECT SUM(" + logsql.MessageBytes(idb) + ") FROM deployment_logs AS l WHERE l.deployment_id = ?TableAlias.id), 0)").
 						Where("TRUE").Exec(ctx)
 					return err
 				},

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/internal/usage"
-	"github.com/keelson-dev/keelson/deployments/logstream"
+	"github.com/keelson-dev/keelson/deployments/logstream/logsql"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/audit"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -24,7 +24,7 @@ type Store struct {
 	audit audit.Recorder // Deps.Audit: records changes a person asked for
 	// The log lines' SQL (Log* methods): deployment_logs and each
 	// deployment's log_bytes.
-	*logstream.SQL
+	*logsql.SQL
 	byID *db.PreparedModel[Deployment] // DeploymentGet's statement (the status route's read)
 	// changed is told the project of every write a list page shows (all but
 	// host's and log_bytes'), before the write answers ("": any project).
@@ -37,7 +37,7 @@ type Store struct {
 func NewStore(idb bun.IDB) *Store { return newStore(idb, platform.SystemClock{}) }
 
 func newStore(idb bun.IDB, clock platform.Clock) *Store {
-	return &Store{db: idb, clock: clock, SQL: logstream.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled)),
+	return &Store{db: idb, clock: clock, SQL: logsql.NewSQL(idb, clock, string(StatusFailed), string(StatusCancelled)),
 		byID: db.NewPreparedModel[Deployment]("id = ?"), changed: func(string) {}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/keelson-dev/keelson/deployments/logstream"
+	"github.com/keelson-dev/keelson/deployments/logstream/logsql"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/uptrace/bun"
@@ -46,6 +47,6 @@ func (u Usage) DeploymentsThisMonth(ctx context.Context, ownerID string) (map[st
 // LogUsage returns the size of the owner's stored log messages and the
 // account log budget (0: none).
 func (u Usage) LogUsage(ctx context.Context, owner string) (used, budget int64, err error) {
-	used, err = logstream.NewSQL(u.DB, platform.SystemClock{}).LogBytesOwned(ctx, owner)
+	used, err = logsql.NewSQL(u.DB, platform.SystemClock{}).LogBytesOwned(ctx, owner)
 	return used, max(cmp.Or(u.AccountBudget, logstream.DefaultAccountLogBudget), 0), err
 }

@@ -71,10 +71,11 @@ func (l *Hub) publishLines(id string, lines []*Line) bool {
 	if len(lines) == 0 {
 		return true
 	}
-	l.publishLocked(id, Event{Lines: slices.Clip(lines)})
+	ev := l.publishLocked(id, Event{Lines: slices.Clip(lines)})
 	if len(l.subs[id]) == 0 {
 		return false
 	}
+	lines = ev.Lines
 	l.published[id] = lines[len(lines)-1].Seq
 	return true
 }

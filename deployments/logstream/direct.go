@@ -1,7 +1,6 @@
 package logstream
 
 import (
-	"runtime"
 	"strconv"
 	"sync"
 )
@@ -11,10 +10,10 @@ import (
 // caught up (the event's first line follows its last) is written to by the
 // log writer itself: the event's lines framed as one HTTP chunk, built once
 // and written to every such stream's socket with one non-blocking write
-// each, split over a few goroutines (one per CPU) when there are many. No
-// stream goroutine wakes for the line. A stream that is busy, behind, or
-// whose socket does not take the whole chunk gets the event on its channel
-// as before (the part of the chunk a socket did take is remembered, sent
+// each, split over a few goroutines (one per CPU) when there are many
+// (pass.go). No stream goroutine wakes for the line. A stream that is busy,
+// behind, or whose socket does not take the whole chunk gets the event on
+// its channel as before (the part of the chunk a socket did take is remembered, sent
 // first, and its lines skipped by cursor), so a slow follower never delays
 // the others and order is kept: the writer never writes to a stream while
 // an event it queued for it is unprocessed.
@@ -46,45 +45,31 @@ func (c *sharedChunk) bytes() []byte {
 	return c.b
 }
 
-// fanOut hands ev to every subscription of subs and answers those that fell
-// behind (their buffer full). Called with l.mu held.
-func (l *Hub) fanOut(subs map[*Subscription]struct{}, ev Event) []*Subscription {
-	chunk := &sharedChunk{lines: ev.Lines}
-	if len(subs) < directMin {
-		var lagged []*Subscription
+// fanOut hands ev to every subscription of deploymentID's subs and answers
+// those that fell behind (their buffer full) and the event as published:
+// past directMin subscribers, lines of the deployment stored while the
+// fan-out ran join it (pass.go), so the event may end with more lines than
+// ev. Called with l.mu held.
+func (l *Hub) fanOut(deploymentID string, subs map[*Subscription]struct{}, ev Event) ([]*Subscription, Event) {
+	var lagged []*Subscription
+	switch {
+	case ev.Done || len(ev.Lines) == 0:
 		for s := range subs {
-			if !s.send(ev, chunk) {
+			if !s.send(ev, nil) {
 				lagged = append(lagged, s)
 			}
 		}
-		return lagged
-	}
-	all := l.scratch[:0]
-	for s := range subs {
-		all = append(all, s)
-	}
-	l.scratch = all[:0]
-	parts := runtime.GOMAXPROCS(0)
-	lagged := make([][]*Subscription, parts)
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, s := range all[p*len(all)/parts : (p+1)*len(all)/parts] {
-				if !s.send(ev, chunk) {
-					lagged[p] = append(lagged[p], s)
-				}
+	case len(subs) >= directMin:
+		return l.fanOutMany(deploymentID, subs, ev)
+	default:
+		v := newPassLines(ev.Lines)
+		for s := range subs {
+			if !s.sendNew(v) {
+				lagged = append(lagged, s)
 			}
-		}()
+		}
 	}
-	wg.Wait()
-	clear(all) // no pointers kept past the fan-out
-	var out []*Subscription
-	for _, ls := range lagged {
-		out = append(out, ls...)
-	}
-	return out
+	return lagged, ev
 }
 
 // send delivers ev to s: written straight to its connection when it can

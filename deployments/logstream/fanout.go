@@ -12,8 +12,11 @@ func (l *Hub) publish(deploymentID string, ev Event) {
 	l.publishLocked(deploymentID, ev)
 }
 
-func (l *Hub) publishLocked(deploymentID string, ev Event) {
-	for _, s := range l.fanOut(l.subs[deploymentID], ev) {
+// publishLocked publishes ev and answers it as published (lines stored
+// meanwhile may have joined it, see pass.go).
+func (l *Hub) publishLocked(deploymentID string, ev Event) Event {
+	lagged, ev := l.fanOut(deploymentID, l.subs[deploymentID], ev)
+	for _, s := range lagged {
 		// Never block the producer: drop the slow stream; it refills from the database.
 		s.lagged = true
 		delete(l.subs[deploymentID], s)
@@ -23,6 +26,7 @@ func (l *Hub) publishLocked(deploymentID string, ev Event) {
 		delete(l.subs, deploymentID)
 		delete(l.published, deploymentID)
 	}
+	return ev
 }
 
 // Event is what a Subscription receives: stored lines in sequence order,
@@ -44,6 +48,10 @@ type Subscription struct {
 
 	st      *stream      // written to directly when idle (direct.go); nil: never
 	pending atomic.Int32 // events queued on ch and not yet handled by st
+	// sent is the last line handed over (published before it subscribed,
+	// at first): a line at or before it is not handed over again (pass.go).
+	// Only the fan-out touches it.
+	sent int64
 }
 
 // Subscribe starts receiving the deployment's new lines.
@@ -65,6 +73,8 @@ func (l *Hub) subscribe(deploymentID string, st *stream) *Subscription {
 	if l.subs[deploymentID] == nil {
 		l.subs[deploymentID] = map[*Subscription]struct{}{}
 	}
+	// Lines published so far are stored: a stream reads them from the table.
+	s.sent = l.published[deploymentID]
 	l.subs[deploymentID][s] = struct{}{}
 	return s
 }

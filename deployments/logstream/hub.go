@@ -101,6 +101,14 @@ type Hub struct {
 	remote    map[string]remoteWork // what other processes reported, for the writer
 	scratch   []*Subscription       // fanOut's list, reused
 
+	// The writer goroutine's own (pass.go): lines that joined a pass late,
+	// lines stored during a fan-out and published after it, a marker taken
+	// meanwhile, the queue closed.
+	owed      *owedLines
+	stash     []logItem
+	held      *logItem
+	queueDone bool
+
 	// The account log budget (logs_budget.go): deployments whose lines were
 	// stored since the last check, and the goroutine checking their accounts.
 	bmu        sync.Mutex

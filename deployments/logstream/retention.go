@@ -7,6 +7,7 @@ import (
 
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
+	"github.com/uptrace/bun"
 )
 
 // Retention deletes logs at once and then every hour until Stop: the logs of
@@ -15,7 +16,7 @@ import (
 // account log budget (EnforceBudgets). SQLite's freed pages go back to the
 // file system.
 type Retention struct {
-	SQL *SQL
+	SQL RetentionStore
 	Hub *Hub
 	// Keep is how long ended deployments' logs are kept; negative: forever.
 	Keep  time.Duration
@@ -23,6 +24,16 @@ type Retention struct {
 	Log   *slog.Logger
 
 	stop func() // nil: not running
+}
+
+// RetentionStore is what Retention needs of the log storage (logsql.SQL).
+type RetentionStore interface {
+	// LogDeleteFinished deletes the logs of deployments that ended FAILED or
+	// CANCELLED before before, and answers how many lines went.
+	LogDeleteFinished(ctx context.Context, before time.Time) (int64, error)
+	// LogOwnersOver answers the owners whose stored logs are over budget.
+	LogOwnersOver(ctx context.Context, budget int64) ([]string, error)
+	DB() bun.IDB
 }
 
 // retentionInterval is how often expired logs are looked for.
@@ -38,7 +49,7 @@ func (r *Retention) Purge(ctx context.Context) (int64, error) {
 	if err != nil || n == 0 {
 		return n, err
 	}
-	return n, db.ReclaimSpace(ctx, r.SQL.db)
+	return n, db.ReclaimSpace(ctx, r.SQL.DB())
 }
 
 // EnforceBudgets brings every account whose logs are over the account

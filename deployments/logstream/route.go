@@ -6,8 +6,12 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/keelson-dev/keelson/deployments/logstream/internal/wire"
 	"github.com/keelson-dev/keelson/platform"
 )
+
+// Tokens issues and verifies log tokens (internal/wire/token.go).
+type Tokens = wire.Tokens
 
 // The log stream's routes, GET /deployments/{id}/logs and POST
 // /deployments/{id}/logs/token, registered by the deployments module with

@@ -27,6 +27,7 @@ func (l *Hub) run() {
 		// A marker: everything before it is stored and published first.
 		batch = l.write(batch)
 		l.mark(it)
+		l.afterFanOut() // what came after the marker during the write
 	}
 	for {
 		select {
@@ -54,6 +55,7 @@ func (l *Hub) run() {
 			l.checkEnded()
 			l.catchUpRemote()
 		}
+		l.afterFanOut()
 	}
 }
 
@@ -104,15 +106,22 @@ func (l *Hub) mark(it logItem) {
 }
 
 // write numbers and stores lines, then publishes them, and returns an empty
-// batch to fill next (subscribers keep the published lines). A batch that
-// collides with lines another process stored for the same deployment is
-// numbered again after them. A batch the database refuses otherwise is
-// retried line by line so one bad line cannot lose its neighbours; a line
-// that cannot be stored is logged and skipped (its number is reused).
+// batch to fill next (subscribers keep the published lines).
 func (l *Hub) write(batch []logItem) []logItem {
 	if len(batch) == 0 {
 		return batch
 	}
+	l.publishItems(l.storeBatch(batch))
+	return make([]logItem, 0, l.cfg.BatchSize)
+}
+
+// storeBatch numbers and stores lines and answers those stored, framed for the
+// fan-out. A batch that collides with lines another process stored for the
+// same deployment is numbered again after them. A batch the database
+// refuses otherwise is retried line by line so one bad line cannot lose its
+// neighbours; a line that cannot be stored is logged and skipped (its
+// number is reused).
+func (l *Hub) storeBatch(batch []logItem) []logItem {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	base := make(map[*Sink]int64, 1)
@@ -151,12 +160,17 @@ func (l *Hub) write(batch []logItem) []logItem {
 		if i == 0 || it.line.DeploymentID != stored[i-1].line.DeploymentID {
 			l.grew(it.line.DeploymentID)
 		}
-	}
-	for _, it := range stored {
 		it.line.frame = appendLogFrame(nil, it.line)
 	}
-	// One event per deployment per batch: a channel send per subscriber per
-	// batch, not per line, is what lets one producer feed a thousand streams.
+	return stored
+}
+
+// publishItems publishes stored lines: one event per deployment per run of
+// its lines. A channel send (or a socket write) per subscriber per batch,
+// not per line, is what lets one producer feed a thousand streams.
+func (l *Hub) publishItems(stored []logItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	start := 0
 	for i := 1; i <= len(stored); i++ {
 		if i == len(stored) || stored[i].line.DeploymentID != stored[start].line.DeploymentID {
@@ -168,7 +182,6 @@ func (l *Hub) write(batch []logItem) []logItem {
 			start = i
 		}
 	}
-	return make([]logItem, 0, l.cfg.BatchSize)
 }
 
 // renumberFrom sets each sink's counter to its deployment's highest stored

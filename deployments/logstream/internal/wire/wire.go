@@ -1,6 +1,6 @@
 // Package wire holds the parts of the log stream's HTTP surface that need
-// none of its state: the event schema, where a stream starts, and the set of
-// taken-over connections. It is not the stream (deployments/logstream).
+// none of its state: the event schema, where a stream starts, the set of
+// taken-over connections and the log tokens. It is not the stream (deployments/logstream).
 package wire
 
 import (

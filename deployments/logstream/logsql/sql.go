@@ -1,4 +1,6 @@
-package logstream
+// Package logsql is the SQL storage of deployment log lines (logstream.Store
+// and what logstream.Retention needs), on bun: SQLite and Postgres.
+package logsql
 
 import (
 	"context"
@@ -6,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keelson-dev/keelson/deployments/logstream"
 	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/db"
@@ -32,13 +35,17 @@ func NewSQL(idb bun.IDB, clock platform.Clock, prunable ...string) *SQL {
 	return &SQL{db: idb, clock: clock, prunable: prunable}
 }
 
+// DB is the database the lines are stored in (logstream.Retention reclaims
+// its space).
+func (s *SQL) DB() bun.IDB { return s.db }
+
 func (s *SQL) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // LogInsert stores lines in one statement and adds their message bytes to
 // their deployments' LogBytes, in one transaction. Each deployment's row is
 // updated before the lines are inserted (in id order), so a prune or trim,
 // which also updates the row first, never misses lines stored meanwhile.
-func (s *SQL) LogInsert(ctx context.Context, lines []Line) error {
+func (s *SQL) LogInsert(ctx context.Context, lines []logstream.Line) error {
 	if len(lines) == 0 {
 		return nil
 	}
@@ -61,8 +68,8 @@ func (s *SQL) LogInsert(ctx context.Context, lines []Line) error {
 }
 
 // LogList returns up to p.Limit lines in sequence order.
-func (s *SQL) LogList(ctx context.Context, p ListParams) ([]Line, error) {
-	var out []Line
+func (s *SQL) LogList(ctx context.Context, p logstream.ListParams) ([]logstream.Line, error) {
+	var out []logstream.Line
 	q := s.db.NewSelect().Model(&out).Where("deployment_id = ? AND seq > ?", p.DeploymentID, p.AfterSeq)
 	if !p.Since.IsZero() {
 		q = q.Where("ts >= ?", p.Since.UTC())
@@ -86,7 +93,7 @@ func (s *SQL) LogDeleteFinished(ctx context.Context, before time.Time) (int64, e
 			Where("id IN (?)", ended).Exec(ctx); err != nil {
 			return err
 		}
-		res, err := tx.NewDelete().Model((*Line)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
+		res, err := tx.NewDelete().Model((*logstream.Line)(nil)).Where("deployment_id IN (?)", ended).Exec(ctx)
 		if err != nil {
 			return err
 		}
@@ -100,7 +107,7 @@ func (s *SQL) LogDeleteFinished(ctx context.Context, before time.Time) (int64, e
 // and takes their bytes off its LogBytes.
 func (s *SQL) LogTrimApp(ctx context.Context, deploymentID string, keep int) error {
 	var cutoff []int64
-	if err := s.db.NewSelect().Model((*Line)(nil)).Column("seq").
+	if err := s.db.NewSelect().Model((*logstream.Line)(nil)).Column("seq").
 		Where("deployment_id = ? AND stream = ?", deploymentID, rt.StreamApp).
 		Order("seq DESC").Limit(1).Offset(int64(keep)).Scan(ctx, &cutoff); err != nil {
 		return db.Translate(err)
@@ -110,14 +117,14 @@ func (s *SQL) LogTrimApp(ctx context.Context, deploymentID string, keep int) err
 	}
 	// A fixed cutoff: lines stored meanwhile are newer and stay.
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		gone := tx.NewSelect().Model((*Line)(nil)).ColumnExpr("COALESCE(SUM("+MessageBytes(tx)+"), 0)").
+		gone := tx.NewSelect().Model((*logstream.Line)(nil)).ColumnExpr("COALESCE(SUM("+MessageBytes(tx)+"), 0)").
 			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, rt.StreamApp, cutoff[0])
 		if _, err := tx.NewUpdate().Table("deployments").
 			Set("log_bytes = CASE WHEN log_bytes > (?) THEN log_bytes - (?) ELSE 0 END", gone, gone).
 			Where("id = ?", deploymentID).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewDelete().Model((*Line)(nil)).
+		_, err := tx.NewDelete().Model((*logstream.Line)(nil)).
 			Where("deployment_id = ? AND stream = ? AND seq <= ?", deploymentID, rt.StreamApp, cutoff[0]).Exec(ctx)
 		return err
 	})
@@ -127,7 +134,7 @@ func (s *SQL) LogTrimApp(ctx context.Context, deploymentID string, keep int) err
 // LogMaxSeq returns the highest sequence number stored for the deployment (0 if none).
 func (s *SQL) LogMaxSeq(ctx context.Context, deploymentID string) (int64, error) {
 	var n *int64
-	err := s.db.NewSelect().Model((*Line)(nil)).ColumnExpr("MAX(seq)").
+	err := s.db.NewSelect().Model((*logstream.Line)(nil)).ColumnExpr("MAX(seq)").
 		Where("deployment_id = ?", deploymentID).Scan(ctx, &n)
 	if err != nil {
 		return 0, db.Translate(err)
@@ -224,14 +231,14 @@ func (s *SQL) logReplace(ctx context.Context, id, note string) (bool, error) {
 			return err
 		}
 		var last *int64
-		if err := tx.NewSelect().Model((*Line)(nil)).ColumnExpr("MAX(seq)").
+		if err := tx.NewSelect().Model((*logstream.Line)(nil)).ColumnExpr("MAX(seq)").
 			Where("deployment_id = ?", id).Scan(ctx, &last); err != nil {
 			return err
 		}
-		if _, err := tx.NewDelete().Model((*Line)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
+		if _, err := tx.NewDelete().Model((*logstream.Line)(nil)).Where("deployment_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
-		line := Line{DeploymentID: id, Seq: 1, Time: s.now(), Stream: rt.StreamSystem, Message: note}
+		line := logstream.Line{DeploymentID: id, Seq: 1, Time: s.now(), Stream: rt.StreamSystem, Message: note}
 		if last != nil {
 			line.Seq = *last + 1
 		}

@@ -1,4 +1,4 @@
-package logstream
+package wire
 
 import (
 	"crypto/hmac"
