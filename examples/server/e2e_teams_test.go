@@ -345,6 +345,7 @@ func TestTeamsE2E(t *testing.T) {
 		checkScopeNarrows(t, w)
 		checkTeamCreateRoles(t, w)
 		checkInvitations(t, w)
+		checkTransferredOut(t, w)
 		checkRemovedMember(t, w)
 		checkLastOwner(t, w)
 	})
@@ -494,6 +495,30 @@ func checkRemovedMember(t *testing.T, w *teamWorld) {
 	ts.doJSON(t, http.StatusOK, "GET", "/deployments", dev, nil, &ds)
 	if len(ps) != 0 || len(ds) != 0 {
 		t.Fatalf("removed member still lists %d projects, %d deployments", len(ps), len(ds))
+	}
+}
+
+// checkTransferredOut: a project an admin moves out of the team to their
+// own account is the team's no more at once, though every member had just
+// read it (the projects module keeps the rows it reads in memory): the
+// viewer and the team's owner get 404, the admin reads it as theirs.
+func checkTransferredOut(t *testing.T, w *teamWorld) {
+	p := w.otherProject(t)
+	for _, who := range []string{"viewer", "owner", "admin"} {
+		for range 2 { // the second read is the kept row's
+			w.ts.doJSON(t, http.StatusOK, "GET", "/projects/"+p, w.tokens[who], nil, nil)
+		}
+	}
+	w.ts.doJSON(t, http.StatusOK, "POST", "/projects/"+p+"/transfer", w.tokens["admin"], map[string]any{}, nil)
+	for _, who := range []string{"viewer", "owner"} {
+		if s, body, _ := w.ts.do(t, "GET", "/projects/"+p, w.tokens[who], nil); s != http.StatusNotFound {
+			t.Fatalf("%s reads a project moved out of the team: %d %s", who, s, body)
+		}
+	}
+	var got struct{ TeamID *string }
+	w.ts.doJSON(t, http.StatusOK, "GET", "/projects/"+p, w.tokens["admin"], nil, &got)
+	if got.TeamID != nil && *got.TeamID != "" {
+		t.Fatalf("the moved project still names team %s", *got.TeamID)
 	}
 }
 
