@@ -86,18 +86,14 @@ func newRowCache(on, live bool) *rowCache {
 // row reads project id (DELETED too when withDeleted); a project not DELETED
 // through the row cache when idb is the pool (not a transaction).
 func (s *Service) row(ctx context.Context, idb bun.IDB, id string, withDeleted bool) (*projectRow, error) {
-	pool := idb == bun.IDB(s.d.DB)
-	if withDeleted {
+	switch {
+	case withDeleted:
 		return s.byIDAny.One(ctx, idb, id)
-	} else if r, ok := s.rows.Row(id); ok && pool {
-		return &r, nil
+	case idb != bun.IDB(s.d.DB): // a transaction reads what it sees
+		return s.byID.One(ctx, idb, id)
 	}
-	gen := s.rows.Begin()
-	r, err := s.byID.One(ctx, idb, id)
-	if err == nil && pool && r.Status == StatusActive {
-		s.rows.PutRow(gen, r.OwnerID, r.ID, *r)
-	}
-	return r, err
+	return s.rows.Read(ctx, id, func(ctx context.Context, id string) (*projectRow, error) { return s.byID.One(ctx, idb, id) },
+		func(r *projectRow) (string, bool) { return r.OwnerID, r.Status == StatusActive })
 }
 
 // listen keeps the caches exact across replicas (Postgres) until Close.

@@ -1,6 +1,9 @@
 package db
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // RowCache is an ExactCache of rows read by id: each row is stored under
 // the owner its table's writes name when they invalidate (the row's account,
@@ -48,6 +51,24 @@ func (c *RowCache[V]) PutRow(gen uint64, owner, id string, row V) {
 	c.ownerOf[id] = owner
 	c.mu.Unlock()
 	c.Put(gen, owner, id, row)
+}
+
+// Read returns row id: stored, or read by read and then stored under the
+// owner keep names, when keep says to and nothing was invalidated since the
+// read began. What it returns shares slices with what is stored: a caller
+// must not change them.
+func (c *RowCache[V]) Read(ctx context.Context, id string, read func(context.Context, string) (*V, error), keep func(*V) (owner string, ok bool)) (*V, error) {
+	if v, ok := c.Row(id); ok {
+		return &v, nil
+	}
+	gen := c.Begin()
+	v, err := read(ctx, id)
+	if err == nil {
+		if owner, ok := keep(v); ok {
+			c.PutRow(gen, owner, id, *v)
+		}
+	}
+	return v, err
 }
 
 // Invalidators tell every cache of a listener what a notification names

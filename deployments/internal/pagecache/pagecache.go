@@ -114,21 +114,9 @@ func NewRows[V any](c *Cache, max int64, read func(context.Context, string) (*V,
 // Live reports whether the rows are served now.
 func (r *Rows[V]) Live() bool { return r.rows.Live() }
 
-// Read returns row id: stored, or read (and stored when keep says so and
-// nothing changed meanwhile). What it returns shares slices with what is
-// stored: a caller must not change them.
+// Read returns row id, stored or read (db.RowCache.Read).
 func (r *Rows[V]) Read(ctx context.Context, id string) (*V, error) {
-	if v, ok := r.rows.Row(id); ok {
-		return &v, nil
-	}
-	gen := r.rows.Begin()
-	v, err := r.read(ctx, id)
-	if err == nil {
-		if project, ok := r.keep(v); ok {
-			r.rows.PutRow(gen, project, id, *v)
-		}
-	}
-	return v, err
+	return r.rows.Read(ctx, id, r.read, r.keep)
 }
 
 // Serve answers projectID's page k to a caller who lists accounts: the
