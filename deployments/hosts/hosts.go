@@ -420,12 +420,12 @@ func num(n int64) string {
 // database alone: projects, built before this module, checks a host pin
 // with it.
 func Registered(ctx context.Context, idb bun.IDB, id string) (bool, error) {
-	n, err := idb.NewSelect().Model((*hostRow)(nil)).Where("id = ?", id).Count(ctx)
-	return n > 0, db.Translate(err)
+	q, err := QueueOf(ctx, idb, id)
+	return q != "", err
 }
 
-// QueueOf is host id's task queue, from the database alone; "" when id is
-// not in the register.
+// QueueOf is host id's task queue (never "" for a registered host: Local
+// requires one), from the database alone; "" when id is not in the register.
 func QueueOf(ctx context.Context, idb bun.IDB, id string) (string, error) {
 	var q []string
 	err := idb.NewSelect().Model((*hostRow)(nil)).Column("queue").Where("id = ?", id).Scan(ctx, &q)
