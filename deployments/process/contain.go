@@ -243,7 +243,7 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 	if c.cg != noCgroup {
 		g.cgroup = filepath.Join(c.instanceDir(), id+"."+kind+"-"+strconv.FormatUint(seq, 10))
 		c.mu.Lock()
-		err := os.MkdirAll(g.cgroup, 0o755)
+		err := mkdirUnderRace(g.cgroup)
 		c.mu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("creating the cgroup of %s: %w", id, err)
@@ -259,6 +259,20 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 		}
 	}
 	return g, nil
+}
+
+// mkdirUnderRace creates dir and its parents. Another server starting on
+// this machine removes every empty keelson-* cgroup directory (tidyOthers),
+// so a parent created a moment ago can be gone before its child is: try
+// again, as the removal takes only empty directories.
+func mkdirUnderRace(dir string) error {
+	var err error
+	for range 20 {
+		if err = os.MkdirAll(dir, 0o755); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
 
 // closeFD releases the cgroup descriptor newGroup opened.

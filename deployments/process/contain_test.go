@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -407,4 +408,42 @@ func running(bin string) []int {
 		}
 	}
 	return out
+}
+
+// TestGroupsStartWhileAnotherServerTidies: a server starting on the same
+// machine removes every empty keelson-* cgroup directory, also this one's
+// between the moment a group creates it and the moment it creates its own
+// below it. The group is still created.
+func TestGroupsStartWhileAnotherServerTidies(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []cgroupMode{cgroupV2, cgroupV1} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			useCgroup(t, e, mode)
+			c := e.rt.contain
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { // what another server's tidyOthers does, as often as it can
+				defer wg.Done()
+				for {
+					select {
+					case <-done:
+						return
+					default:
+						_ = os.Remove(c.instanceDir())
+						_ = os.Remove(c.cgRoot)
+					}
+				}
+			}()
+			defer func() { close(done); wg.Wait() }()
+			for i := range 2000 {
+				cmd := exec.Command("true")
+				g, err := c.newGroup(cmd, "race", "build")
+				require.NoError(t, err, "group %d", i)
+				g.abandon(cmd)
+			}
+		})
+	}
 }
