@@ -127,10 +127,7 @@ func (s *Store) DeploymentList(ctx context.Context, p DeploymentListParams) ([]*
 	if p.ProjectID != "" {
 		q = q.Where("project_id = ?", p.ProjectID)
 	}
-	if p.After != nil {
-		q = q.Where("(created_at < ?) OR (created_at = ? AND id < ?)", p.After.Time, p.After.Time, p.After.ID)
-	}
-	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit)).Scan(ctx); err != nil {
+	if err := (db.Keyset{Time: "created_at", ID: "id"}).Page(q, p.After, p.Limit).Scan(ctx); err != nil {
 		return nil, db.Translate(err)
 	}
 	return out, nil

@@ -26,6 +26,9 @@ const (
 	listAfter    = 2
 )
 
+// listOrder is the order of every list of projects, newest first.
+var listOrder = db.Keyset{Time: "created_at", ID: "id"}
+
 func (l *listStmts) init(s *Service) {
 	l.once.Do(func() {
 		cols := "id, name, slug, repo_url, framework, port, is_private, auto_deploy, auto_deploy_branch, " +
@@ -39,9 +42,9 @@ func (l *listStmts) init(s *Service) {
 				q.WriteString(" AND status = ?")
 			}
 			if v&listAfter != 0 {
-				q.WriteString(" AND (created_at < ? OR (created_at = ? AND id < ?))")
+				q.WriteString(" AND " + listOrder.After())
 			}
-			q.WriteString(" ORDER BY created_at DESC, id DESC LIMIT ?")
+			q.WriteString(" ORDER BY " + listOrder.OrderBy() + " LIMIT ?")
 			l.stmts[v] = db.NewPrepared(q.String())
 		}
 	})
@@ -108,20 +111,16 @@ func (s *Service) listRows(ctx context.Context, owner string, p ListParams, limi
 // their teams'), newest first, and the cursor of the next page. Unlike a
 // personal list it is not cached: a member's list changes with the team.
 func (s *Service) listAccounts(ctx context.Context, accounts []string, p ListParams) ([]*Project, string, error) {
-	var rows []projectRow
-	q := s.d.DB.NewSelect().Model(&rows).Where("owner_id IN (?) AND status <> ?", bun.In(accounts), StatusDeleted)
+	q := s.d.DB.NewSelect().Model((*projectRow)(nil)).Where("owner_id IN (?) AND status <> ?", bun.In(accounts), StatusDeleted)
 	if p.Status != "" {
 		q = q.Where("status = ?", p.Status)
 	}
-	if p.After != nil {
-		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
-	}
-	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
-		return nil, "", wrap("list", err)
-	}
-	rows, next := platform.TrimPage(rows, p.Limit, func(last projectRow) platform.Cursor {
+	rows, next, err := db.ReadPage(ctx, q, listOrder, p.After, p.Limit, func(last projectRow) platform.Cursor {
 		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
 	})
+	if err != nil {
+		return nil, "", wrap("list", err)
+	}
 	out := make([]*Project, 0, len(rows))
 	for i := range rows {
 		pr, err := rows[i].toProject()

@@ -104,23 +104,18 @@ func (s *Service) list(ctx context.Context, f Filter, page platform.PageParams, 
 	if err != nil {
 		return nil, err
 	}
-	var rows []eventRow
-	q := scope(s.d.DB.NewSelect().Model(&rows))
+	q := scope(s.d.DB.NewSelect().Model((*eventRow)(nil)))
 	if f.Action != "" {
 		q = q.Where("action = ?", f.Action)
 	}
 	if f.ResourceType != "" {
 		q = q.Where("resource_type = ?", f.ResourceType)
 	}
-	if after != nil {
-		q = q.Where("(at < ? OR (at = ? AND id < ?))", after.Time, after.Time, after.ID)
-	}
-	if err := q.OrderExpr("at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
+	rows, next, err := db.ReadPage(ctx, q, db.Keyset{Time: "at", ID: "id"}, after, page.Size(),
+		func(last eventRow) platform.Cursor { return platform.Cursor{Time: last.At, ID: last.ID} })
+	if err != nil {
 		return nil, fmt.Errorf("auditlog: list: %w", db.Translate(err))
 	}
-	rows, next := platform.TrimPage(rows, page.Size(), func(last eventRow) platform.Cursor {
-		return platform.Cursor{Time: last.At, ID: last.ID}
-	})
 	out := &listOut{Body: make([]*Event, 0, len(rows)), NextCursor: next}
 	for i := range rows {
 		out.Body = append(out.Body, rows[i].out())

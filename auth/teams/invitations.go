@@ -146,17 +146,12 @@ func (s *Service) Invitations(ctx context.Context, userID, teamID string, page p
 	if _, err := s.access(ctx, s.d.DB, teamID, userID, platform.MembersWrite); err != nil {
 		return nil, "", err
 	}
-	var rows []inviteRow
-	q := s.d.DB.NewSelect().Model(&rows).Where("team_id = ? AND expires_at > ?", teamID, s.now())
-	if after != nil {
-		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", after.Time, after.Time, after.ID)
-	}
-	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
+	q := s.d.DB.NewSelect().Model((*inviteRow)(nil)).Where("team_id = ? AND expires_at > ?", teamID, s.now())
+	rows, next, err := db.ReadPage(ctx, q, db.Keyset{Time: "created_at", ID: "id"}, after, page.Size(),
+		func(last inviteRow) platform.Cursor { return platform.Cursor{Time: last.CreatedAt, ID: last.ID} })
+	if err != nil {
 		return nil, "", db.Translate(err)
 	}
-	rows, next := platform.TrimPage(rows, page.Size(), func(last inviteRow) platform.Cursor {
-		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
-	})
 	out := make([]*Invitation, len(rows))
 	for i := range rows {
 		out[i] = rows[i].out()

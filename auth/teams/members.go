@@ -37,32 +37,27 @@ func (s *Service) Create(ctx context.Context, userID, name string) (*Team, error
 	return row.out(string(platform.MemberOwner)), nil
 }
 
+// teamWithRole is a team row with the caller's role in it.
+type teamWithRole struct {
+	teamRow `bun:",extend"`
+	Role    string `bun:"role"`
+}
+
 // List returns a page of the teams userID belongs to, newest first.
 func (s *Service) List(ctx context.Context, userID string, page platform.PageParams) ([]*Team, string, error) {
 	after, err := platform.DecodeCursor(page.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
-	var rows []struct {
-		teamRow `bun:",extend"`
-		Role    string `bun:"role"`
-	}
 	q := s.d.DB.NewSelect().TableExpr("teams AS t").ColumnExpr("t.*, m.role").
 		Join("JOIN team_members AS m ON m.team_id = t.id").Where("m.user_id = ?", userID)
 	if p, _ := platform.PrincipalFrom(ctx); p.IsToken() && p.TeamID != "" {
 		q = q.Where("t.id = ?", p.TeamID) // a team-bound API token sees its team only
 	}
-	if after != nil {
-		q = q.Where("(t.created_at < ? OR (t.created_at = ? AND t.id < ?))", after.Time, after.Time, after.ID)
-	}
-	if err := q.OrderExpr("t.created_at DESC, t.id DESC").Limit(int64(page.Size()+1)).Scan(ctx, &rows); err != nil {
+	rows, next, err := db.ReadPage(ctx, q, db.Keyset{Time: "t.created_at", ID: "t.id"}, after, page.Size(),
+		func(last teamWithRole) platform.Cursor { return platform.Cursor{Time: last.CreatedAt, ID: last.ID} })
+	if err != nil {
 		return nil, "", fmt.Errorf("teams: list: %w", db.Translate(err))
-	}
-	next := ""
-	if len(rows) > page.Size() {
-		rows = rows[:page.Size()]
-		last := rows[len(rows)-1]
-		next = platform.Cursor{Time: last.CreatedAt, ID: last.ID}.Encode()
 	}
 	out := make([]*Team, len(rows))
 	for i := range rows {
@@ -154,17 +149,12 @@ func (s *Service) Members(ctx context.Context, userID, id string, page platform.
 	if _, err := s.access(ctx, s.d.DB, id, userID, platform.MembersRead); err != nil {
 		return nil, "", err
 	}
-	var rows []memberRow
-	q := s.d.DB.NewSelect().Model(&rows).Where("team_id = ?", id)
-	if after != nil {
-		q = q.Where("(created_at > ? OR (created_at = ? AND user_id > ?))", after.Time, after.Time, after.ID)
-	}
-	if err := q.OrderExpr("created_at ASC, user_id ASC").Limit(int64(page.Size() + 1)).Scan(ctx); err != nil {
+	q := s.d.DB.NewSelect().Model((*memberRow)(nil)).Where("team_id = ?", id)
+	rows, next, err := db.ReadPage(ctx, q, db.Keyset{Time: "created_at", ID: "user_id", Ascending: true}, after, page.Size(),
+		func(last memberRow) platform.Cursor { return platform.Cursor{Time: last.CreatedAt, ID: last.UserID} })
+	if err != nil {
 		return nil, "", db.Translate(err)
 	}
-	rows, next := platform.TrimPage(rows, page.Size(), func(last memberRow) platform.Cursor {
-		return platform.Cursor{Time: last.CreatedAt, ID: last.UserID}
-	})
 	out := make([]*Member, 0, len(rows))
 	for _, r := range rows {
 		m := &Member{UserID: r.UserID, Role: platform.MemberRole(r.Role), JoinedAt: r.CreatedAt.UTC()}

@@ -243,17 +243,12 @@ func (s *Service) List(ctx context.Context, caller, projectID string, p ListPara
 		return nil, "", err
 	}
 	p.Limit = platform.PageParams{Limit: p.Limit}.Size()
-	var rows []domainRow
-	q := s.d.DB.NewSelect().Model(&rows).Where("project_id = ? AND owner_id = ?", projectID, ownerID)
-	if p.After != nil {
-		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", p.After.Time, p.After.Time, p.After.ID)
-	}
-	if err := q.Order("created_at DESC", "id DESC").Limit(int64(p.Limit + 1)).Scan(ctx); err != nil {
+	q := s.d.DB.NewSelect().Model((*domainRow)(nil)).Where("project_id = ? AND owner_id = ?", projectID, ownerID)
+	rows, next, err := db.ReadPage(ctx, q, db.Keyset{Time: "created_at", ID: "id"}, p.After, p.Limit,
+		func(last domainRow) platform.Cursor { return platform.Cursor{Time: last.CreatedAt, ID: last.ID} })
+	if err != nil {
 		return nil, "", db.Translate(err)
 	}
-	rows, next := platform.TrimPage(rows, p.Limit, func(last domainRow) platform.Cursor {
-		return platform.Cursor{Time: last.CreatedAt, ID: last.ID}
-	})
 	out := make([]*Domain, len(rows))
 	for i := range rows {
 		out[i] = s.out(&rows[i])
