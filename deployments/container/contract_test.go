@@ -23,8 +23,7 @@ func TestSupervisorContract(t *testing.T) {
 		imgs, docker := containertest.Images(t)
 		r, err := container.New(container.Config{
 			DataDir: t.TempDir(), AllowLocalRepos: true, Ingress: s.Ingress, Images: imgs, Client: docker, Clock: s.Clock,
-			HealthTimeout: s.HealthTimeout, StopGrace: s.StopGrace, MaxRestarts: s.MaxRestarts,
-			RestartWindow: s.RestartWindow, RestartBackoff: s.RestartBackoff,
+			Supervision: s.Supervision,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() {

@@ -75,16 +75,8 @@ type Config struct {
 	CloneTimeout time.Duration
 	// BuildTimeout stops an image build when the job's plan sets none. Default 10m.
 	BuildTimeout time.Duration
-	// HealthTimeout is how long a started app may take to answer HTTP. Default 60s.
-	HealthTimeout time.Duration
-	// StopGrace is how long an app has between SIGTERM and SIGKILL. Default 10s.
-	StopGrace time.Duration
-	// MaxRestarts crashes within RestartWindow are restarted; then the runtime gives up. Default 5.
-	MaxRestarts int
-	// RestartWindow, see MaxRestarts. Default 5m.
-	RestartWindow time.Duration
-	// RestartBackoff is the first delay before a restart; it doubles per crash, up to 30s. Default 500ms.
-	RestartBackoff time.Duration
+	// Supervision: the health wait, stop grace and crash window of apps.
+	rt.Supervision
 	// DefaultMemoryMi bounds builds and apps whose plan sets no memory limit. Default 512.
 	DefaultMemoryMi int
 	// DefaultCPUMillis bounds builds and apps whose plan sets no CPU limit. Default 1000.
@@ -120,11 +112,7 @@ func (c Config) withDefaults() Config {
 	c.Images = c.Images.withDefaults()
 	c.CloneTimeout = cmp.Or(c.CloneTimeout, 10*time.Minute)
 	c.BuildTimeout = cmp.Or(c.BuildTimeout, 10*time.Minute)
-	c.HealthTimeout = cmp.Or(c.HealthTimeout, 60*time.Second)
-	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
-	c.MaxRestarts = cmp.Or(c.MaxRestarts, 5)
-	c.RestartWindow = cmp.Or(c.RestartWindow, 5*time.Minute)
-	c.RestartBackoff = cmp.Or(c.RestartBackoff, 500*time.Millisecond)
+	c.Supervision = c.Supervision.WithDefaults()
 	c.DefaultMemoryMi = cmp.Or(c.DefaultMemoryMi, 512)
 	c.DefaultCPUMillis = cmp.Or(c.DefaultCPUMillis, 1000)
 	c.PidsLimit = cmp.Or(c.PidsLimit, 256)
@@ -231,8 +219,7 @@ func New(cfg Config) (*Runtime, error) {
 		cfg: cfg, docker: docker, ownClient: own, base: base, cancel: cancel, fw: fw,
 		sup: supervise.New(supervise.Config{
 			Name: "container", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
-			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
-			RestartWindow: cfg.RestartWindow, RestartBackoff: cfg.RestartBackoff, GaveUp: "stopped",
+			Supervision: cfg.Supervision, GaveUp: "stopped",
 			Relaunched: func(upstream string, _ bool) string { return "the app is running again on " + upstream },
 		}),
 	}, nil

@@ -24,6 +24,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/container/containertest"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/runtimetest"
+	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
@@ -60,7 +61,7 @@ func newEnv(t testing.TB, mutate func(*container.Config)) *env {
 	require.NoError(t, err)
 	cfg := container.Config{
 		DataDir: t.TempDir(), AllowLocalRepos: true, Ingress: router, Images: imgs, Client: docker,
-		HealthTimeout: 60 * time.Second, StopGrace: 2 * time.Second, RestartBackoff: 10 * time.Millisecond,
+		Supervision: rt.Supervision{HealthTimeout: 60 * time.Second, StopGrace: 2 * time.Second, RestartBackoff: 10 * time.Millisecond},
 	}
 	if mutate != nil {
 		mutate(&cfg)

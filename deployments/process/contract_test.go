@@ -19,8 +19,7 @@ func TestSupervisorContract(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T, s runtimetest.Settings) runtimetest.Target {
 		r, err := New(Config{
 			DataDir: t.TempDir(), CacheDir: testCacheDir, AllowLocalRepos: true, Ingress: s.Ingress, Clock: s.Clock,
-			HealthTimeout: s.HealthTimeout, StopGrace: s.StopGrace, MaxRestarts: s.MaxRestarts,
-			RestartWindow: s.RestartWindow, RestartBackoff: s.RestartBackoff,
+			Supervision: s.Supervision,
 		})
 		require.NoError(t, err)
 		r.portFree = func(int) bool { return false }

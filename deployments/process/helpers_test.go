@@ -19,6 +19,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/internal/runtimetest"
+	"github.com/keelson-dev/keelson/deployments/rt"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -72,7 +73,7 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	require.NoError(t, err)
 	cfg := Config{
 		DataDir: t.TempDir(), CacheDir: testCacheDir, AllowLocalRepos: true, Ingress: router,
-		HealthTimeout: 60 * time.Second, StopGrace: 5 * time.Second, RestartBackoff: 10 * time.Millisecond,
+		Supervision: rt.Supervision{HealthTimeout: 60 * time.Second, StopGrace: 5 * time.Second, RestartBackoff: 10 * time.Millisecond},
 	}
 	if mutate != nil {
 		mutate(&cfg)

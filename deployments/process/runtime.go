@@ -53,18 +53,8 @@ type Config struct {
 	CloneTimeout time.Duration
 	// BuildTimeout kills a build command when the job's plan sets none. Default 10m.
 	BuildTimeout time.Duration
-	// HealthTimeout is how long a started app may take to answer HTTP. Default 60s.
-	HealthTimeout time.Duration
-	// StopGrace is how long an app has between SIGTERM and SIGKILL. Default 10s.
-	StopGrace time.Duration
-	// MaxRestarts is how many crashes within RestartWindow are restarted before
-	// the runtime gives up on an app. Default 5.
-	MaxRestarts int
-	// RestartWindow, see MaxRestarts. Default 5m.
-	RestartWindow time.Duration
-	// RestartBackoff is the first delay before restarting a crashed app; it
-	// doubles per crash in the window, up to 30s. Default 500ms.
-	RestartBackoff time.Duration
+	// Supervision: the health wait, stop grace and crash window of apps.
+	rt.Supervision
 	// Clock times the crash window and the restart backoff (see
 	// supervise.Config.Clock). Default: the wall clock.
 	Clock platform.Clock
@@ -77,11 +67,7 @@ func (c Config) withDefaults() Config {
 	c.Path = cmp.Or(c.Path, os.Getenv("PATH"), "/usr/local/bin:/usr/bin:/bin")
 	c.CloneTimeout = cmp.Or(c.CloneTimeout, 10*time.Minute)
 	c.BuildTimeout = cmp.Or(c.BuildTimeout, 10*time.Minute)
-	c.HealthTimeout = cmp.Or(c.HealthTimeout, 60*time.Second)
-	c.StopGrace = cmp.Or(c.StopGrace, 10*time.Second)
-	c.MaxRestarts = cmp.Or(c.MaxRestarts, 5)
-	c.RestartWindow = cmp.Or(c.RestartWindow, 5*time.Minute)
-	c.RestartBackoff = cmp.Or(c.RestartBackoff, 500*time.Millisecond)
+	c.Supervision = c.Supervision.WithDefaults()
 	return c
 }
 
@@ -147,8 +133,7 @@ func New(cfg Config) (*Runtime, error) {
 		ports: map[int]string{}, portFree: portFree, lookupIP: gitclone.LookupIP,
 		sup: supervise.New(supervise.Config{
 			Name: "process", Ingress: cfg.Ingress, Logger: cfg.Logger, Clock: cfg.Clock,
-			HealthTimeout: cfg.HealthTimeout, StopGrace: cfg.StopGrace, MaxRestarts: cfg.MaxRestarts,
-			RestartWindow: cfg.RestartWindow, RestartBackoff: cfg.RestartBackoff, GaveUp: "crashed",
+			Supervision: cfg.Supervision, GaveUp: "crashed",
 			Relaunched: func(upstream string, moved bool) string {
 				if !moved {
 					return ""

@@ -204,8 +204,9 @@ func processRuntime(t *testing.T) (*process.Runtime, *httptest.Server) {
 			_ = os.Symlink(gc, filepath.Join(cache, "go-build"))
 		}
 	}
-	rt, err := process.New(process.Config{DataDir: t.TempDir(), CacheDir: cache, AllowLocalRepos: true, Ingress: router,
-		StopGrace: 2 * time.Second})
+	cfg := process.Config{DataDir: t.TempDir(), CacheDir: cache, AllowLocalRepos: true, Ingress: router}
+	cfg.StopGrace = 2 * time.Second
+	rt, err := process.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(router)
 	t.Cleanup(func() {

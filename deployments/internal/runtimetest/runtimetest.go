@@ -29,13 +29,9 @@ import (
 // Settings are what the suite sets of the runtime under test; the runtime
 // must use them as they are.
 type Settings struct {
-	Clock          *Clock
-	Ingress        *ingress.Router
-	HealthTimeout  time.Duration
-	StopGrace      time.Duration
-	MaxRestarts    int
-	RestartWindow  time.Duration
-	RestartBackoff time.Duration
+	Clock   *Clock
+	Ingress *ingress.Router
+	rt.Supervision
 }
 
 // Target is one runtime under test.
@@ -71,8 +67,8 @@ func Run(t *testing.T, newTarget func(t *testing.T, s Settings) Target) {
 		srv.Close()
 		router.Close()
 	})
-	s := Settings{Clock: NewClock(), Ingress: router, HealthTimeout: healthTimeout, StopGrace: stopGrace,
-		MaxRestarts: maxRestarts, RestartWindow: restartWindow, RestartBackoff: restartBackoff}
+	s := Settings{Clock: NewClock(), Ingress: router, Supervision: rt.Supervision{HealthTimeout: healthTimeout,
+		StopGrace: stopGrace, MaxRestarts: maxRestarts, RestartWindow: restartWindow, RestartBackoff: restartBackoff}}
 	target := newTarget(t, s)
 	c := &suite{Target: target, clock: s.Clock, router: router, ingress: srv}
 	c.job = target.Job(newRepo(t))

@@ -73,13 +73,8 @@ type Config struct {
 	// Clock is the time of the crash window and of the backoff. A clock with
 	// an After(time.Duration) <-chan time.Time method also times the backoff
 	// (a test's fake clock); otherwise the backoff waits on a wall-clock timer.
-	Clock         platform.Clock
-	HealthTimeout time.Duration
-	StopGrace     time.Duration
-	MaxRestarts   int
-	RestartWindow time.Duration
-	// RestartBackoff doubles per crash in the window, up to 30s.
-	RestartBackoff time.Duration
+	Clock platform.Clock
+	rt.Supervision
 	// GaveUp is the verb of "the app <GaveUp> N times within W; not restarting it".
 	GaveUp string
 	// Relaunched is the log line after a restart, "" for none; moved says
