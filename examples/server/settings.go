@@ -65,7 +65,7 @@ var settings = []setting{
 		parse: parseAdminEmails},
 	{name: "KEELSON_TRUSTED_PROXIES", shown: "empty: `X-Forwarded-For` ignored",
 		doc:   "comma-separated CIDRs or addresses of your reverse proxies (e.g. `10.0.0.0/8,127.0.0.1`). Only when the TCP peer is one of them is `X-Forwarded-For` believed: the client is the rightmost address in it that is not a trusted proxy. Rate limits key on that address",
-		parse: parseTrustedProxies},
+		parse: prefixes(func(c *Config) *[]netip.Prefix { return &c.TrustedProxies }, "10.0.0.0/8")},
 	{name: "KEELSON_SMTP_URL", shown: "empty: mail is logged",
 		doc:   "`smtp://user:pass@host:port`. Mail (verification, reset, email-change links and notices) is queued and sent by two background senders, never inside the request; at shutdown the queue is drained within the shutdown deadline",
 		parse: text(func(c *Config) *string { return &c.SMTPURL })},
@@ -168,7 +168,7 @@ var settings = []setting{
 		parse: lower(func(c *Config) *string { return &c.Egress })},
 	{name: "KEELSON_EGRESS_ALLOW_CIDRS", shown: "empty",
 		doc:   "comma-separated private networks builds and apps may reach all the same when `KEELSON_EGRESS=fenced` (a database on your LAN, a package mirror, a registry), e.g. `10.1.2.0/24,192.168.5.7`",
-		parse: parseEgressAllow},
+		parse: prefixes(func(c *Config) *[]netip.Prefix { return &c.EgressAllowCIDRs }, "10.1.2.0/24")},
 	{name: "KEELSON_REGISTRY", shown: "empty: images stay on the engine that built them",
 		doc:   "docker runtime: an image registry (`host[:port]/path`, e.g. `registry.example.com/keelson`) every build is pushed to (`<registry>/<project id>:<deployment id>`); the deployment records the image by digest, and a host whose engine lacks it pulls it by that digest, never by a tag, so a moved, drained or rolled-back app starts on any host with no clone and no build. A failed push fails BUILD, a failed pull fails PROVISION, each naming the registry or the digest. Set it on every worker. The engine must reach it over TLS, or list it in its `insecure-registries` (127.0.0.0/8 is by default). See Scaling out",
 		parse: text(func(c *Config) *string { return &c.Registry })},
@@ -324,36 +324,25 @@ func parseAdminEmails(c *Config, v string) error {
 	return nil
 }
 
-func parseTrustedProxies(c *Config, v string) error {
-	c.TrustedProxies = nil
-	for _, p := range list(v) {
-		pfx, err := netip.ParsePrefix(p)
-		if err != nil {
-			a, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return fmt.Errorf("%q is not a CIDR (10.0.0.0/8) or an IP address", p)
+// prefixes reads a list of CIDRs or addresses (an address is its own /32 or
+// /128); example is a CIDR the error message shows.
+func prefixes(field func(*Config) *[]netip.Prefix, example string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		var out []netip.Prefix
+		for _, p := range list(v) {
+			pfx, err := netip.ParsePrefix(p)
+			if err != nil {
+				a, aerr := netip.ParseAddr(p)
+				if aerr != nil {
+					return fmt.Errorf("%q is not a CIDR (%s) or an IP address", p, example)
+				}
+				pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 			}
-			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			out = append(out, pfx.Masked())
 		}
-		c.TrustedProxies = append(c.TrustedProxies, pfx.Masked())
+		*field(c) = out
+		return nil
 	}
-	return nil
-}
-
-func parseEgressAllow(c *Config, v string) error {
-	c.EgressAllowCIDRs = nil
-	for _, p := range list(v) {
-		pfx, err := netip.ParsePrefix(p)
-		if err != nil {
-			a, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return fmt.Errorf("%q is not a CIDR (10.1.2.0/24) or an IP address", p)
-			}
-			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-		}
-		c.EgressAllowCIDRs = append(c.EgressAllowCIDRs, pfx.Masked())
-	}
-	return nil
 }
 
 func parseIngressIPs(c *Config, v string) error {
