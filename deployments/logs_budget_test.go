@@ -227,3 +227,31 @@ func TestLogBytesCountedOnUpgrade(t *testing.T) {
 		assert.Equal(t, want, d.LogBytes)
 	})
 }
+
+// TestLogInsertIsAllOrNothing: LogInsert stores its lines and adds their
+// bytes to each deployment's LogBytes together; a batch with a number
+// already taken is refused as a conflict and stores none of its lines nor
+// any of their bytes (Postgres sends the statements in one round trip).
+func TestLogInsertIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, sets, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{logsCfg: deployments.LogsConfig{AccountBudget: -1}})
+		ctx := context.Background()
+		alice := platform.NewID()
+		pid := e.project(alice, "quiet")
+		a := e.insertAt(pid, alice, "quiet", deployments.StatusBuilding, 1, nil)
+		b := e.insertAt(pid, alice, "quiet", deployments.StatusBuilding, 2, nil)
+		line := func(id string, seq int64, msg string) deployments.LogLine {
+			return deployments.LogLine{DeploymentID: id, Seq: seq, Time: time.Now().UTC().Truncate(time.Microsecond), Stream: deployments.StreamBuild, Message: msg}
+		}
+		require.NoError(t, e.store.LogInsert(ctx, []deployments.LogLine{line(b, 1, "b's first"), line(a, 1, "a's first"), line(a, 2, "it's a '?' $1 line;")}))
+		e.assertCounted(a, b)
+		assert.Equal(t, int64(len("a's first")+len("it's a '?' $1 line;")), e.get(a).LogBytes)
+
+		err := e.store.LogInsert(ctx, []deployments.LogLine{line(b, 2, "b's second"), line(a, 3, "a's third"), line(a, 2, "a's second again")})
+		require.ErrorIs(t, err, platform.ErrConflict)
+		assert.Len(t, e.lines(a), 2, "none of the refused batch's lines")
+		assert.Len(t, e.lines(b), 1, "none of the refused batch's lines")
+		e.assertCounted(a, b)
+	})
+}

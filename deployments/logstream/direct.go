@@ -49,7 +49,7 @@ func (c *sharedChunk) bytes() []byte {
 // those that fell behind (their buffer full) and the event as published:
 // past directMin subscribers, lines of the deployment stored while the
 // fan-out ran join it (pass.go), so the event may end with more lines than
-// ev. Called with l.mu held.
+// ev. Called with l.mu held (let go of during a pass, see fanOutMany).
 func (l *Hub) fanOut(deploymentID string, subs map[*Subscription]struct{}, ev Event) ([]*Subscription, Event) {
 	var lagged []*Subscription
 	switch {

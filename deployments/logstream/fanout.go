@@ -17,6 +17,9 @@ func (l *Hub) publish(deploymentID string, ev Event) {
 func (l *Hub) publishLocked(deploymentID string, ev Event) Event {
 	lagged, ev := l.fanOut(deploymentID, l.subs[deploymentID], ev)
 	for _, s := range lagged {
+		if _, ok := l.subs[deploymentID][s]; !ok {
+			continue // closed while a pass ran (pass.go)
+		}
 		// Never block the producer: drop the slow stream; it refills from the database.
 		s.lagged = true
 		delete(l.subs[deploymentID], s)
@@ -97,6 +100,11 @@ func (s *Subscription) Close() {
 			delete(l.subs, s.id)
 			delete(l.published, s.id)
 		}
-		close(s.ch)
+		if l.passID == s.id {
+			// A pass may be writing to it: its channel is closed after.
+			l.closeAfterPass = append(l.closeAfterPass, s)
+		} else {
+			close(s.ch)
+		}
 	}
 }

@@ -100,6 +100,11 @@ type Hub struct {
 	published map[string]int64
 	remote    map[string]remoteWork // what other processes reported, for the writer
 	scratch   []*Subscription       // fanOut's list, reused
+	// passID is the deployment a pass is writing to without l.mu ("" none,
+	// pass.go); the channels of its subscriptions closed meanwhile are
+	// closed once the pass is done (closeAfterPass).
+	passID         string
+	closeAfterPass []*Subscription
 
 	// The writer goroutine's own (pass.go): lines that joined a pass late,
 	// lines stored during a fan-out and published after it, a marker taken

@@ -55,7 +55,12 @@ func (p *passLines) chunk(from int) *sharedChunk {
 
 // fanOutMany is fanOut for many subscribers: a pass that takes in the
 // deployment's lines stored while it runs. Those the pass had written to
-// before such lines came are owed them (afterFanOut). Called with l.mu held.
+// before such lines came are owed them (afterFanOut). Called with l.mu held,
+// it lets go of it while the pass runs on its list of subs: storing lines
+// meanwhile may wait on the database, and Subscribe, Close, LinesStored and
+// the rest must not (Close leaves the channel of one the pass may be
+// writing to for it to close after; one subscribing meanwhile reads ev's
+// lines from the table and is owed those that join the pass).
 func (l *Hub) fanOutMany(id string, subs map[*Subscription]struct{}, ev Event) ([]*Subscription, Event) {
 	all := l.scratch[:0]
 	for s := range subs {
@@ -63,9 +68,18 @@ func (l *Hub) fanOutMany(id string, subs map[*Subscription]struct{}, ev Event) (
 	}
 	l.scratch = all[:0]
 	defer clear(all) // no pointers kept past the fan-out
+	l.published[id] = max(l.published[id], ev.Lines[len(ev.Lines)-1].Seq)
+	l.passID = id
+	l.mu.Unlock()
 	var cur atomic.Pointer[passLines]
 	cur.Store(newPassLines(ev.Lines))
 	lagged := l.pass(all, &cur, id)
+	l.mu.Lock()
+	l.passID = ""
+	for _, s := range l.closeAfterPass {
+		close(s.ch)
+	}
+	l.closeAfterPass = nil
 	lines := cur.Load().lines
 	if len(lines) > len(ev.Lines) {
 		l.owed = &owedLines{id: id, lines: lines[len(ev.Lines):]}

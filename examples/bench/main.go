@@ -475,7 +475,7 @@ func benchStreams(c *http.Client, s *server, tok, self, dir, dbName string, rows
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "%s: SSE fan-out to %d subscribers...\n", dbName, subs)
-		for _, r := range benchFanout(c, s, tok, self, dir, subs) {
+		for _, r := range benchFanout(c, s, tok, self, dir, dbName, subs) {
 			r.DB = dbName
 			rows = append(rows, r)
 		}
@@ -732,7 +732,7 @@ func plainBuildAndStart(repo, dir string) (time.Duration, error) {
 // benchFanout opens subs log streams on one deployment whose build command
 // waits for a trigger, then writes lines stamped with the time they were
 // written; every subscriber records when it reads each line.
-func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []Row {
+func benchFanout(c *http.Client, s *server, tok, self, dir, dbName string, subs int) []Row {
 	name := fmt.Sprintf("SSE fan-out, %d subscriber(s)", subs)
 	lines, rate := 5000, 0 // 0: as fast as the build can write
 	switch {
@@ -826,7 +826,11 @@ func benchFanout(c *http.Client, s *server, tok, self, dir string, subs int) []R
 	}
 	start := time.Now()
 	cpu0, self0 := cpuTime(s.cmd.Process.Pid), cpuTime(os.Getpid())
-	prof := s.profileFor("fanout", name, time.Duration(lines/max(rate, 1000))*time.Second) // while the lines are written
+	perSec := rate
+	if perSec == 0 {
+		perSec = 1000 // as fast as the build writes: about that
+	}
+	prof := s.profileFor(dbName, name, time.Duration(lines/perSec)*time.Second) // while the lines are written
 	if err := os.WriteFile(trigger, nil, 0o644); err != nil {
 		return append(rows, Row{Name: name, NA: err.Error()})
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/deployments/logstream"
@@ -54,6 +55,20 @@ func (s *SQL) LogInsert(ctx context.Context, lines []logstream.Line) error {
 		grown[l.DeploymentID] += int64(len(l.Message))
 	}
 	ids := slices.Sorted(maps.Keys(grown))
+	if pool, ok := s.db.(*bun.DB); ok && db.IsPostgres(pool) {
+		// The same statements in one round trip: a simple query of several
+		// runs them in order as one transaction. Four round trips each wait
+		// for the log writer goroutine to run again, which a fan-out to
+		// many streams keeps waiting for a thread.
+		var q strings.Builder
+		for _, id := range ids {
+			q.WriteString(pool.NewUpdate().Table("deployments").Set("log_bytes = log_bytes + ?", grown[id]).Where("id = ?", id).String())
+			q.WriteString(";\n")
+		}
+		q.WriteString(pool.NewInsert().Model(&lines).String())
+		_, err := pool.ExecContext(ctx, q.String())
+		return db.Translate(err)
+	}
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		for _, id := range ids {
 			if _, err := tx.NewUpdate().Table("deployments").Set("log_bytes = log_bytes + ?", grown[id]).
