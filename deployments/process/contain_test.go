@@ -447,3 +447,58 @@ func TestGroupsStartWhileAnotherServerTidies(t *testing.T) {
 		})
 	}
 }
+
+// TestCgroupFoundWhileAnotherServerTidies: a server starting while another
+// one's tidyOthers removes every empty keelson-* cgroup directory still
+// finds its cgroup hierarchy (the one it finds undisturbed, and the v1 pids
+// one), instead of falling back to another or to none.
+func TestCgroupFoundWhileAnotherServerTidies(t *testing.T) {
+	t.Parallel()
+	owner := ownerOf(t.TempDir())
+	want, root := findCgroup(owner)
+	if want == noCgroup {
+		t.Skip("no writable cgroup hierarchy here")
+	}
+	probes := []struct {
+		name string
+		root string
+		ok   func() bool
+	}{{"found " + want.String(), root, func() bool { got, _ := findCgroup(owner); return got == want }}}
+	mounts, self := cgroupMounts(), selfCgroups()
+	if mnt, ok := mounts["pids"]; ok {
+		v1 := filepath.Join(mnt, self["pids"], "keelson-"+owner)
+		if probeV1(v1) {
+			probes = append(probes, struct {
+				name string
+				root string
+				ok   func() bool
+			}{"v1", v1, func() bool { return probeV1(v1) }})
+		}
+	}
+	for _, p := range probes {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // what another server's tidyOthers does, as often as it can
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+					_ = os.Remove(p.root)
+				}
+			}
+		}()
+		for i := range 2000 {
+			if !p.ok() {
+				close(done)
+				wg.Wait()
+				t.Fatalf("%s: try %d did not find the hierarchy", p.name, i)
+			}
+		}
+		close(done)
+		wg.Wait()
+		_ = os.Remove(p.root)
+	}
+}
