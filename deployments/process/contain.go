@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -677,6 +678,12 @@ func (c *containment) tidy() {
 	}
 }
 
+// ownerRoot is the name of a process runtime's cgroup directory
+// ("keelson-" + ownerOf). Other keelson-* cgroups sit beside them: the docker
+// runtime's build parents (keelson-build-*), whose pids.max is the build's
+// limit and in which the engine makes each step's cgroup, empty for a moment.
+var ownerRoot = regexp.MustCompile(`^keelson-[0-9a-f]{16}$`)
+
 // tidyOthers removes the empty cgroup directories of server instances that no
 // longer run, of any data dir (what a server killed with -9 left, when no
 // server starts on its data dir again). A cgroup holding a process cannot be
@@ -687,6 +694,9 @@ func (c *containment) tidyOthers(dead func(inst string) bool) {
 	}
 	roots, _ := filepath.Glob(filepath.Join(filepath.Dir(c.cgRoot), "keelson-*"))
 	for _, root := range roots {
+		if !ownerRoot.MatchString(filepath.Base(root)) {
+			continue
+		}
 		insts, _ := os.ReadDir(root)
 		for _, inst := range insts {
 			if inst.IsDir() && !strings.HasPrefix(inst.Name(), "probe-") && dead(inst.Name()) {

@@ -502,3 +502,28 @@ func TestCgroupFoundWhileAnotherServerTidies(t *testing.T) {
 		_ = os.Remove(p.root)
 	}
 }
+
+// TestTidyOthersLeavesOtherCgroups: tidyOthers removes the empty cgroups of
+// process runtimes that no longer run, and no other keelson-* cgroup beside
+// them: not the docker runtime's build parents (their pids.max is the
+// build's limit, and the engine makes each step's cgroup in one, empty for
+// a moment), nor a second engine's parent (containertest).
+func TestTidyOthersLeavesOtherCgroups(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	c := &containment{owner: "0123456789abcdef", instance: "1.1", cg: cgroupV2, cgRoot: filepath.Join(parent, "keelson-0123456789abcdef")}
+	deadRoot := filepath.Join(parent, "keelson-fedcba9876543210")
+	others := []string{
+		filepath.Join(parent, "keelson-build-abc123-d1"),                          // between two steps
+		filepath.Join(parent, "keelson-build-abc123-d2", strings.Repeat("c", 64)), // a step's, just made
+		filepath.Join(parent, "keelson-engine-a1b2c3", strings.Repeat("e", 64)),
+	}
+	for _, d := range append(others, filepath.Join(deadRoot, "4194305.1", "d1.build-1")) { // no such pid
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	c.tidyOthers(c.deadInstance)
+	assert.NoDirExists(t, deadRoot, "a dead runtime's empty cgroups")
+	for _, d := range others {
+		assert.DirExists(t, d)
+	}
+}
