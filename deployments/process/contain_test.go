@@ -115,7 +115,7 @@ func TestSetsidDaemonOfABuildDies(t *testing.T) {
 				require.True(t, alive(daemon))
 				tc.end(e, job.DeploymentID, cancel)
 			}
-			err := <-done
+			err := platformtest.Receive(t, done, 2*time.Minute, "the build to end")
 			if tc.want == "" {
 				require.NoError(t, err, logs.All())
 			} else {

@@ -57,6 +57,24 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// Receive returns the next value from ch (the zero value once ch is
+// closed), and fails t, naming what it waited for, if none comes within
+// within: a wait on the code under test that never ends must fail the test,
+// not hang its binary until go test's -timeout (30 minutes in CI).
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+		var zero T
+		return zero
+	}
+}
+
 // CaptureLogs returns a debug-level JSON logger and the buffer it writes to,
 // for tests that assert what was (or was never) logged.
 func CaptureLogs() (*slog.Logger, *SyncBuffer) {
