@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // SyncBuffer is an io.Writer safe for concurrent writes (log sinks, a child
@@ -72,6 +74,22 @@ func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string
 		t.Fatalf("timed out after %s waiting for %s", within, what)
 		var zero T
 		return zero
+	}
+}
+
+// FindLeaks is goleak.Find for the end of a test binary, with 10 s instead
+// of goleak's own half second for goroutines that are ending (a server's
+// connections after Close, a killed child's waiter) to return: on a loaded
+// CI machine (2 cores, several test binaries at once) one may not be
+// scheduled within half a second. A goroutine that never ends still fails.
+func FindLeaks(opts ...goleak.Option) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStablePortIsBelowTheEphemeralRange: the ports StablePort gives are
@@ -34,5 +35,17 @@ func TestStablePortIsBelowTheEphemeralRange(t *testing.T) {
 			t.Fatalf("port %d is not free: %v", port, err)
 		}
 		l.Close()
+	}
+}
+
+// TestFindLeaksWaitsForEndingGoroutines: a goroutine that ends a second
+// after the check starts (slow to be scheduled on a loaded machine) is no
+// leak; goleak.Find alone gives up after half a second.
+func TestFindLeaksWaitsForEndingGoroutines(t *testing.T) {
+	stop := make(chan struct{})
+	go func() { <-stop; time.Sleep(time.Second) }()
+	close(stop)
+	if err := FindLeaks(); err != nil {
+		t.Fatalf("FindLeaks: %v", err)
 	}
 }
