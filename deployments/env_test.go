@@ -24,7 +24,7 @@ import (
 
 func TestMain(m *testing.M) {
 	dbtest.MainCheck(m, func() error {
-		return goleak.Find(
+		return platformtest.FindLeaks(
 			// database/sql and the Postgres driver keep these until GC.
 			goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 			goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),

@@ -16,11 +16,10 @@ import (
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/uptrace/bun"
-	"go.uber.org/goleak"
 )
 
 // The prune loop is the package's only goroutine: none may outlive Close.
-func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return goleak.Find() }) }
+func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return platformtest.FindLeaks() }) }
 
 type noAuth struct{}
 

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
-	"go.uber.org/goleak"
 
 	"github.com/keelson-dev/keelson/deployments/bandwidth"
 	"github.com/keelson-dev/keelson/deployments/ingress"
@@ -28,7 +27,7 @@ import (
 	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
-func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return goleak.Find() }) }
+func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return platformtest.FindLeaks() }) }
 
 // unit is one "GB" here: a 1 GB plan is crossed with 100 kB.
 const unit = 100_000

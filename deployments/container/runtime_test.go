@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	platformtest.Summary()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		if err := platformtest.FindLeaks(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

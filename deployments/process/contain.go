@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -131,17 +132,34 @@ func findCgroup(owner string) (cgroupMode, string) {
 	if mnt, ok := mounts["pids"]; ok {
 		if p, ok := selfPaths["pids"]; ok {
 			root := filepath.Join(mnt, p, "keelson-"+owner)
-			if err := os.MkdirAll(root, 0o755); err == nil {
-				f, err := os.OpenFile(filepath.Join(root, "cgroup.procs"), os.O_WRONLY, 0)
-				_ = os.Remove(root) // created again with the first group; fails if in use
-				if err == nil {
-					f.Close()
-					return cgroupV1, root
-				}
+			if probeV1(root) {
+				return cgroupV1, root
 			}
 		}
 	}
 	return noCgroup, ""
+}
+
+// probeV1 reports whether root, a child of the server's v1 pids cgroup, can
+// be made and written. Another server's tidyOthers may remove the empty root
+// between the two: make it again.
+func probeV1(root string) bool {
+	defer os.Remove(root) // created again with the first group; fails if in use
+	for range 100 {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return false
+		}
+		f, err := os.OpenFile(filepath.Join(root, "cgroup.procs"), os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		// ENODEV: opened as the removal of the directory completed.
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENODEV) {
+			return false
+		}
+	}
+	return false
 }
 
 // probeV2 starts /bin/true into a child of root: a v2 hierarchy can refuse it
@@ -149,7 +167,8 @@ func findCgroup(owner string) (cgroupMode, string) {
 func probeV2(root string) bool {
 	dir := filepath.Join(root, "probe-"+strconv.Itoa(os.Getpid()))
 	defer os.Remove(root) // created again with the first group; fails if in use
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Another server's tidyOthers may remove root before dir is made in it.
+	if err := mkdirUnderRace(dir); err != nil {
 		return false
 	}
 	defer os.Remove(dir)
@@ -267,7 +286,7 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 // again, as the removal takes only empty directories.
 func mkdirUnderRace(dir string) error {
 	var err error
-	for range 20 {
+	for range 100 {
 		if err = os.MkdirAll(dir, 0o755); !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -659,6 +678,12 @@ func (c *containment) tidy() {
 	}
 }
 
+// ownerRoot is the name of a process runtime's cgroup directory
+// ("keelson-" + ownerOf). Other keelson-* cgroups sit beside them: the docker
+// runtime's build parents (keelson-build-*), whose pids.max is the build's
+// limit and in which the engine makes each step's cgroup, empty for a moment.
+var ownerRoot = regexp.MustCompile(`^keelson-[0-9a-f]{16}$`)
+
 // tidyOthers removes the empty cgroup directories of server instances that no
 // longer run, of any data dir (what a server killed with -9 left, when no
 // server starts on its data dir again). A cgroup holding a process cannot be
@@ -669,6 +694,9 @@ func (c *containment) tidyOthers(dead func(inst string) bool) {
 	}
 	roots, _ := filepath.Glob(filepath.Join(filepath.Dir(c.cgRoot), "keelson-*"))
 	for _, root := range roots {
+		if !ownerRoot.MatchString(filepath.Base(root)) {
+			continue
+		}
 		insts, _ := os.ReadDir(root)
 		for _, inst := range insts {
 			if inst.IsDir() && !strings.HasPrefix(inst.Name(), "probe-") && dead(inst.Name()) {

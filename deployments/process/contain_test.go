@@ -115,7 +115,7 @@ func TestSetsidDaemonOfABuildDies(t *testing.T) {
 				require.True(t, alive(daemon))
 				tc.end(e, job.DeploymentID, cancel)
 			}
-			err := <-done
+			err := platformtest.Receive(t, done, 2*time.Minute, "the build to end")
 			if tc.want == "" {
 				require.NoError(t, err, logs.All())
 			} else {
@@ -445,5 +445,87 @@ func TestGroupsStartWhileAnotherServerTidies(t *testing.T) {
 				g.abandon(cmd)
 			}
 		})
+	}
+}
+
+// TestCgroupFoundWhileAnotherServerTidies: a server starting while another
+// one's tidyOthers removes every empty keelson-* cgroup directory still
+// finds its cgroup hierarchy (the one it finds undisturbed, and the v1 pids
+// one), instead of falling back to another or to none.
+func TestCgroupFoundWhileAnotherServerTidies(t *testing.T) {
+	t.Parallel()
+	owner := ownerOf(t.TempDir())
+	want, root := findCgroup(owner)
+	if want == noCgroup {
+		t.Skip("no writable cgroup hierarchy here")
+	}
+	probes := []struct {
+		name  string
+		root  string
+		tries int // findCgroup runs /bin/true (v2): fewer
+		ok    func() bool
+	}{{"found " + want.String(), root, 500, func() bool { got, _ := findCgroup(owner); return got == want }}}
+	mounts, self := cgroupMounts(), selfCgroups()
+	if mnt, ok := mounts["pids"]; ok {
+		v1 := filepath.Join(mnt, self["pids"], "keelson-"+owner)
+		if probeV1(v1) {
+			probes = append(probes, struct {
+				name  string
+				root  string
+				tries int // findCgroup runs /bin/true (v2): fewer
+				ok    func() bool
+			}{"v1", v1, 2000, func() bool { return probeV1(v1) }})
+		}
+	}
+	for _, p := range probes {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // what another server's tidyOthers does, as often as it can
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+					_ = os.Remove(p.root)
+				}
+			}
+		}()
+		for i := range p.tries {
+			if !p.ok() {
+				close(done)
+				wg.Wait()
+				t.Fatalf("%s: try %d did not find the hierarchy", p.name, i)
+			}
+		}
+		close(done)
+		wg.Wait()
+		_ = os.Remove(p.root)
+	}
+}
+
+// TestTidyOthersLeavesOtherCgroups: tidyOthers removes the empty cgroups of
+// process runtimes that no longer run, and no other keelson-* cgroup beside
+// them: not the docker runtime's build parents (their pids.max is the
+// build's limit, and the engine makes each step's cgroup in one, empty for
+// a moment), nor a second engine's parent (containertest).
+func TestTidyOthersLeavesOtherCgroups(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	c := &containment{owner: "0123456789abcdef", instance: "1.1", cg: cgroupV2, cgRoot: filepath.Join(parent, "keelson-0123456789abcdef")}
+	deadRoot := filepath.Join(parent, "keelson-fedcba9876543210")
+	others := []string{
+		filepath.Join(parent, "keelson-build-abc123-d1"),                          // between two steps
+		filepath.Join(parent, "keelson-build-abc123-d2", strings.Repeat("c", 64)), // a step's, just made
+		filepath.Join(parent, "keelson-engine-a1b2c3", strings.Repeat("e", 64)),
+	}
+	for _, d := range append(others, filepath.Join(deadRoot, "4194305.1", "d1.build-1")) { // no such pid
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	c.tidyOthers(c.deadInstance)
+	assert.NoDirExists(t, deadRoot, "a dead runtime's empty cgroups")
+	for _, d := range others {
+		assert.DirExists(t, d)
 	}
 }

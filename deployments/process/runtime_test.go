@@ -236,7 +236,7 @@ func TestCancelledBuildKillsTheWholeProcessGroup(t *testing.T) {
 	}()
 	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.Has("build: spawned child") })
 	cancel()
-	err := <-done
+	err := platformtest.Receive(t, done, time.Minute, "the cancelled build to end")
 	require.ErrorIs(t, err, context.Canceled)
 	pid := readPid(t, pidFile)
 	platformtest.Eventually(t, time.Minute, "the build's child to die", func() bool { return childGone(pid) })
@@ -257,7 +257,7 @@ func TestCleanupCancelsARunningBuild(t *testing.T) {
 	}()
 	platformtest.Eventually(t, time.Minute, "the build to spawn its child", func() bool { return logs.Has("build: spawned child") })
 	require.NoError(t, e.rt.Cleanup(context.Background(), job.DeploymentID))
-	require.Error(t, <-done)
+	require.Error(t, platformtest.Receive(t, done, time.Minute, "the cleaned-up build to end"))
 	_, err := os.Stat(filepath.Join(e.dataDir, "workspaces", job.DeploymentID))
 	assert.True(t, os.IsNotExist(err))
 }

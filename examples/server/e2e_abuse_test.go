@@ -562,7 +562,9 @@ func privateHostName() (string, error) {
 func TestTimeoutsKeepStreamsOpen(t *testing.T) {
 	t.Parallel()
 	a := &App{Log: slog.New(slog.DiscardHandler)}
-	const d = 50 * time.Millisecond
+	// The timeouts are 5*d: d is large enough that a loaded machine sends
+	// the request's headers within ReadHeaderTimeout (50 ms gave 250 ms).
+	const d = 200 * time.Millisecond
 	stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; i < 10; i++ { // 10*d: twice every timeout below

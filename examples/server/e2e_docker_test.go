@@ -386,7 +386,11 @@ func TestDockerRuntimeE2E_KillAdopts(t *testing.T) {
 	if err := srv2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-srv2.done
+	select {
+	case <-srv2.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the server did not stop within 2 minutes of SIGTERM:\n%s", srv2.logs.String())
+	}
 	if left := keelsonObjects(t, docker, container.LabelInstance, instance); len(left) > 0 {
 		t.Fatalf("the stopped server left %v", left)
 	}

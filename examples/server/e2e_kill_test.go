@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,15 +48,25 @@ func buildServer(t *testing.T) string {
 	return serverBinary.path
 }
 
+// freeAddr is a loopback address for a server binary the test starts, and
+// may kill and start again on the same address: a port the kernel hands to
+// no other listener or connection meanwhile (platformtest.StablePort), and
+// none freeAddr gave before in this binary.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		port, err := platformtest.StablePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, taken := givenPorts.LoadOrStore(port, true); !taken {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+// givenPorts are the ports freeAddr gave.
+var givenPorts sync.Map
 
 // proc is the reference server running as a real child process.
 type proc struct {

@@ -166,7 +166,7 @@ func liveOf(t *testing.T, ts *testServer, slug string) *deployments.Deployment {
 func liveAfter(t *testing.T, ts *testServer, slug, was string) *deployments.Deployment {
 	t.Helper()
 	var now *deployments.Deployment
-	platformtest.Eventually(t, 10*time.Second, "a LIVE deployment of "+slug+" other than "+was, func() bool {
+	platformtest.Eventually(t, time.Minute, "a LIVE deployment of "+slug+" other than "+was, func() bool {
 		now = liveOf(t, ts, slug)
 		return now.ID != was
 	})

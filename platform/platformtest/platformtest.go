@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // SyncBuffer is an io.Writer safe for concurrent writes (log sinks, a child
@@ -54,6 +56,40 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		<-timer.C
 		wait = min(2*wait, 100*time.Millisecond)
 		timer.Reset(wait)
+	}
+}
+
+// Receive returns the next value from ch (the zero value once ch is
+// closed), and fails t, naming what it waited for, if none comes within
+// within: a wait on the code under test that never ends must fail the test,
+// not hang its binary until go test's -timeout (30 minutes in CI).
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+		var zero T
+		return zero
+	}
+}
+
+// FindLeaks is goleak.Find for the end of a test binary, with 10 s instead
+// of goleak's own half second for goroutines that are ending (a server's
+// connections after Close, a killed child's waiter) to return: on a loaded
+// CI machine (2 cores, several test binaries at once) one may not be
+// scheduled within half a second. A goroutine that never ends still fails.
+func FindLeaks(opts ...goleak.Option) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -3,9 +3,12 @@ package platformtest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -55,6 +58,48 @@ func FreePort() (int, error) {
 	}
 	return ports[0], nil
 }
+
+// StablePort is a loopback TCP port free just now, for a server a test
+// starts (and may kill and start again) that binds it later. It is picked
+// below the kernel's ephemeral range when there is room (StablePorts): the
+// kernel hands it to no ":0" listener and no outgoing connection of another
+// test meanwhile, as it may a port FreePort gives once closed.
+func StablePort() (int, error) {
+	if lo, hi := StablePorts(); lo > 0 {
+		for range 64 {
+			port := lo + rand.IntN(hi-lo+1)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StablePorts is the range StablePort picks from: the 8,192 ports below the
+// 8,192 just under the kernel's ephemeral range (ip_local_port_range; those
+// are the process runtime's apps' ports), or 0, 0 when there is no room.
+var StablePorts = sync.OnceValues(func() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	eph, err := strconv.Atoi(f[0])
+	if err != nil || eph-2*8192 < 10000 {
+		return 0, 0
+	}
+	return eph - 2*8192, eph - 8192 - 1
+})
 
 // FreePorts are n different ports free for both TCP and UDP on loopback,
 // just now.

@@ -15,15 +15,15 @@ import (
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/events"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/keelson-dev/keelson/projects/domains"
 	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 	"github.com/uptrace/bun"
-	"go.uber.org/goleak"
 )
 
 // TestMain also fails the binary when a goroutine outlives the tests (the
 // re-check loop, a notice in flight, the DNS server's watchers).
-func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return goleak.Find() }) }
+func TestMain(m *testing.M) { dbtest.MainCheck(m, func() error { return platformtest.FindLeaks() }) }
 
 // Two accounts; the real authenticator is the auth module's (the reference
 // server's e2e tests use it).

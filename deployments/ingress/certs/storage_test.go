@@ -16,6 +16,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 func TestMain(m *testing.M) {
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	// account for the life of the process, in a package-level map: one per
 	// Pebble here, one in production. Anything else of ours must be gone.
 	dbtest.MainCheck(m, func() error {
-		return goleak.Find(goleak.IgnoreTopFunction("github.com/caddyserver/certmagic.(*RingBufferRateLimiter).permit"))
+		return platformtest.FindLeaks(goleak.IgnoreTopFunction("github.com/caddyserver/certmagic.(*RingBufferRateLimiter).permit"))
 	})
 }
 
