@@ -16,10 +16,10 @@ import (
 //
 // Arrays: Huma keeps the default nullability of arrays in a package variable
 // (huma.DefaultArrayNullable); like InstallErrorModel, APIConfig sets it for
-// the whole process.
+// the whole process, once (InstallErrorModel), so APIs built at once on
+// several goroutines do not race on it.
 func APIConfig(title, version string) huma.Config {
 	InstallErrorModel()
-	huma.DefaultArrayNullable = false
 	cfg := huma.DefaultConfig(title, version)
 	cfg.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", SchemaNamer)
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{

@@ -209,9 +209,12 @@ var installOnce sync.Once
 // by default Huma matches "NAME" to the property "name" as encoding/json
 // does, and validates only one of {"name":"ok","Name":"..."} while
 // encoding/json stores the other, so a value could skip its schema checks.
+// And arrays are not nullable in schemas (huma.DefaultArrayNullable): the
+// modules answer [] for an empty list.
 func InstallErrorModel() {
 	installOnce.Do(func() {
 		huma.ValidateStrictCasing = true
+		huma.DefaultArrayNullable = false // see APIConfig
 		huma.NewErrorWithContext = func(hctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
 			var ctx context.Context = context.Background()
 			if hctx != nil {
