@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -231,7 +233,7 @@ func TestQuotaIsAtomicUnderConcurrentTriggers(t *testing.T) {
 		}
 		ok, refused := 0, 0
 		for range 10 {
-			err := <-errs
+			err := platformtest.Receive(t, errs, time.Minute, "a trigger to return")
 			switch {
 			case err == nil:
 				ok++
