@@ -55,7 +55,7 @@ func TestRestartRecovery(t *testing.T) {
 		e1.waitStatus(live, deployments.StatusLive)
 		hold := e1.rt.HoldBuild("building")
 		mid := e1.trigger(alice, pBuild)
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		e1.close() // the server goes away mid-build
 		assert.Equal(t, deployments.StatusBuilding, e1.get(mid).Status, "left as it was")
 

@@ -39,8 +39,8 @@ func TestOneTenantCannotHoldEveryBuildSlot(t *testing.T) {
 				}
 			}
 		})
-		<-holds[0].Entered()
-		<-holds[1].Entered()
+		holds[0].WaitEntered(t)
+		holds[1].WaitEntered(t)
 		platformtest.Eventually(t, 30*time.Second, "alice's third deployment to say why it waits", func() bool {
 			return strings.Contains(e.logText(ids[2]), "queued: 2 of your deployments are running")
 		})
@@ -58,7 +58,7 @@ func TestOneTenantCannotHoldEveryBuildSlot(t *testing.T) {
 		default:
 		}
 		holds[0].Release(nil)
-		<-holds[2].Entered() // her next one starts when one of hers ends
+		holds[2].WaitEntered(t) // her next one starts when one of hers ends
 	})
 }
 
@@ -110,10 +110,10 @@ func TestFreeAccountsCannotHoldEveryBuildSlot(t *testing.T) {
 		free := deployments.Share{Max: 2, Free: true}
 		e := newEnv(t, bdb, envOpts{maxConc: 4, shares: planShares{alice: free, bob: free}})
 		_, as := e.holdAll(alice, "a1", "a2")
-		<-as[0].Entered()
-		<-as[1].Entered()
+		as[0].WaitEntered(t)
+		as[1].WaitEntered(t)
 		bobs, bs := e.holdAll(bob, "b1", "b2")
-		<-bs[0].Entered()
+		bs[0].WaitEntered(t)
 		platformtest.Eventually(t, 30*time.Second, "bob's second deployment to say why it waits", func() bool {
 			return strings.Contains(e.logText(bobs[1]), "queued: free-plan builds hold 3 of the 4 build slots")
 		})
@@ -126,7 +126,7 @@ func TestFreeAccountsCannotHoldEveryBuildSlot(t *testing.T) {
 		default:
 		}
 		as[0].Release(nil)
-		<-bs[1].Entered() // a FREE slot freed: bob's second starts
+		bs[1].WaitEntered(t) // a FREE slot freed: bob's second starts
 	})
 }
 
@@ -139,8 +139,8 @@ func TestWaitingAccountGoesBeforeExtraBuilds(t *testing.T) {
 		alice, bob := platform.NewID(), platform.NewID()
 		e := newEnv(t, bdb, envOpts{maxConc: 2, shares: planShares{alice: {Max: 3}}})
 		alices, as := e.holdAll(alice, "a1", "a2", "a3")
-		<-as[0].Entered()
-		<-as[1].Entered()
+		as[0].WaitEntered(t)
+		as[1].WaitEntered(t)
 		platformtest.Eventually(t, 30*time.Second, "alice's third deployment to wait for a slot", func() bool {
 			return strings.Contains(e.logText(alices[2]), "queued: position 1 for the next free build slot (2 run at once)")
 		})
@@ -149,7 +149,7 @@ func TestWaitingAccountGoesBeforeExtraBuilds(t *testing.T) {
 			return strings.Contains(e.logText(bobs[0]), "queued: position 1 for the next free build slot")
 		})
 		as[0].Release(nil)
-		<-bh[0].Entered()
+		bh[0].WaitEntered(t)
 		// alice's first two started together (two slots), in either order;
 		// the third build to start is bob's, not alice's older third.
 		builds := e.rt.Builds()
@@ -161,7 +161,7 @@ func TestWaitingAccountGoesBeforeExtraBuilds(t *testing.T) {
 				strings.Count(e.logText(alices[2]), "queued: position") == 3
 		})
 		as[1].Release(nil)
-		<-as[2].Entered()
+		as[2].WaitEntered(t)
 	})
 }
 
@@ -175,7 +175,7 @@ func TestPriorityBuildsGoFirst(t *testing.T) {
 		e := newEnv(t, bdb, envOpts{maxConc: 1, shares: priorityShares{frank: true}})
 		hold := e.rt.HoldBuild("d1")
 		e.trigger(dave, e.project(dave, "d1"))
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		erins := e.trigger(erin, e.project(erin, "e1"))
 		franks := e.trigger(frank, e.project(frank, "f1"))
 		platformtest.Eventually(t, 30*time.Second, "erin's deployment to show its position", func() bool {

@@ -111,7 +111,7 @@ func TestListCacheSeesEveryWrite(t *testing.T) {
 
 		hold := e.rt.HoldBuild("cached")
 		d1 := e.trigger(alice, p)
-		<-hold.Entered() // BUILD's write told the cache before the build began
+		hold.WaitEntered(t) // BUILD's write told the cache before the build began
 		got, _ = e.listed(alice, q)
 		require.Equal(t, d1+":BUILDING", got)
 		hold.Release(nil)
@@ -162,7 +162,7 @@ func TestListCacheSeesEveryWrite(t *testing.T) {
 
 		hold = e.rt.HoldBuild("cached")
 		d3 := e.trigger(alice, p)
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		var st statusBody
 		code, _, body = e.do("POST", "/deployments/"+d3+"/cancel", alice, nil, &st)
 		require.Equal(t, 200, code, string(body))
@@ -203,7 +203,7 @@ func TestListCacheAcrossReplicas(t *testing.T) {
 	}
 	hold := a.rt.HoldBuild("replicas")
 	d1 := a.trigger(alice, p)
-	<-hold.Entered()
+	hold.WaitEntered(t)
 	b.eventuallyListed(alice, q, d1+":BUILDING")
 	hold.Release(nil)
 	b.eventuallyListed(alice, q, d1+":LIVE")

@@ -60,7 +60,7 @@ func newBudgetAccount(e *env) *budgetAccount {
 	e.waitStatus(a.replaced, deployments.StatusCancelled)
 	hold := e.rt.HoldBuild("worker")
 	a.running = e.trigger(a.alice, e.project(a.alice, "worker"))
-	<-hold.Entered()
+	hold.WaitEntered(e.t)
 	a.release = func() { hold.Release(nil) }
 	e.rt.FailBuild("bobs", errors.New("exit status 1"))
 	a.bobs = e.trigger(a.bob, e.project(a.bob, "bobs"))

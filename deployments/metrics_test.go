@@ -76,7 +76,7 @@ func TestMetricsHooks(t *testing.T) {
 		e.waitStatus(bad, deployments.StatusFailed)
 		hold := rt.HoldBuild("held")
 		held := e.trigger(owner, e.project(owner, "held"))
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		code, _, body := e.do("POST", "/deployments/"+held+"/cancel", owner, nil, nil)
 		if code != http.StatusOK {
 			t.Fatalf("cancel: %d %s", code, body)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -54,7 +56,7 @@ func TestDeploymentLifecycleOverHTTP(t *testing.T) {
 		assert.Equal(t, "deploy-"+tr.DeploymentID, tr.WorkflowName)
 		require.True(t, platform.ValidID(tr.DeploymentID))
 
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		var st statusBody
 		code, _, _ = e.do("GET", "/deployments/"+tr.DeploymentID+"/status", alice, nil, &st)
 		require.Equal(t, 200, code)
@@ -231,7 +233,7 @@ func TestQuotaIsAtomicUnderConcurrentTriggers(t *testing.T) {
 		}
 		ok, refused := 0, 0
 		for range 10 {
-			err := <-errs
+			err := platformtest.Receive(t, errs, time.Minute, "a trigger to return")
 			switch {
 			case err == nil:
 				ok++
@@ -296,7 +298,7 @@ func TestCancel(t *testing.T) {
 		pid := e.project(alice, "slow")
 		hold := e.rt.HoldBuild("slow")
 		running := e.trigger(alice, pid)
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		queued := e.trigger(alice, pid) // waits: one deployment per project at a time
 
 		// Cancelling the queued one ends it at once; it never builds.
@@ -334,7 +336,7 @@ func TestProjectRunsOneDeploymentAtATimeInOrder(t *testing.T) {
 		pa, pb := e.project(alice, "aaa"), e.project(alice, "bbb")
 		hold := e.rt.HoldBuild("aaa")
 		a1 := e.trigger(alice, pa)
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		a2 := e.trigger(alice, pa)
 		a3 := e.trigger(alice, pa)
 		b1 := e.trigger(alice, pb)
@@ -429,7 +431,7 @@ func TestDeleteAndTeardown(t *testing.T) {
 		e.waitStatus(live, deployments.StatusLive)
 		hold := e.rt.HoldBuild("gone")
 		running := e.trigger(alice, pid)
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		queued := e.trigger(alice, pid)
 		e.projects.Remove(pid) // projects marks it DELETING: ProjectForDeploy says not found
 		require.NoError(t, e.svc.TeardownProject(context.Background(), pid))

@@ -59,7 +59,7 @@ func TestTakenOverStreamEndsOnHangUpAndOnClose(t *testing.T) {
 		alice := platform.NewID()
 		hold := e.rt.HoldBuild("held")
 		id := e.trigger(alice, e.project(alice, "held"))
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		defer hold.Release(nil)
 
 		a := e.openLogs("/deployments/"+id+"/logs", alice, nil)
@@ -92,7 +92,7 @@ func TestLogStreamWireFraming(t *testing.T) {
 		alice := platform.NewID()
 		hold := e.rt.HoldBuild("wire")
 		id := e.trigger(alice, e.project(alice, "wire"))
-		<-hold.Entered()
+		hold.WaitEntered(t)
 		defer hold.Release(nil)
 		for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
 			conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))

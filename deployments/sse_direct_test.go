@@ -57,7 +57,7 @@ func TestDirectFanOutWithAStuckFollower(t *testing.T) {
 	alice := platform.NewID()
 	hold := e.rt.HoldBuild("many")
 	id := e.trigger(alice, e.project(alice, "many"))
-	<-hold.Entered()
+	hold.WaitEntered(t)
 	path := "/deployments/" + id + "/logs"
 
 	// The stuck follower: its request written, nothing read.

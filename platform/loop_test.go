@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // A loop runs at once when asked, on each kick, and never after Stop
@@ -21,9 +22,9 @@ func TestEveryRunsUntilStop(t *testing.T) {
 		runs.Add(1)
 		ran <- struct{}{}
 	})
-	<-ran // the run at start
+	platformtest.Receive(t, ran, time.Minute, "the run at start")
 	kick <- struct{}{}
-	<-ran // the kicked run
+	platformtest.Receive(t, ran, time.Minute, "the kicked run")
 	l.Stop()
 	l.Stop() // twice is fine
 	n := runs.Load()
@@ -45,7 +46,7 @@ func TestEveryStopCancelsTheRun(t *testing.T) {
 		<-ctx.Done()
 		finished.Store(true)
 	})
-	<-started
+	platformtest.Receive(t, started, time.Minute, "the run to start")
 	l.Stop()
 	assert.True(t, finished.Load(), "Stop returned before the run did")
 }

@@ -294,7 +294,7 @@ func TestDrainWaitsForInFlightRequests(t *testing.T) {
 		res.Body.Close()
 		got <- string(b)
 	}()
-	<-entered
+	platformtest.Receive(t, entered, time.Minute, "the slow request to reach the old app")
 	require.NoError(t, r.Set("site", "new", upstream(app(t, "B"))))
 	drained := make(chan error, 1)
 	go func() { drained <- r.Drain(context.Background(), "old") }()
@@ -304,8 +304,8 @@ func TestDrainWaitsForInFlightRequests(t *testing.T) {
 	case <-entered: // closed: does not block; Drain cannot finish while the handler waits
 	}
 	close(release)
-	require.NoError(t, <-drained)
-	assert.Equal(t, "slow done", <-got)
+	require.NoError(t, platformtest.Receive(t, drained, time.Minute, "the drain to end"))
+	assert.Equal(t, "slow done", platformtest.Receive(t, got, time.Minute, "the slow request's answer"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // The direct path passes what an app needs and drops the hop-by-hop
@@ -164,9 +165,9 @@ func TestDirectPathClientGoneClosesTheAppConnection(t *testing.T) {
 		}
 		done <- err
 	}()
-	<-arrived
+	platformtest.Receive(t, arrived, time.Minute, "the request to reach the app")
 	cancel()
-	<-done
+	platformtest.Receive(t, done, time.Minute, "the client to give up")
 	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):

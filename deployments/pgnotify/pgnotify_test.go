@@ -42,7 +42,7 @@ func TestListenAcrossPools(t *testing.T) {
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- Listen(lctx, apiStoreDB(t, url), api, Config{ResyncEvery: time.Hour}) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	t.Cleanup(func() { cancel(); require.NoError(t, platformtest.Receive(t, done, time.Minute, "Listen to return")) })
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	d := &deployments.Deployment{ID: platform.NewID(), ProjectID: platform.NewID(), OwnerID: platform.NewID(),

@@ -136,7 +136,12 @@ type instance struct {
 func (i *instance) Upstream() string        { return "127.0.0.1:" + strconv.Itoa(i.port) }
 func (i *instance) Port() int               { return i.port }
 func (i *instance) Exited() <-chan struct{} { return i.p.exited }
-func (i *instance) Exit() supervise.Exit    { return supervise.Exit{Text: exitText(i.p.err)} }
+
+// Exit is how the app ended. Its process group is gone by now, so whoever
+// listens on its port is another process.
+func (i *instance) Exit() supervise.Exit {
+	return supervise.Exit{Text: exitText(i.p.err), PortTaken: !portFree(i.port)}
+}
 
 // Stop sends SIGTERM to its process group, and SIGKILL after grace.
 func (i *instance) Stop(_ context.Context, grace time.Duration) { i.p.terminate(grace) }

@@ -3,9 +3,11 @@ package process
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -524,4 +526,63 @@ printf 'last:%s' "$TOK"`,
 	assert.Contains(t, all, "nl:***")
 	assert.Contains(t, all, "last:***")
 	assert.Contains(t, all, "x marks the spot", "a one-character secret is not masked")
+}
+
+// TestAppStartsWhenAnotherProcessTakesItsPort: another process (a second
+// server on the machine, a parallel test) binds the port picked for the app
+// before the app does. The app cannot listen and exits; the start launches it
+// once more on another port instead of failing.
+func TestAppStartsWhenAnotherProcessTakesItsPort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	repo, _ := newRepo(t, goApp("v1"))
+	job := goJob(repo, "taken")
+	// The app waits for the gate, so the test binds its port first.
+	gate := filepath.Join(t.TempDir(), "gate")
+	job.Env = append(job.Env, deployments.EnvVar{Key: "GATE", Value: gate})
+	job.StartCommand = `while [ ! -e "$GATE" ]; do sleep 0.01; done; exec ./.keelson/app`
+	logs := &sink{}
+	_, err := e.rt.Build(ctx, job, logs)
+	require.NoError(t, err, logs.All())
+
+	type started struct {
+		up  string
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		up, err := e.rt.Start(ctx, job, logs)
+		done <- started{up, err}
+	}()
+	var port string
+	platformtest.Eventually(t, time.Minute, "the app's port to be picked", func() bool {
+		m := regexp.MustCompile(`\(PORT=(\d+)\)`).FindStringSubmatch(logs.All())
+		if m != nil {
+			port = m[1]
+		}
+		return m != nil
+	})
+	// It accepts connections and closes them: it answers no HTTP.
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+
+	res := platformtest.Receive(t, done, 2*time.Minute, "the start")
+	require.NoError(t, res.err, logs.All())
+	assert.NotEqual(t, "127.0.0.1:"+port, res.up)
+	_, err = e.rt.Route(ctx, "taken", job.DeploymentID, res.up)
+	require.NoError(t, err)
+	assert.Equal(t, "hello v1", e.mustGet(t, "taken.localhost", "/"))
+	assert.Contains(t, logs.All(), "port "+port+" was taken by another process")
 }

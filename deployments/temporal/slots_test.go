@@ -11,6 +11,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform/db"
 	"github.com/keelson-dev/keelson/platform/dbtest"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
@@ -156,7 +157,7 @@ func TestWorkflowReleasesSlotWhenBuildFails(t *testing.T) {
 	env.ExecuteWorkflow(WorkflowType, Input{DeploymentID: d.ID, Timeouts: testTimeouts})
 	require.True(t, env.IsWorkflowCompleted())
 	require.Error(t, env.GetWorkflowError())
-	require.Equal(t, []string{d.ID}, <-held, "held during BUILD")
+	require.Equal(t, []string{d.ID}, platformtest.Receive(t, held, time.Minute, "the held build's slots"), "held during BUILD")
 	require.Equal(t, deployments.StatusFailed, f.get(t, d.ID).Status)
 	require.Empty(t, slotsOf(t, bdb), "released once FAILED")
 }

@@ -77,7 +77,7 @@ func TestLimitBodies(t *testing.T) {
 		t.Fatalf("GET while the budget is held: %v %v", err, r)
 	}
 	close(hold)
-	if st := <-done; st != 200 {
+	if st := platformtest.Receive(t, done, time.Minute, "the holder's answer"); st != 200 {
 		t.Fatalf("the holder: %d", st)
 	}
 	if resp, _ := post("/", strings.NewReader("x"), 1); resp.StatusCode != 200 {

@@ -146,7 +146,7 @@ func TestConnLimitEvictsSlowHeadersFirst(t *testing.T) {
 	}
 	close(release)
 	for i := 0; i < 2; i++ {
-		if st := <-busy; st != 200 {
+		if st := platformtest.Receive(t, busy, time.Minute, "a request in progress to be answered"); st != 200 {
 			t.Fatalf("a request in progress was cut: %d", st)
 		}
 	}
@@ -173,7 +173,7 @@ func TestConnLimitCountsHijackedConnections(t *testing.T) {
 	}))
 	c := dial(t, addr)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	conn := <-taken
+	conn := platformtest.Receive(t, taken, time.Minute, "the handler to take the connection over")
 	defer conn.Close()
 	platformtest.Eventually(t, 10*time.Second, "the hijacked connection counted as busy", func() bool { st := lim.Stats(); return st.Open == 1 && st.Waiting == 0 })
 	// A slow client fills the cap; a whole request evicts it, not the hijacked one.
@@ -182,7 +182,7 @@ func TestConnLimitCountsHijackedConnections(t *testing.T) {
 	platformtest.Eventually(t, 10*time.Second, "the cap full", func() bool { return lim.Stats().Open == 2 })
 	whole := dial(t, addr)
 	io.WriteString(whole, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	second := <-taken
+	second := platformtest.Receive(t, taken, time.Minute, "the handler to take the second connection over")
 	defer second.Close()
 	if st := lim.Stats(); st.Evicted != 1 || st.Open != 2 {
 		t.Fatalf("after the eviction: %+v", st)

@@ -50,7 +50,8 @@ func RunTool[T any](t testing.TB, tool Tool, start func(bin string) (T, error)) 
 	return zero
 }
 
-// FreePort is a port free for both TCP and UDP on loopback, just now.
+// FreePort is a port free for both TCP and UDP on loopback, just now, for a
+// tool a test starts; picked as StablePort picks.
 func FreePort() (int, error) {
 	ports, err := FreePorts(1)
 	if err != nil {
@@ -63,23 +64,28 @@ func FreePort() (int, error) {
 // starts (and may kill and start again) that binds it later. It is picked
 // below the kernel's ephemeral range when there is room (StablePorts): the
 // kernel hands it to no ":0" listener and no outgoing connection of another
-// test meanwhile, as it may a port FreePort gives once closed.
+// test meanwhile, as it may a port the kernel picked for ":0" once closed.
 func StablePort() (int, error) {
-	if lo, hi := StablePorts(); lo > 0 {
-		for range 64 {
-			port := lo + rand.IntN(hi-lo+1)
-			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
-				l.Close()
-				return port, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listenStable()
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// listenStable listens on a free loopback TCP port in StablePorts, or on
+// one the kernel picks when there is no room there.
+func listenStable() (net.Listener, error) {
+	if lo, hi := StablePorts(); lo > 0 {
+		for range 64 {
+			port := lo + rand.IntN(hi-lo+1)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				return l, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // StablePorts is the range StablePort picks from: the 8,192 ports below the
@@ -102,23 +108,28 @@ var StablePorts = sync.OnceValues(func() (lo, hi int) {
 })
 
 // FreePorts are n different ports free for both TCP and UDP on loopback,
-// just now.
+// just now, for the tools a test starts (Pebble, challtestsrv, a registry).
+// They are picked as StablePort picks: a port the kernel picked for ":0" and
+// that was closed again may go to another test's listener or connection
+// before the tool binds it.
 func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
-	for range n { // each listener is held until all are picked, so they differ
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for try := 0; len(ports) < n; try++ {
+		if try == 64*n {
+			return nil, errors.New("no loopback port free for both TCP and UDP found")
+		}
+		l, err := listenStable()
 		if err != nil {
 			return nil, err
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, port := range ports {
+		defer l.Close() // each listener is held until all are picked, so they differ
+		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			return nil, err
+			continue // its UDP port is taken: another one
 		}
 		u.Close()
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -113,7 +113,7 @@ func TestLocks(t *testing.T) {
 		if err := a.Unlock(ctx, "issue_cert_x.test"); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-got; err != nil {
+		if err := platformtest.Receive(t, got, time.Minute, "b to get the lock a freed"); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Unlock(ctx, "issue_cert_x.test"); err == nil {

@@ -9,9 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/keelson-dev/keelson/deployments"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/keelson-dev/keelson/platform/platformtest"
 )
 
 // Runtime is a scripted deployments.Runtime. By default a build logs a few
@@ -46,10 +49,18 @@ type Hold struct {
 	entered chan struct{}
 	release chan error
 	id      string
+	slug    string
 }
 
 // Entered is closed when the held build has started.
 func (h *Hold) Entered() <-chan struct{} { return h.entered }
+
+// WaitEntered waits until the held build has started, and fails t if it has
+// not within a minute: a build that never comes fails the test, not hangs it.
+func (h *Hold) WaitEntered(t testing.TB) {
+	t.Helper()
+	platformtest.Receive(t, h.entered, time.Minute, "the held build of "+h.slug+" to start")
+}
 
 // DeploymentID is the held build's deployment (valid after Entered).
 func (h *Hold) DeploymentID() string { return h.id }
@@ -59,7 +70,7 @@ func (h *Hold) Release(err error) { h.release <- err }
 
 // HoldBuild makes the next build of slug wait for Release.
 func (r *Runtime) HoldBuild(slug string) *Hold {
-	h := &Hold{entered: make(chan struct{}), release: make(chan error, 1)}
+	h := &Hold{entered: make(chan struct{}), release: make(chan error, 1), slug: slug}
 	r.mu.Lock()
 	r.holds[slug] = append(r.holds[slug], h)
 	r.mu.Unlock()

@@ -12,6 +12,7 @@ package supervise
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -63,6 +64,10 @@ type Exit struct {
 	Line  string // the log line when a running app ended, if not "the app exited (Text)"
 	Err   error  // watching it failed: a start fails with this error
 	Attrs []any  // more attributes of the operator's warning
+	// PortTaken: another process listens on its port now that it ended (it
+	// bound the port between the pick and the app's listen). A start then
+	// launches once more, as a restart, which picks another port.
+	PortTaken bool
 }
 
 // Config configures a Supervisor.
@@ -176,6 +181,14 @@ func (a *app) start(ctx context.Context) (string, error) {
 	if err == nil {
 		err = a.waitHealthy(ctx, inst)
 	}
+	if err != nil && exitedOnTakenPort(inst) {
+		a.out.System(fmt.Sprintf("port %d was taken by another process; starting the app on another port", inst.Port()))
+		if inst, err = a.l.Launch(ctx, true); err == nil {
+			if err = a.adopt(inst); err == nil {
+				err = a.waitHealthy(ctx, inst)
+			}
+		}
+	}
 	if err != nil {
 		return "", a.fail(ctx, inst, err)
 	}
@@ -183,6 +196,20 @@ func (a *app) start(ctx context.Context) (string, error) {
 	close(a.ready)
 	go a.supervise(inst)
 	return inst.Upstream(), nil
+}
+
+// exitedOnTakenPort reports whether inst ended because another process holds
+// its port (see Exit.PortTaken).
+func exitedOnTakenPort(inst Instance) bool {
+	if inst == nil {
+		return false
+	}
+	select {
+	case <-inst.Exited():
+		return inst.Exit().PortTaken
+	default:
+		return false
+	}
 }
 
 // adopt makes inst the app's running instance, unless the app is stopping.
