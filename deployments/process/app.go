@@ -21,6 +21,7 @@ import (
 	"github.com/keelson-dev/keelson/deployments/internal/runlog"
 	"github.com/keelson-dev/keelson/deployments/internal/supervise"
 	"github.com/keelson-dev/keelson/deployments/rt"
+	"github.com/keelson-dev/keelson/platform/httpx"
 )
 
 // launcher is one deployment's app as a process (or, for the static preset,
@@ -293,16 +294,8 @@ func (r *Runtime) pickPortLocked(id string) (int, error) {
 // default on Linux), or 0, 0 when that range leaves no room below it (or
 // cannot be read): then ports come from the kernel as before.
 var appPorts = sync.OnceValues(func() (lo, hi int) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0
-	}
-	eph, err := strconv.Atoi(f[0])
-	if err != nil || eph-8192 < 10000 {
+	eph, ok := httpx.EphemeralPortsStart()
+	if !ok || eph-8192 < 10000 {
 		return 0, 0
 	}
 	return eph - 8192, eph - 1

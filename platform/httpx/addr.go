@@ -4,7 +4,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // AddrKey names a client for every per-address limit (connections, body
@@ -106,3 +109,20 @@ func RequestClient(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	}
 	return clientOf(peer, strings.Join(r.Header.Values("X-Forwarded-For"), ","), trusted)
 }
+
+// EphemeralPortsStart is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768 by default on Linux), which the
+// kernel hands out for ":0" and outgoing connections; ok is false where it
+// cannot be read. Ports picked below it are not taken by those meanwhile.
+var EphemeralPortsStart = sync.OnceValues(func() (start int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	start, err = strconv.Atoi(f[0])
+	return start, err == nil
+})

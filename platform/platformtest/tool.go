@@ -7,10 +7,11 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keelson-dev/keelson/platform/httpx"
 )
 
 // Tool is a server a test runs from a binary that a .ci script builds (the
@@ -92,16 +93,8 @@ func listenStable() (net.Listener, error) {
 // 8,192 just under the kernel's ephemeral range (ip_local_port_range; those
 // are the process runtime's apps' ports), or 0, 0 when there is no room.
 var StablePorts = sync.OnceValues(func() (lo, hi int) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0
-	}
-	eph, err := strconv.Atoi(f[0])
-	if err != nil || eph-2*8192 < 10000 {
+	eph, ok := httpx.EphemeralPortsStart()
+	if !ok || eph-2*8192 < 10000 {
 		return 0, 0
 	}
 	return eph - 2*8192, eph - 8192 - 1
