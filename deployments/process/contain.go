@@ -145,21 +145,16 @@ func findCgroup(owner string) (cgroupMode, string) {
 // between the two: make it again.
 func probeV1(root string) bool {
 	defer os.Remove(root) // created again with the first group; fails if in use
-	for range 100 {
+	return retryUnderRace(func() error {
 		if err := os.MkdirAll(root, 0o755); err != nil {
-			return false
+			return err
 		}
 		f, err := os.OpenFile(filepath.Join(root, "cgroup.procs"), os.O_WRONLY, 0)
 		if err == nil {
 			f.Close()
-			return true
 		}
-		// ENODEV: opened as the removal of the directory completed.
-		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENODEV) {
-			return false
-		}
-	}
-	return false
+		return err // ENODEV: opened as the removal of the directory completed
+	}) == nil
 }
 
 // probeV2 starts /bin/true into a child of root: a v2 hierarchy can refuse it
@@ -285,13 +280,26 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 // so a parent created a moment ago can be gone before its child is: try
 // again, as the removal takes only empty directories.
 func mkdirUnderRace(dir string) error {
-	var err error
-	for range 100 {
-		if err = os.MkdirAll(dir, 0o755); !errors.Is(err, fs.ErrNotExist) {
+	return retryUnderRace(func() error { return os.MkdirAll(dir, 0o755) })
+}
+
+// raceWindow bounds retryUnderRace. Another server's start-up removes each
+// empty directory once, so a retry or two suffices; the bound is for a
+// remover that never stops, and is one of time, not of tries, as a loaded
+// machine can let it win many tries in a row.
+const raceWindow = 5 * time.Second
+
+// retryUnderRace runs try again while it fails as it does when another
+// server removes an empty cgroup directory under it (ENOENT; ENODEV for a
+// file opened as the removal completed), for at most raceWindow.
+func retryUnderRace(try func() error) error {
+	deadline := time.Now().Add(raceWindow)
+	for {
+		err := try()
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENODEV) || time.Now().After(deadline) {
 			return err
 		}
 	}
-	return err
 }
 
 // closeFD releases the cgroup descriptor newGroup opened.
