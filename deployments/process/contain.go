@@ -276,7 +276,7 @@ func (c *containment) newGroup(cmd *exec.Cmd, id, kind string) (*group, error) {
 }
 
 // mkdirUnderRace creates dir and its parents. Another server starting on
-// this machine removes every empty keelson-* cgroup directory (tidyOthers),
+// this machine removes every empty keelson-<owner> cgroup directory (tidyOthers),
 // so a parent created a moment ago can be gone before its child is: try
 // again, as the removal takes only empty directories.
 func mkdirUnderRace(dir string) error {
