@@ -422,22 +422,7 @@ func TestGroupsStartWhileAnotherServerTidies(t *testing.T) {
 			e := newEnv(t, nil)
 			useCgroup(t, e, mode)
 			c := e.rt.contain
-			done := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { // what another server's tidyOthers does, as often as it can
-				defer wg.Done()
-				for {
-					select {
-					case <-done:
-						return
-					default:
-						_ = os.Remove(c.instanceDir())
-						_ = os.Remove(c.cgRoot)
-					}
-				}
-			}()
-			defer func() { close(done); wg.Wait() }()
+			defer removeMeanwhile(c.instanceDir(), c.cgRoot)()
 			for i := range 2000 {
 				cmd := exec.Command("true")
 				g, err := c.newGroup(cmd, "race", "build")
@@ -459,48 +444,29 @@ func TestCgroupFoundWhileAnotherServerTidies(t *testing.T) {
 	if want == noCgroup {
 		t.Skip("no writable cgroup hierarchy here")
 	}
-	probes := []struct {
+	type probe struct {
 		name  string
 		root  string
 		tries int // findCgroup runs /bin/true (v2): fewer
 		ok    func() bool
-	}{{"found " + want.String(), root, 500, func() bool { got, _ := findCgroup(owner); return got == want }}}
+	}
+	probes := []probe{{"found " + want.String(), root, 500, func() bool { got, _ := findCgroup(owner); return got == want }}}
 	mounts, self := cgroupMounts(), selfCgroups()
 	if mnt, ok := mounts["pids"]; ok {
 		v1 := filepath.Join(mnt, self["pids"], "keelson-"+owner)
 		if probeV1(v1) {
-			probes = append(probes, struct {
-				name  string
-				root  string
-				tries int // findCgroup runs /bin/true (v2): fewer
-				ok    func() bool
-			}{"v1", v1, 2000, func() bool { return probeV1(v1) }})
+			probes = append(probes, probe{"v1", v1, 2000, func() bool { return probeV1(v1) }})
 		}
 	}
 	for _, p := range probes {
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { // what another server's tidyOthers does, as often as it can
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-					_ = os.Remove(p.root)
-				}
-			}
-		}()
+		stop := removeMeanwhile(p.root)
 		for i := range p.tries {
 			if !p.ok() {
-				close(done)
-				wg.Wait()
+				stop()
 				t.Fatalf("%s: try %d did not find the hierarchy", p.name, i)
 			}
 		}
-		close(done)
-		wg.Wait()
+		stop()
 		_ = os.Remove(p.root)
 	}
 }
@@ -528,4 +494,26 @@ func TestTidyOthersLeavesOtherCgroups(t *testing.T) {
 	for _, d := range others {
 		assert.DirExists(t, d)
 	}
+}
+
+// removeMeanwhile removes dirs (when empty) in a loop, as often as it can,
+// until stop: what another server's tidyOthers does, at its worst.
+func removeMeanwhile(dirs ...string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				for _, d := range dirs {
+					_ = os.Remove(d)
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
