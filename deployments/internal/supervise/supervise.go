@@ -165,10 +165,7 @@ func (s *Supervisor) Start(ctx context.Context, job rt.Job, logs rt.LogSink, new
 }
 
 func (a *app) start(ctx context.Context) (string, error) {
-	inst, err := a.l.Launch(ctx, false)
-	if err == nil {
-		err = a.adopt(inst)
-	}
+	inst, err := a.launch(ctx, false)
 	if served, ok := inst.(Served); ok && err == nil {
 		a.out.System(served.Serving())
 		close(a.ready)
@@ -183,10 +180,8 @@ func (a *app) start(ctx context.Context) (string, error) {
 	}
 	if err != nil && exitedOnTakenPort(inst) {
 		a.out.System(fmt.Sprintf("port %d was taken by another process; starting the app on another port", inst.Port()))
-		if inst, err = a.l.Launch(ctx, true); err == nil {
-			if err = a.adopt(inst); err == nil {
-				err = a.waitHealthy(ctx, inst)
-			}
+		if inst, err = a.launch(ctx, true); err == nil {
+			err = a.waitHealthy(ctx, inst)
 		}
 	}
 	if err != nil {
@@ -196,6 +191,15 @@ func (a *app) start(ctx context.Context) (string, error) {
 	close(a.ready)
 	go a.supervise(inst)
 	return inst.Upstream(), nil
+}
+
+// launch launches an instance and adopts it.
+func (a *app) launch(ctx context.Context, restart bool) (Instance, error) {
+	inst, err := a.l.Launch(ctx, restart)
+	if err == nil {
+		err = a.adopt(inst)
+	}
+	return inst, err
 }
 
 // exitedOnTakenPort reports whether inst ended because another process holds
