@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -145,6 +146,13 @@ func startServerWith(t testing.TB, cfg Config, ingressL net.Listener, tlsL ...ne
 	}
 	stopMetrics := func() {}
 	t.Cleanup(func() { ts.stop() })
+	// A failed test shows what each of its servers warned of: a CI run
+	// leaves nothing else to read.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server at %s warned or failed:\n%s", ts.URL, lastLines(errorLines(logs.String()), 60))
+		}
+	})
 	ts.stopFn = func() {
 		stopMetrics()
 		app.cancelShutdown()
@@ -168,6 +176,15 @@ func startServerWith(t testing.TB, cfg Config, ingressL net.Listener, tlsL ...ne
 		ts.MetricsURL = "http://" + ml.Addr().String() + "/metrics"
 	}
 	return ts
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("(%d lines before these)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // stop shuts the server down (idempotent).
