@@ -536,33 +536,9 @@ func TestAppStartsWhenAnotherProcessTakesItsPort(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	repo, _ := newRepo(t, goApp("v1"))
-	job := goJob(repo, "taken")
-	// The app waits for the gate, so the test binds its port first.
-	gate := filepath.Join(t.TempDir(), "gate")
-	job.Env = append(job.Env, deployments.EnvVar{Key: "GATE", Value: gate})
-	job.StartCommand = `while [ ! -e "$GATE" ]; do sleep 0.01; done; exec ./.keelson/app`
-	logs := &sink{}
-	_, err := e.rt.Build(ctx, job, logs)
-	require.NoError(t, err, logs.All())
-
-	type started struct {
-		up  string
-		err error
-	}
-	done := make(chan started, 1)
-	go func() {
-		up, err := e.rt.Start(ctx, job, logs)
-		done <- started{up, err}
-	}()
-	var port string
-	platformtest.Eventually(t, time.Minute, "the app's port to be picked", func() bool {
-		m := regexp.MustCompile(`\(PORT=(\d+)\)`).FindStringSubmatch(logs.All())
-		if m != nil {
-			port = m[1]
-		}
-		return m != nil
-	})
+	job, gate, logs := gatedGoJob(t, e, "taken")
+	done := startInBackground(e, job, logs)
+	port := pickedPort(t, logs)
 	// It accepts connections and closes them: it answers no HTTP.
 	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
 	require.NoError(t, err)
@@ -585,4 +561,50 @@ func TestAppStartsWhenAnotherProcessTakesItsPort(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "hello v1", e.mustGet(t, "taken.localhost", "/"))
 	assert.Contains(t, logs.All(), "port "+port+" was taken by another process")
+}
+
+// gatedGoJob builds a Go app whose start command waits until the returned
+// gate file exists, so a test can bind the app's port before the app does.
+func gatedGoJob(t *testing.T, e *env, slug string) (deployments.Job, string, *sink) {
+	t.Helper()
+	repo, _ := newRepo(t, goApp("v1"))
+	job := goJob(repo, slug)
+	gate := filepath.Join(t.TempDir(), "gate")
+	job.Env = append(job.Env, deployments.EnvVar{Key: "GATE", Value: gate})
+	job.StartCommand = `while [ ! -e "$GATE" ]; do sleep 0.01; done; exec ./.keelson/app`
+	logs := &sink{}
+	_, err := e.rt.Build(context.Background(), job, logs)
+	require.NoError(t, err, logs.All())
+	return job, gate, logs
+}
+
+// started is how a Start in the background ended.
+type started struct {
+	up  string
+	err error
+}
+
+// startInBackground starts job; the channel receives how the start ended.
+func startInBackground(e *env, job deployments.Job, logs *sink) <-chan started {
+	done := make(chan started, 1)
+	go func() {
+		up, err := e.rt.Start(context.Background(), job, logs)
+		done <- started{up, err}
+	}()
+	return done
+}
+
+// pickedPort is the port the first launch of the app was given, read from
+// its "starting app" line.
+func pickedPort(t *testing.T, logs *sink) string {
+	t.Helper()
+	var port string
+	platformtest.Eventually(t, time.Minute, "the app's port to be picked", func() bool {
+		m := regexp.MustCompile(`\(PORT=(\d+)\)`).FindStringSubmatch(logs.All())
+		if m != nil {
+			port = m[1]
+		}
+		return m != nil
+	})
+	return port
 }
