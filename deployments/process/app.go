@@ -144,6 +144,13 @@ func (i *instance) Exit() supervise.Exit {
 	return supervise.Exit{Text: exitText(i.p.err), PortTaken: !portFree(i.port)}
 }
 
+// CheckListener confirms that the sockets listening on its port are held by
+// processes of the app (see ownListener), not by another process that bound
+// the port first.
+func (i *instance) CheckListener() error { return ownListener(i.port, i.p.g) }
+
+var _ supervise.ListenerChecker = (*instance)(nil)
+
 // Stop sends SIGTERM to its process group, and SIGKILL after grace.
 func (i *instance) Stop(_ context.Context, grace time.Duration) { i.p.terminate(grace) }
 

@@ -52,8 +52,16 @@
 //
 // Start: the app gets a free loopback port in PORT and counts as started when
 // GET http://127.0.0.1:PORT/ gets any HTTP response (even a 404 or 500) within
-// Config.HealthTimeout; if it exits or times out first, Start fails with its
-// last output lines. Stop first waits (up to Config.StopGrace) for requests the
+// Config.HealthTimeout, and every socket listening where that request can
+// land (127.0.0.1, 0.0.0.0 or :: on PORT, read from /proc/net/tcp and tcp6)
+// is held by a process of the app (a socket:[inode] in its /proc/<pid>/fd).
+// So another process that bound the port before the app (a second server on
+// the machine) never makes the app healthy and is never routed to: the app
+// is started once more on another port, as when it exits because another
+// process took its port. An answer whose listener cannot be told to be the
+// app's (a process of the app whose descriptors cannot be read) does not
+// count either. If it exits or times out first, Start fails with its last
+// output lines. Stop first waits (up to Config.StopGrace) for requests the
 // ingress still has in flight to the deployment, so a swap (route the new
 // deployment, then stop the old) loses no request.
 //

@@ -563,6 +563,48 @@ func TestAppStartsWhenAnotherProcessTakesItsPort(t *testing.T) {
 	assert.Contains(t, logs.All(), "port "+port+" was taken by another process")
 }
 
+// TestAppIsNeverRoutedToAnotherProcessOnItsPort: another process (here the
+// test itself, no process of the app) binds the port picked for the app
+// before the app does, and answers HTTP on it. That answer must not make the
+// app healthy: the deployment would be routed to someone else's app. The
+// start launches the app once more on another port, and the route reaches
+// the app.
+func TestAppIsNeverRoutedToAnotherProcessOnItsPort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	job, gate, logs := gatedGoJob(t, e, "foreign")
+	done := startInBackground(e, job, logs)
+	port := pickedPort(t, logs)
+	asked := make(chan struct{}, 1)
+	foreign := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+			_, _ = w.Write([]byte("not the app"))
+		})}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+	require.NoError(t, err)
+	go func() { _ = foreign.Serve(ln) }()
+	t.Cleanup(func() { foreign.Close() })
+	// The health check reaches the other listener while the app still waits
+	// for its gate: the app cannot have exited on the taken port yet.
+	platformtest.Receive(t, asked, time.Minute, "a health check answered by the other listener")
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+
+	res := platformtest.Receive(t, done, 2*time.Minute, "the start")
+	require.NoError(t, res.err, logs.All())
+	require.NotEqual(t, "127.0.0.1:"+port, res.up, "the app's upstream is the other process's listener")
+	_, err = e.rt.Route(ctx, "foreign", job.DeploymentID, res.up)
+	require.NoError(t, err)
+	for range 5 {
+		assert.Equal(t, "hello v1", e.mustGet(t, "foreign.localhost", "/"))
+	}
+	assert.Contains(t, logs.All(), "port "+port+" was taken by another process")
+}
+
 // gatedGoJob builds a Go app whose start command waits until the returned
 // gate file exists, so a test can bind the app's port before the app does.
 func gatedGoJob(t *testing.T, e *env, slug string) (deployments.Job, string, *sink) {

@@ -11,22 +11,33 @@ import (
 	"time"
 )
 
-// waitHealthy polls http://<upstream>/ until the app answers anything.
+// waitHealthy polls http://<upstream>/ until the app answers anything. An
+// answer on the port of a ListenerChecker counts only once the listener is
+// confirmed to be the app's: another process's fails the wait at once
+// (ErrForeignListener), and one that cannot be told keeps it waiting.
 func (a *app) waitHealthy(ctx context.Context, inst Instance) error {
 	timeout := a.s.cfg.HealthTimeout
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	url := "http://" + inst.Upstream() + "/"
 	interval := 10 * time.Millisecond
+	var unsure error // why the last answer could not be counted as the app's
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
+		unsure = nil
 		if res, err := a.s.health.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 			res.Body.Close()
-			return nil
+			unsure = checkListener(inst)
+			if unsure == nil {
+				return nil
+			}
+			if errors.Is(unsure, ErrForeignListener) {
+				return fmt.Errorf("what answers HTTP on port %d is not the app: %w", inst.Port(), unsure)
+			}
 		}
 		t := time.NewTimer(interval)
 		select {
@@ -45,12 +56,24 @@ func (a *app) waitHealthy(ctx context.Context, inst Instance) error {
 			return context.Cause(ctx)
 		case <-deadline.C:
 			t.Stop()
+			if unsure != nil {
+				return fmt.Errorf("something answers HTTP on port %d, but it could not be confirmed to be the app within %s (%v); it is not routed; last output:\n%s",
+					inst.Port(), timeout, unsure, a.out.Tail())
+			}
 			return fmt.Errorf("the app did not answer HTTP on port %d within %s; last output:\n%s",
 				inst.Port(), timeout, a.out.Tail())
 		case <-t.C:
 		}
 		interval = min(2*interval, 250*time.Millisecond)
 	}
+}
+
+// checkListener is inst's CheckListener, nil for an instance without one.
+func checkListener(inst Instance) error {
+	if c, ok := inst.(ListenerChecker); ok {
+		return c.CheckListener()
+	}
+	return nil
 }
 
 // supervise launches the app again when it exits on its own, with backoff,

@@ -51,6 +51,26 @@ type Instance interface {
 	Stop(ctx context.Context, grace time.Duration)
 }
 
+// ListenerChecker is an Instance whose port is shared with every other
+// process of the machine (the process runtime's loopback ports): whatever
+// answers HTTP there may be another process that bound the port first. An
+// answer counts as the app's only once CheckListener confirms it. A runtime
+// whose apps have a network of their own (a container's namespace) needs
+// no such check.
+type ListenerChecker interface {
+	Instance
+	// CheckListener returns nil when every socket that accepts connections
+	// on Upstream is the instance's own; an error wrapping
+	// ErrForeignListener when another process holds one; any other error
+	// when it cannot tell (the app is not counted as answering then).
+	CheckListener() error
+}
+
+// ErrForeignListener is CheckListener's answer when a process that is not
+// the app's listens on its port. A start then launches the app once more, on
+// another port, as on Exit.PortTaken.
+var ErrForeignListener = errors.New("another process listens on the app's port")
+
 // Served is an Instance served by the server itself (the static preset): it
 // answers from the start and is never restarted. Serving is its log line.
 type Served interface {
@@ -178,8 +198,9 @@ func (a *app) start(ctx context.Context) (string, error) {
 	if err == nil {
 		err = a.waitHealthy(ctx, inst)
 	}
-	if err != nil && exitedOnTakenPort(inst) {
+	if err != nil && (errors.Is(err, ErrForeignListener) || exitedOnTakenPort(inst)) {
 		a.out.System(fmt.Sprintf("port %d was taken by another process; starting the app on another port", inst.Port()))
+		inst.Stop(ctx, a.s.cfg.StopGrace) // it may still run (waiting to listen on the taken port)
 		if inst, err = a.launch(ctx, true); err == nil {
 			err = a.waitHealthy(ctx, inst)
 		}
