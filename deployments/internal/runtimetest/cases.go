@@ -78,6 +78,27 @@ func (c *suite) crashWindow(t *testing.T) {
 	assert.False(t, logs.Has("not restarting it"), logs.All())
 }
 
+// restartRoutedOnceAnswering: a restart that moves the app moves its route
+// only once the new run answers there, never to a port it does not listen
+// on yet (the app takes a second to listen).
+func (c *suite) restartRoutedOnceAnswering(t *testing.T) {
+	if !c.MovesOnRestart {
+		t.Skip("the runtime keeps an app's upstream across restarts")
+	}
+	up, _ := c.start(t, "slow")
+	_, _, _ = c.get("/crash")
+	c.clock.Advance(c.clock.NextWait(t, hang))
+	var moved string
+	platformtest.Eventually(t, hang, "the route to move", func() bool {
+		route, ok := c.router.Lookup(c.job.ProjectSlug)
+		moved = route.Upstream
+		return ok && moved != up
+	})
+	code, _, err := get(c.ingress.Client(), "http://"+moved+"/pid", "")
+	require.NoError(t, err, "the route moved to %s before the app answered there", moved)
+	assert.Equal(t, http.StatusOK, code)
+}
+
 // crashAndRestart crashes the app through the ingress: the supervisor waits
 // backoff on the clock, and only then runs the app again; its route leads to
 // the new run (moved when the runtime moves it). It returns the new run and

@@ -79,6 +79,7 @@ func Run(t *testing.T, newTarget func(t *testing.T, s Settings) Target) {
 	t.Run("HealthWait", c.healthWait)
 	t.Run("CrashBackoffAndGiveUp", c.crashBackoffAndGiveUp)
 	t.Run("CrashWindow", c.crashWindow)
+	t.Run("RestartRoutedOnceAnswering", c.restartRoutedOnceAnswering)
 	t.Run("Drain", c.drain)
 }
 
@@ -187,8 +188,8 @@ func newRepo(t *testing.T) string {
 	return dir
 }
 
-// appMain answers HTTP (MODE=serve), stays silent (MODE=silent) or exits
-// at once (MODE=exit). /crash exits with status 3; /hold answers once /release
+// appMain answers HTTP (MODE=serve), after a second (MODE=slow), stays
+// silent (MODE=silent) or exits at once (MODE=exit). /crash exits with status 3; /hold answers once /release
 // was requested.
 const appMain = `package main
 
@@ -208,6 +209,9 @@ func main() {
 	case "silent":
 		fmt.Println("staying silent")
 		time.Sleep(time.Hour)
+	case "slow":
+		fmt.Println("listening in a second")
+		time.Sleep(time.Second)
 	}
 	started := time.Now().UnixNano()
 	release := make(chan struct{})

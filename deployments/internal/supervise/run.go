@@ -152,9 +152,13 @@ func (s *Supervisor) after(d time.Duration) (<-chan time.Time, func()) {
 	return t.C, func() { t.Stop() }
 }
 
-// relaunch launches the app again and moves its route when its upstream
-// changed. It returns the new instance (nil when none could be launched: a
-// crash at once) and false when the app was stopped meanwhile.
+// relaunch launches the app again and, once it answers (the same health
+// wait as a start: on a shared port, from the app's own socket), moves its
+// route when its upstream changed; until then the route stays where it was
+// rather than lead to a port nothing of the app answers on yet. It returns
+// the new instance (nil when none could be launched: a crash at once; one
+// that did not answer is stopped and returned, so its end counts as a crash)
+// and false when the app was stopped meanwhile.
 func (a *app) relaunch() (Instance, bool) {
 	cfg := a.s.cfg
 	inst, err := a.l.Launch(context.Background(), true)
@@ -162,15 +166,22 @@ func (a *app) relaunch() (Instance, bool) {
 		a.out.System(err.Error())
 		return inst, true
 	}
-	a.mu.Lock()
-	if a.stopping {
-		a.mu.Unlock()
+	if a.adopt(inst, false) != nil { // stopping
 		inst.Stop(context.Background(), cfg.StopGrace)
 		return nil, false
 	}
+	if err := a.waitHealthy(context.Background(), inst); err != nil {
+		inst.Stop(context.Background(), cfg.StopGrace)
+		if a.isStopping() {
+			return nil, false
+		}
+		a.out.System("the restarted app is not routed: " + err.Error())
+		return inst, true
+	}
+	a.mu.Lock()
 	up := inst.Upstream()
 	moved := up != a.upstream
-	a.inst, a.upstream = inst, up
+	a.upstream = up
 	slug := a.slug
 	a.mu.Unlock()
 	if moved {

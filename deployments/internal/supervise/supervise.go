@@ -218,7 +218,7 @@ func (a *app) start(ctx context.Context) (string, error) {
 func (a *app) launch(ctx context.Context, restart bool) (Instance, error) {
 	inst, err := a.l.Launch(ctx, restart)
 	if err == nil {
-		err = a.adopt(inst)
+		err = a.adopt(inst, true)
 	}
 	return inst, err
 }
@@ -237,14 +237,18 @@ func exitedOnTakenPort(inst Instance) bool {
 	}
 }
 
-// adopt makes inst the app's running instance, unless the app is stopping.
-func (a *app) adopt(inst Instance) error {
+// adopt makes inst the app's running instance (Stop stops it from then on),
+// and with withUpstream its upstream the app's, unless the app is stopping.
+func (a *app) adopt(inst Instance, withUpstream bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopping {
 		return errors.New("the app was stopped while starting")
 	}
-	a.inst, a.upstream = inst, inst.Upstream()
+	a.inst = inst
+	if withUpstream {
+		a.upstream = inst.Upstream()
+	}
 	return nil
 }
 
