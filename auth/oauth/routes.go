@@ -50,24 +50,26 @@ type connectTicketOutput struct {
 	Body         *ConnectTicket
 }
 
-// The two callback inputs differ only in their cookie's name. (Huma reads no
-// parameters from unexported embedded structs, hence the repetition.)
-type codehostCallbackInput struct {
+// CallbackQuery is what the provider's redirect carries to either callback.
+// Its inputs embed it and add their own state cookie; it is exported only
+// because Huma reads no parameters from an unexported embedded struct.
+type CallbackQuery struct {
 	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
 	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
 	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
 	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect (__Host-keelson_oauth_codehost on https)"`
-	HostCookie       string `cookie:"__Host-keelson_oauth_codehost" hidden:"true"`
+}
+
+type codehostCallbackInput struct {
+	CallbackQuery
+	Cookie     string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect (__Host-keelson_oauth_codehost on https)"`
+	HostCookie string `cookie:"__Host-keelson_oauth_codehost" hidden:"true"`
 }
 
 type idpCallbackInput struct {
-	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
-	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
-	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
-	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp (__Host-keelson_oauth_idp on https)"`
-	HostCookie       string `cookie:"__Host-keelson_oauth_idp" hidden:"true"`
+	CallbackQuery
+	Cookie     string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp (__Host-keelson_oauth_idp on https)"`
+	HostCookie string `cookie:"__Host-keelson_oauth_idp" hidden:"true"`
 }
 
 type exchangeInput struct {
