@@ -88,7 +88,12 @@ func (h *handlers) create(ctx context.Context, in *createInput) (*triggerOutput,
 	if !platform.ValidID(in.Body.ProjectID) {
 		return nil, platform.Invalid("body.projectId: must be a project ID (UUID)")
 	}
-	d, err := h.svc.Trigger(ctx, TriggerParams{ProjectID: in.Body.ProjectID, OwnerID: caller(ctx), Reason: "manual"})
+	return triggered(h.svc.Trigger(ctx, TriggerParams{ProjectID: in.Body.ProjectID, OwnerID: caller(ctx), Reason: "manual"}))
+}
+
+// triggered answers the deployment a trigger (create, redeploy, rollback)
+// started, or err.
+func triggered(d *Deployment, err error) (*triggerOutput, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +206,11 @@ func (h *handlers) get(ctx context.Context, in *idPath) (*viewOutput, error) {
 type statusOutput struct{ Body StatusView }
 
 func (h *handlers) status(ctx context.Context, in *idPath) (*statusOutput, error) {
-	d, err := h.svc.Status(ctx, caller(ctx), in.ID)
+	return statusReply(h.svc.Status(ctx, caller(ctx), in.ID))
+}
+
+// statusReply answers d's status (status, cancel), or err.
+func statusReply(d *Deployment, err error) (*statusOutput, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -230,27 +239,15 @@ func (h *handlers) delete(ctx context.Context, in *idPath) (*deleteOutput, error
 }
 
 func (h *handlers) cancel(ctx context.Context, in *idPath) (*statusOutput, error) {
-	d, err := h.svc.Cancel(ctx, caller(ctx), in.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &statusOutput{Body: StatusViewOf(d)}, nil
+	return statusReply(h.svc.Cancel(ctx, caller(ctx), in.ID))
 }
 
 func (h *handlers) redeploy(ctx context.Context, in *idPath) (*triggerOutput, error) {
-	d, err := h.svc.Redeploy(ctx, caller(ctx), in.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
+	return triggered(h.svc.Redeploy(ctx, caller(ctx), in.ID))
 }
 
 func (h *handlers) rollback(ctx context.Context, in *idPath) (*triggerOutput, error) {
-	d, err := h.svc.Rollback(ctx, caller(ctx), in.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &triggerOutput{Body: TriggerResponse{DeploymentID: d.ID, WorkflowName: d.WorkflowName, Status: d.Status}}, nil
+	return triggered(h.svc.Rollback(ctx, caller(ctx), in.ID))
 }
 
 // SchemaName methods name these types in the OpenAPI document (platform.SchemaNamer).

@@ -75,26 +75,11 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (Principal, error)
 }
 
-// SecurityScheme is the OpenAPI name of the bearer scheme AddBearerScheme adds.
+// SecurityScheme is the OpenAPI name of the bearer scheme APIConfig declares.
 const SecurityScheme = "bearer"
 
 // Bearer is the Security requirement for operations protected by RequireAuth.
 func Bearer() []map[string][]string { return []map[string][]string{{SecurityScheme: {}}} }
-
-// AddBearerScheme declares the bearer JWT scheme in api's OpenAPI document.
-func AddBearerScheme(api huma.API) {
-	oa := api.OpenAPI()
-	if oa.Components == nil {
-		oa.Components = &huma.Components{}
-	}
-	if oa.Components.SecuritySchemes == nil {
-		oa.Components.SecuritySchemes = map[string]*huma.SecurityScheme{}
-	}
-	oa.Components.SecuritySchemes[SecurityScheme] = &huma.SecurityScheme{
-		Type: "http", Scheme: "bearer",
-		Description: "Access token (a JWT) from POST /auth/login or POST /auth/refresh, or an API token (kls_...) from POST /auth/tokens.",
-	}
-}
 
 // BearerToken extracts the token of an "Authorization: Bearer <token>" header.
 func BearerToken(header string) (string, bool) {

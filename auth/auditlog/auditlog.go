@@ -66,7 +66,7 @@ type Service struct {
 	d Deps
 
 	mu   sync.Mutex
-	stop func() // ends the prune loop and waits for it; nil when not running
+	loop *platform.Loop // the prune loop; nil when not running
 }
 
 var (
@@ -189,29 +189,16 @@ func (s *Service) Prune(ctx context.Context) (int64, error) {
 func (s *Service) Start(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stop != nil || s.d.Retention < 0 {
+	if s.loop != nil || s.d.Retention < 0 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	s.stop = func() { cancel(); <-done }
-	go func() {
-		defer close(done)
-		t := time.NewTicker(s.d.PruneEvery)
-		defer t.Stop()
-		for {
-			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
-				s.d.Log.Warn("delete expired audit rows", "err", err)
-			} else if n > 0 {
-				s.d.Log.Info("deleted expired audit rows", "rows", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	s.loop = platform.Every(context.Background(), s.d.PruneEvery, true, nil, func(ctx context.Context) {
+		if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.Warn("delete expired audit rows", "err", err)
+		} else if n > 0 {
+			s.d.Log.Info("deleted expired audit rows", "rows", n)
 		}
-	}()
+	})
 	return nil
 }
 
@@ -219,11 +206,9 @@ func (s *Service) Start(context.Context) error {
 // started, and twice.
 func (s *Service) Close(context.Context) error {
 	s.mu.Lock()
-	stop := s.stop
-	s.stop = nil
+	loop := s.loop
+	s.loop = nil
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
+	loop.Stop()
 	return nil
 }

@@ -50,24 +50,26 @@ type connectTicketOutput struct {
 	Body         *ConnectTicket
 }
 
-// The two callback inputs differ only in their cookie's name. (Huma reads no
-// parameters from unexported embedded structs, hence the repetition.)
-type codehostCallbackInput struct {
+// CallbackQuery is what the provider's redirect carries to either callback.
+// Its inputs embed it and add their own state cookie; it is exported only
+// because Huma reads no parameters from an unexported embedded struct.
+type CallbackQuery struct {
 	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
 	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
 	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
 	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect (__Host-keelson_oauth_codehost on https)"`
-	HostCookie       string `cookie:"__Host-keelson_oauth_codehost" hidden:"true"`
+}
+
+type codehostCallbackInput struct {
+	CallbackQuery
+	Cookie     string `cookie:"keelson_oauth_codehost" doc:"State cookie set by GET /auth/codehost or /auth/codehost/connect (__Host-keelson_oauth_codehost on https)"`
+	HostCookie string `cookie:"__Host-keelson_oauth_codehost" hidden:"true"`
 }
 
 type idpCallbackInput struct {
-	Code             string `query:"code" maxLength:"2048" doc:"Authorization code from the provider (absent when the user declined)"`
-	State            string `query:"state" required:"true" maxLength:"256" doc:"The state the start route sent; must match this browser's state cookie and is accepted once"`
-	Error            string `query:"error" maxLength:"256" doc:"OAuth error from the provider, e.g. access_denied"`
-	ErrorDescription string `query:"error_description" maxLength:"2048" doc:"Provider's description of error (ignored)"`
-	Cookie           string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp (__Host-keelson_oauth_idp on https)"`
-	HostCookie       string `cookie:"__Host-keelson_oauth_idp" hidden:"true"`
+	CallbackQuery
+	Cookie     string `cookie:"keelson_oauth_idp" doc:"State cookie set by GET /auth/idp (__Host-keelson_oauth_idp on https)"`
+	HostCookie string `cookie:"__Host-keelson_oauth_idp" hidden:"true"`
 }
 
 type exchangeInput struct {
@@ -109,6 +111,13 @@ var (
 	redirectErrs = []int{http.StatusBadRequest, http.StatusServiceUnavailable}
 )
 
+// redirectOp is a browser route: a GET answered with a 302 (redirectOutput),
+// whose errors are errs.
+func redirectOp(id, path, summary, desc string, errs []int) huma.Operation {
+	return huma.Operation{OperationID: id, Method: http.MethodGet, Path: path, Summary: summary, Description: desc,
+		Tags: oauthTags, DefaultStatus: http.StatusFound, Errors: errs}
+}
+
 // redirectTo answers a flow step's redirect, or its error.
 func redirectTo(r *redirect, err error) (*redirectOutput, error) {
 	if err != nil {
@@ -128,32 +137,25 @@ func (s *Service) Register(api huma.API) error {
 // registerCodehost adds the code host's login, connect (account linking)
 // and callback routes.
 func (s *Service) registerCodehost(api huma.API) {
-	tags := oauthTags
-
-	huma.Register(api, huma.Operation{
-		OperationID: "oauth-codehost-start", Method: http.MethodGet, Path: "/auth/codehost",
-		Summary: "Log in through the code host (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
-		Description: "Redirects to the code host's authorization page with state and PKCE (S256), bound to this " +
-			"browser by a short-lived cookie. 503 names the missing settings when the code host is not configured. " + loginDoc,
-		Errors: startErrs,
-	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
+	huma.Register(api, redirectOp("oauth-codehost-start", "/auth/codehost", "Log in through the code host (browser redirect)",
+		"Redirects to the code host's authorization page with state and PKCE (S256), bound to this "+
+			"browser by a short-lived cookie. 503 names the missing settings when the code host is not configured. "+loginDoc,
+		startErrs), func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		return redirectTo(s.start(ctx, s.codehost, modeLogin, "", ""))
 	})
 
-	huma.Register(api, huma.Operation{
-		OperationID: "oauth-codehost-connect", Method: http.MethodGet, Path: "/auth/codehost/connect",
-		Summary: "Link a code-host account to the current user (browser redirect)", Tags: tags,
-		DefaultStatus: http.StatusFound, Security: platform.Bearer(),
-		Description: "For a browser: ?ticket= from POST /auth/codehost/connect, opened in the browser that asked " +
-			"for it (the ticket's cookie must come along; otherwise 400 and nothing is linked). For other clients: " +
-			"Authorization: Bearer. The token query parameter is refused (400). Redirects to the code host's " +
-			"authorization page; the connect metadata (who is connecting) is kept server-side with the state. " + connectDoc,
-		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable},
-	}, s.connectRoute)
+	connect := redirectOp("oauth-codehost-connect", "/auth/codehost/connect", "Link a code-host account to the current user (browser redirect)",
+		"For a browser: ?ticket= from POST /auth/codehost/connect, opened in the browser that asked "+
+			"for it (the ticket's cookie must come along; otherwise 400 and nothing is linked). For other clients: "+
+			"Authorization: Bearer. The token query parameter is refused (400). Redirects to the code host's "+
+			"authorization page; the connect metadata (who is connecting) is kept server-side with the state. "+connectDoc,
+		[]int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable})
+	connect.Security = platform.Bearer()
+	huma.Register(api, connect, s.connectRoute)
 
 	huma.Register(api, huma.Operation{
 		OperationID: "oauth-codehost-connect-ticket", Method: http.MethodPost, Path: "/auth/codehost/connect",
-		Summary: "Get a one-time ticket that links a code-host account to the current user", Tags: tags,
+		Summary: "Get a one-time ticket that links a code-host account to the current user", Tags: oauthTags,
 		Security: platform.Bearer(),
 		Description: "Call it from the browser that will do the linking (credentials included: the answer sets an " +
 			"HttpOnly cookie binding the ticket to that browser), then send that browser to connectUrl " +
@@ -175,14 +177,11 @@ func (s *Service) registerCodehost(api huma.API) {
 		return &connectTicketOutput{SetCookie: t.Cookie.String(), CacheControl: "no-store", Body: t}, nil
 	})
 
-	huma.Register(api, huma.Operation{
-		OperationID: "oauth-codehost-callback", Method: http.MethodGet, Path: "/auth/codehost/callback",
-		Summary: "Code host's OAuth callback (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
-		Description: "Where the code host sends the browser back. A missing, mismatched, expired or replayed state " +
-			"answers 400 and changes nothing. Login mode: " + loginDoc + " " + connectDoc +
+	huma.Register(api, redirectOp("oauth-codehost-callback", "/auth/codehost/callback", "Code host's OAuth callback (browser redirect)",
+		"Where the code host sends the browser back. A missing, mismatched, expired or replayed state "+
+			"answers 400 and changes nothing. Login mode: "+loginDoc+" "+connectDoc+
 			" The code host's user token is stored sealed and its login becomes the profile's codehostUsername.",
-		Errors: redirectErrs,
-	}, func(ctx context.Context, in *codehostCallbackInput) (*redirectOutput, error) {
+		redirectErrs), func(ctx context.Context, in *codehostCallbackInput) (*redirectOutput, error) {
 		return redirectTo(s.callback(ctx, s.codehost, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)}))
 	})
 
@@ -191,31 +190,24 @@ func (s *Service) registerCodehost(api huma.API) {
 // registerIDP adds the OpenID Connect provider's login and callback routes,
 // and the one-time code exchange both providers' callbacks use.
 func (s *Service) registerIDP(api huma.API) {
-	tags := oauthTags
-	huma.Register(api, huma.Operation{
-		OperationID: "oauth-idp-start", Method: http.MethodGet, Path: "/auth/idp",
-		Summary: "Log in through the OpenID Connect provider (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
-		Description: "Redirects to the identity provider (found by discovery from its issuer at first use) with " +
-			"state, PKCE (S256) and nonce, bound to this browser by a short-lived cookie. 503 names the missing " +
-			"settings, or says the provider cannot be reached. " + loginDoc,
-		Errors: startErrs,
-	}, func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
+	huma.Register(api, redirectOp("oauth-idp-start", "/auth/idp", "Log in through the OpenID Connect provider (browser redirect)",
+		"Redirects to the identity provider (found by discovery from its issuer at first use) with "+
+			"state, PKCE (S256) and nonce, bound to this browser by a short-lived cookie. 503 names the missing "+
+			"settings, or says the provider cannot be reached. "+loginDoc,
+		startErrs), func(ctx context.Context, _ *struct{}) (*redirectOutput, error) {
 		return redirectTo(s.start(ctx, s.idp, modeLogin, "", ""))
 	})
 
-	huma.Register(api, huma.Operation{
-		OperationID: "oauth-idp-callback", Method: http.MethodGet, Path: "/auth/idp/callback",
-		Summary: "Identity provider's OAuth callback (browser redirect)", Tags: tags, DefaultStatus: http.StatusFound,
-		Description: "Where the identity provider sends the browser back. A missing, mismatched, expired or replayed " +
-			"state answers 400 and changes nothing. The ID token is verified (JWKS signature, iss, aud, exp, nonce). " + loginDoc,
-		Errors: redirectErrs,
-	}, func(ctx context.Context, in *idpCallbackInput) (*redirectOutput, error) {
+	huma.Register(api, redirectOp("oauth-idp-callback", "/auth/idp/callback", "Identity provider's OAuth callback (browser redirect)",
+		"Where the identity provider sends the browser back. A missing, mismatched, expired or replayed "+
+			"state answers 400 and changes nothing. The ID token is verified (JWKS signature, iss, aud, exp, nonce). "+loginDoc,
+		redirectErrs), func(ctx context.Context, in *idpCallbackInput) (*redirectOutput, error) {
 		return redirectTo(s.callback(ctx, s.idp, callbackParams{Code: in.Code, State: in.State, Error: in.Error, Cookie: s.pick(in.Cookie, in.HostCookie)}))
 	})
 
 	huma.Register(api, huma.Operation{
 		OperationID: "oauth-exchange", Method: http.MethodPost, Path: "/auth/oauth/exchange",
-		Summary: "Trade a one-time OAuth code for the token pair", Tags: tags, MaxBodyBytes: 4096,
+		Summary: "Trade a one-time OAuth code for the token pair", Tags: oauthTags, MaxBodyBytes: 4096,
 		Description: "In redirect mode \"code\" the OAuth callbacks put ?code= in the frontend URL instead of " +
 			"the tokens. The code is single-use and valid for 30 seconds; it answers the same token pair as " +
 			"POST /auth/login. An unknown, used or expired code answers 400.",

@@ -139,11 +139,8 @@ func (s *Service) mailInvite(ctx context.Context, row *inviteRow, tok string) {
 
 // Invitations returns a page of the team's pending invitations, newest first (admin).
 func (s *Service) Invitations(ctx context.Context, userID, teamID string, page platform.PageParams) ([]*Invitation, string, error) {
-	after, err := platform.DecodeCursor(page.Cursor)
+	after, err := s.teamPage(ctx, teamID, userID, platform.MembersWrite, page)
 	if err != nil {
-		return nil, "", err
-	}
-	if _, err := s.access(ctx, s.d.DB, teamID, userID, platform.MembersWrite); err != nil {
 		return nil, "", err
 	}
 	q := s.d.DB.NewSelect().Model((*inviteRow)(nil)).Where("team_id = ? AND expires_at > ?", teamID, s.now())

@@ -142,11 +142,8 @@ func (s *Service) Delete(ctx context.Context, userID, id string) error {
 
 // Members returns a page of the team's members, first joined first.
 func (s *Service) Members(ctx context.Context, userID, id string, page platform.PageParams) ([]*Member, string, error) {
-	after, err := platform.DecodeCursor(page.Cursor)
+	after, err := s.teamPage(ctx, id, userID, platform.MembersRead, page)
 	if err != nil {
-		return nil, "", err
-	}
-	if _, err := s.access(ctx, s.d.DB, id, userID, platform.MembersRead); err != nil {
 		return nil, "", err
 	}
 	q := s.d.DB.NewSelect().Model((*memberRow)(nil)).Where("team_id = ?", id)
@@ -164,6 +161,19 @@ func (s *Service) Members(ctx context.Context, userID, id string, page platform.
 		out = append(out, m)
 	}
 	return out, next, nil
+}
+
+// teamPage decodes page's cursor (400 first), then checks that userID holds
+// perm in teamID: the gate of every list of a team's rows.
+func (s *Service) teamPage(ctx context.Context, teamID, userID string, perm platform.Permission, page platform.PageParams) (*platform.Cursor, error) {
+	after, err := platform.DecodeCursor(page.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.access(ctx, s.d.DB, teamID, userID, perm); err != nil {
+		return nil, err
+	}
+	return after, nil
 }
 
 // owners counts the team's owners (in tx, under the team's lock).
