@@ -127,6 +127,7 @@ type Manager struct {
 	mu       sync.Mutex
 	names    map[string]bool // hosts a certificate was sought for: renew's
 	renewals *platform.Loop
+	ariNext  map[string]ariCheck // the loop's own: refreshARI
 
 	staticNames []string // the static certificate's names (Held)
 	staticHash  string   // and its hash in the cache (never renewed)
@@ -220,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log,
-		names: map[string]bool{}}
+		names: map[string]bool{}, ariNext: map[string]ariCheck{}}
 	m.life, m.stop = context.WithCancel(context.Background())
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{

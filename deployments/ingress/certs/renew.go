@@ -20,7 +20,8 @@ import (
 // and before a handshake would:
 //
 //   - the loop renews with renewRatio of the lifetime left, or when the
-//     CA's renewal info says (the renewer Config, ARI on);
+//     CA's renewal info says (the renewer Config, ARI on), which it asks
+//     the CA for again as the CA's Retry-After says (ari.go);
 //   - a handshake (the magic Config) renews only with handshakeRatio left
 //     (or in certmagic's emergency windows: a fiftieth of the lifetime, or
 //     five RenewCheckEvery), never for ARI (DisableARI), and refreshes no
@@ -57,13 +58,14 @@ func (m *Manager) renew(ctx context.Context) {
 			m.mu.Lock()
 			delete(m.names, n) // no longer served: let its certificate lapse
 			m.mu.Unlock()
+			delete(m.ariNext, n)
 			continue
 		}
 		c, ok := m.managed(n)
 		if !ok {
 			continue // none in memory: the next handshake loads or orders one
 		}
-		if c.NeedsRenewal(m.renewer) {
+		if c = m.refreshARI(ctx, n, c); c.NeedsRenewal(m.renewer) {
 			m.renewOne(ctx, n, c)
 		}
 	}

@@ -2,11 +2,17 @@ package certs_test
 
 import (
 	"context"
+	"encoding/json"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3/acme"
+	"github.com/uptrace/bun"
 
 	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
@@ -97,4 +103,83 @@ func renewalGoroutines() []string {
 		}
 	}
 	return found
+}
+
+// TestRenewalFollowsTheCAsRenewalInfo: once the renewal window (ARI) stored
+// with a certificate is past its Retry-After, the loop asks the CA again; a
+// window the CA moved into the past (as after an incident) has the
+// certificate renewed at once, months before it expires, and the renewed
+// one served.
+func TestRenewalFollowsTheCAsRenewalInfo(t *testing.T) {
+	dns := dnstest.Start(t)
+	bdb := dbtest.SQLite(t, sets...)
+	httpL, tlsL := listen(t), listen(t)
+	p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL)})
+	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	if err := router.Set("incident", "d1", startApp(t, "incident").addr); err != nil {
+		t.Fatal(err)
+	}
+	host := "incident.apps.example.test"
+	dns.AddA(host, "127.0.0.1")
+	first := startEdge(t, bdb, p, router, httpL, tlsL) // its loop: every 10 minutes
+	roots := p.IssuingRoots(t)
+	leaf := handshakeLeaf(t, first.tlsAddr, host, roots)
+
+	p.SetRenewalInfo(t, leaf, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	expireStoredRetryAfter(t, bdb, host)
+	// Another ingress on the database, its loop every second, loads the
+	// certificate at a handshake, then asks the CA and renews it.
+	second := startEdge(t, bdb, p, router, listen(t), listen(t), func(c *certs.Config) { c.RenewCheckEvery = time.Second })
+	if got := handshakeLeaf(t, second.tlsAddr, host, roots); !got.Equal(leaf) {
+		t.Fatalf("the second ingress serves %s, not the stored certificate", got.SerialNumber)
+	}
+	platformtest.Eventually(t, time.Minute, "the renewed certificate served", func() bool {
+		return !handshakeLeaf(t, second.tlsAddr, host, roots).Equal(leaf)
+	})
+	if n := p.Orders(); n != 2 {
+		t.Fatalf("%d orders, want 2 (the certificate and one renewal)", n)
+	}
+}
+
+// expireStoredRetryAfter makes the renewal info stored with host's
+// certificate due for a refresh (its Retry-After, 6 hours with Pebble, past).
+func expireStoredRetryAfter(t *testing.T, bdb *bun.DB, host string) {
+	t.Helper()
+	ctx := context.Background()
+	s := certs.NewStorage(bdb)
+	keys, err := s.List(ctx, "certificates", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(keys, func(k string) bool { return strings.HasSuffix(k, "/"+host+"/"+host+".json") })
+	if i < 0 {
+		t.Fatalf("no stored metadata for %s in %v", host, keys)
+	}
+	raw, err := s.Load(ctx, keys[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res certmagic.CertificateResource
+	var data acme.Certificate
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(res.IssuerData, &data); err != nil || data.RenewalInfo == nil {
+		t.Fatalf("no renewal info stored for %s (%v): %s", host, err, raw)
+	}
+	past := time.Now().Add(-time.Minute)
+	data.RenewalInfo.RetryAfter = &past
+	if res.IssuerData, err = json.Marshal(data); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = json.Marshal(res); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Store(ctx, keys[i], raw); err != nil {
+		t.Fatal(err)
+	}
 }
