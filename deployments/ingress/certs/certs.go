@@ -200,7 +200,12 @@ func (m *Manager) event(ctx context.Context, event string, data map[string]any) 
 		defer cancel()
 		var exp time.Time
 		if err == nil {
-			exp, _ = m.Expiry(ctx, host)
+			// The certificate just stored: a renewed one is not in memory
+			// yet, where the one it replaces still is (Expiry's answer).
+			var serr error
+			if exp, serr = m.storedExpiry(ctx, host); serr != nil {
+				exp, _ = m.Expiry(ctx, host)
+			}
 		}
 		m.cfg.OnCertificate(ctx, host, exp, err)
 	}
