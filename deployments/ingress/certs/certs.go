@@ -12,8 +12,9 @@
 //   - Storage: certificates, the ACME account, challenge state and locks in
 //     the database, so several ingresses share them and one orders a
 //     certificate while the others wait for it;
-//   - renewal ahead of expiry, when a third of a certificate's lifetime is
-//     left (renew);
+//   - renewal ahead of expiry by the Manager's own loop, when a third of a
+//     certificate's lifetime is left or the CA's renewal info says, under a
+//     context Close ends (renew.go);
 //   - plain HTTP redirected to HTTPS for a host whose certificate is held,
 //     in memory or in the database (Holds: a restarted ingress redirects
 //     before any handshake), unless Config.KeepHTTP keeps it; HSTS for the
@@ -80,7 +81,8 @@ type Config struct {
 	OnCertificate func(ctx context.Context, host string, expires time.Time, err error)
 	// RenewCheckEvery is how often the certificates of the hosts still
 	// served are checked for renewal (renewed when a third of their lifetime
-	// is left, or when the CA's renewal info says). Default 10 minutes.
+	// is left, or when the CA's renewal info says: renew.go). Default 10
+	// minutes.
 	RenewCheckEvery time.Duration
 	// Limits bound ACME orders. Defaults: DefaultLimits.
 	Limits Limits
@@ -106,10 +108,17 @@ type Manager struct {
 	cfg     Config
 	storage *Storage
 	cache   *certmagic.Cache
-	magic   *certmagic.Config
+	magic   *certmagic.Config // handshakes: on-demand issuance, no ARI
+	renewer *certmagic.Config // the renewal loop's: earlier window, ARI
 	issuer  *certmagic.ACMEIssuer
 	limit   *limiter
 	log     *slog.Logger
+
+	// life is the Manager's lifetime, the renewal loop's context: Close
+	// cancels it (stop), which ends a renewal under way.
+	life       context.Context
+	stop       context.CancelFunc
+	closeCache sync.Once
 
 	obtained, failed, refused atomic.Uint64
 
@@ -118,8 +127,10 @@ type Manager struct {
 	mu       sync.Mutex
 	names    map[string]bool // hosts a certificate was sought for: renew's
 	renewals *platform.Loop
+	ariNext  map[string]ariCheck // the loop's own: refreshARI
 
 	staticNames []string // the static certificate's names (Held)
+	staticHash  string   // and its hash in the cache (never renewed)
 }
 
 // Stats are a Manager's counts since it was built, for metrics.
@@ -171,6 +182,11 @@ func (m *Manager) event(ctx context.Context, event string, data map[string]any) 
 		m.obtained.Add(1)
 		m.log.Info("certs: certificate obtained", "host", host, "renewal", data["renewal"])
 	case "cert_failed":
+		if m.life.Err() != nil {
+			// Close cut a renewal short: no failure of the certificate's.
+			m.log.Debug("certs: renewal ended by Close", "host", host)
+			return nil
+		}
 		m.failed.Add(1)
 		m.log.Warn("certs: certificate not obtained", "host", host, "renewal", data["renewal"], "err", data["error"])
 		if err, _ = data["error"].(error); err == nil {
@@ -184,7 +200,12 @@ func (m *Manager) event(ctx context.Context, event string, data map[string]any) 
 		defer cancel()
 		var exp time.Time
 		if err == nil {
-			exp, _ = m.Expiry(ctx, host)
+			// The certificate just stored: a renewed one is not in memory
+			// yet, where the one it replaces still is (Expiry's answer).
+			var serr error
+			if exp, serr = m.storedExpiry(ctx, host); serr != nil {
+				exp, _ = m.Expiry(ctx, host)
+			}
 		}
 		m.cfg.OnCertificate(ctx, host, exp, err)
 	}
@@ -205,74 +226,61 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	m := &Manager{cfg: cfg, storage: NewStorage(cfg.DB), limit: newLimiter(cfg.Limits), log: log,
-		names: map[string]bool{}}
+		names: map[string]bool{}, ariNext: map[string]ariCheck{}}
+	m.life, m.stop = context.WithCancel(context.Background())
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
 		RenewCheckInterval: cfg.RenewCheckEvery,
 		Logger:             zl,
 	})
+	// Handshakes renew only late (handshakeRatio) and never for ARI, which
+	// certmagic would do in goroutines of its own: see renew.go.
 	m.magic = certmagic.New(m.cache, certmagic.Config{
-		Storage:  m.storage,
-		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: m.decide},
-		OnEvent:  m.event,
-		Logger:   zl,
+		Storage:            m.storage,
+		OnDemand:           &certmagic.OnDemandConfig{DecisionFunc: m.decide},
+		RenewalWindowRatio: handshakeRatio,
+		DisableARI:         true,
+		OnEvent:            m.event,
+		Logger:             zl,
 	})
 	m.issuer = certmagic.NewACMEIssuer(m.magic, certmagic.ACMEIssuer{
 		CA: cfg.DirectoryURL, TestCA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true,
 		TrustedRoots: cfg.Roots, Logger: zl,
 	})
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}
-	if cfg.StaticCertFile != "" {
-		if _, err := m.magic.CacheUnmanagedCertificatePEMFile(ctx, cfg.StaticCertFile, cfg.StaticKeyFile, nil); err != nil {
-			m.cache.Stop()
-			return nil, fmt.Errorf("certs: static certificate %s: %w", cfg.StaticCertFile, err)
-		}
-		if pemBytes, err := os.ReadFile(cfg.StaticCertFile); err == nil {
-			if leaf, err := firstCert(pemBytes); err == nil {
-				m.staticNames = leaf.DNSNames
-			}
-		}
+	m.renewer = certmagic.New(m.cache, certmagic.Config{
+		Storage:            m.storage,
+		Issuers:            []certmagic.Issuer{m.issuer},
+		RenewalWindowRatio: renewRatio,
+		OnEvent:            m.event,
+		Logger:             zl,
+	})
+	if err := m.loadStatic(ctx); err != nil {
+		m.stop()
+		m.cache.Stop()
+		return nil, err
 	}
-	m.renewals = platform.Every(context.Background(), cmp.Or(cfg.RenewCheckEvery, 10*time.Minute), false, nil, m.renew)
+	m.renewals = platform.Every(m.life, cmp.Or(cfg.RenewCheckEvery, 10*time.Minute), false, nil, m.renew)
 	return m, nil
 }
 
-// renew renews certificates ahead of expiry: certmagic renews an
-// on-demand certificate at a handshake inside its renewal window (the last
-// third of its lifetime, or the CA's renewal info), so a host nobody visits
-// would let its certificate lapse. Every interval each host this ingress
-// sought a certificate for and still serves goes through that handshake
-// path (GetCertificate with its name), which renews it in the background
-// and swaps it in, as a visitor's handshake would.
-func (m *Manager) renew(ctx context.Context) {
-	m.mu.Lock()
-	names := make([]string, 0, len(m.names))
-	for n := range m.names {
-		names = append(names, n)
+// loadStatic caches the static certificate, if any, and notes its names.
+func (m *Manager) loadStatic(ctx context.Context) error {
+	if m.cfg.StaticCertFile == "" {
+		return nil
 	}
-	m.mu.Unlock()
-	for _, n := range names {
-		if m.cfg.Allowed(ctx, n) != nil {
-			m.mu.Lock()
-			delete(m.names, n) // no longer served: let its certificate lapse
-			m.mu.Unlock()
-			continue
-		}
-		if m.needsRenewal(n) {
-			_, _ = m.magic.GetCertificateWithContext(ctx, &tls.ClientHelloInfo{ServerName: n})
+	hash, err := m.magic.CacheUnmanagedCertificatePEMFile(ctx, m.cfg.StaticCertFile, m.cfg.StaticKeyFile, nil)
+	if err != nil {
+		return fmt.Errorf("certs: static certificate %s: %w", m.cfg.StaticCertFile, err)
+	}
+	m.staticHash = hash
+	if pemBytes, err := os.ReadFile(m.cfg.StaticCertFile); err == nil {
+		if leaf, err := firstCert(pemBytes); err == nil {
+			m.staticNames = leaf.DNSNames
 		}
 	}
-}
-
-// needsRenewal reports whether a certificate held for name is in its renewal window.
-func (m *Manager) needsRenewal(name string) bool {
-	for _, c := range m.cache.AllMatchingCertificates(name) {
-		if c.NeedsRenewal(m.magic) {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // decide is certmagic's on-demand decision: the host's rule, then the rate
@@ -442,11 +450,29 @@ func (m *Manager) storedExpiry(ctx context.Context, host string) (time.Time, err
 	return leaf.NotAfter, nil
 }
 
-// Close stops renewals and releases the locks this Manager holds.
+// Close stops the renewal loop and waits, at most until ctx ends, for a
+// renewal under way, which it ends (its context is the Manager's lifetime);
+// then it stops the cache and releases the locks this Manager holds.
+// Calling it again is harmless.
 func (m *Manager) Close(ctx context.Context) error {
-	m.renewals.Stop()
-	m.cache.Stop()
-	return m.storage.Close(ctx)
+	m.stop()
+	stopped := make(chan struct{})
+	go func() {
+		m.renewals.Stop()
+		close(stopped)
+	}()
+	var err error
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		select {
+		case <-stopped:
+		default:
+			err = fmt.Errorf("certs: a renewal was still ending: %w", ctx.Err())
+		}
+	}
+	m.closeCache.Do(m.cache.Stop)
+	return errors.Join(err, m.storage.Close(ctx))
 }
 
 func hostOnly(h string) string {

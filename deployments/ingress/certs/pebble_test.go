@@ -441,7 +441,8 @@ func helperIngress() error {
 
 // TestRenewalAheadOfExpiry: certificates that live 30 s (Pebble's profile)
 // are renewed by the ingress's maintenance before they expire, with no
-// handshake asking, and the renewed one is served.
+// handshake asking, and the renewed one is served; OnCertificate is told
+// its expiry.
 func TestRenewalAheadOfExpiry(t *testing.T) {
 	dns := dnstest.Start(t)
 	bdb := dbtest.SQLite(t, sets...)
@@ -458,7 +459,11 @@ func TestRenewalAheadOfExpiry(t *testing.T) {
 	}
 	host := "renewed.apps.example.test"
 	dns.AddA(host, "127.0.0.1")
-	e := startEdge(t, bdb, p, router, httpL, tlsL, func(c *certs.Config) { c.RenewCheckEvery = time.Second })
+	var told atomic.Int64 // the expiry OnCertificate was last told (Unix seconds)
+	e := startEdge(t, bdb, p, router, httpL, tlsL, func(c *certs.Config) {
+		c.RenewCheckEvery = time.Second
+		c.OnCertificate = func(_ context.Context, _ string, expires time.Time, _ error) { told.Store(expires.Unix()) }
+	})
 	roots := p.IssuingRoots(t)
 	first := handshakeLeaf(t, e.tlsAddr, host, roots)
 	platformtest.Eventually(t, time.Minute, "a renewal", func() bool { return e.mgr.Stats().Obtained >= 2 })
@@ -471,6 +476,9 @@ func TestRenewalAheadOfExpiry(t *testing.T) {
 	})
 	if time.Now().After(first.NotAfter) && p.Orders() < 2 {
 		t.Fatalf("served after renewal: expires %s (the first %s), orders %d", second.NotAfter, first.NotAfter, p.Orders())
+	}
+	if got := time.Unix(told.Load(), 0); got.Before(second.NotAfter.Truncate(time.Second)) {
+		t.Fatalf("OnCertificate was told the certificate expires %s; the one served expires %s", got.UTC(), second.NotAfter)
 	}
 }
 

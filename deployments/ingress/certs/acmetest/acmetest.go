@@ -11,9 +11,11 @@
 package acmetest
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,13 +88,13 @@ func start(t testing.TB, bin string, o Options) (*Pebble, error) {
 	if err = os.WriteFile(cfgFile, b, 0o600); err != nil {
 		return nil, err
 	}
-	pem, err := os.ReadFile(filepath.Join(dir, "test/certs/pebble.minica.pem"))
+	rootPEM, err := os.ReadFile(filepath.Join(dir, "test/certs/pebble.minica.pem"))
 	if err != nil {
 		return nil, fmt.Errorf("Pebble's test CA next to %s (.ci/pebble.sh copies it): %w", bin, err)
 	}
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	p := &Pebble{DirectoryURL: fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort), APIRoots: roots, APIRootsPEM: pem,
+	roots.AppendCertsFromPEM(rootPEM)
+	p := &Pebble{DirectoryURL: fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort), APIRoots: roots, APIRootsPEM: rootPEM,
 		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmtPort), out: &platformtest.SyncBuffer{}}
 	cmd := exec.Command(bin, "-config", cfgFile, "-dnsserver", o.DNS)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
@@ -132,6 +134,24 @@ func (p *Pebble) IssuingRoots(t testing.TB) *x509.CertPool {
 		t.Fatalf("acmetest: roots: %s %s", resp.Status, b)
 	}
 	return pool
+}
+
+// SetRenewalInfo makes Pebble answer cert's renewal info (ARI) with the
+// window from start to end (its management API's /set-renewal-info/).
+func (p *Pebble) SetRenewalInfo(t testing.TB, cert *x509.Certificate, start, end time.Time) {
+	t.Helper()
+	window, _ := json.Marshal(map[string]any{"suggestedWindow": map[string]time.Time{"start": start, "end": end}})
+	body, _ := json.Marshal(map[string]string{"ARIResponse": string(window),
+		"Certificate": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))})
+	resp, err := p.client().Post(p.mgmt+"/set-renewal-info/", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("acmetest: set renewal info: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("acmetest: set renewal info: %s %s", resp.Status, b)
+	}
 }
 
 // Orders is how many orders Pebble has taken so far (its log's "Added order" lines).
