@@ -49,7 +49,7 @@ type Target struct {
 
 // The suite's settings: a health wait of real seconds; restarts on the fake clock.
 const (
-	healthTimeout  = 5 * time.Second
+	healthTimeout  = 10 * time.Second // a container restarted on a loaded machine answers within it
 	stopGrace      = 30 * time.Second
 	maxRestarts    = 2
 	restartWindow  = 5 * time.Minute
