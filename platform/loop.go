@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -47,4 +48,35 @@ func (l *Loop) Stop() {
 	}
 	l.cancel()
 	<-l.done
+}
+
+// LoopSlot holds a module's background Loop from its Start to its Close: at
+// most one at a time. The zero value is empty and ready to use.
+type LoopSlot struct {
+	mu   sync.Mutex
+	loop *Loop
+}
+
+// Start keeps the Loop start returns, unless the slot holds one already:
+// then start is not called and Start reports false.
+func (s *LoopSlot) Start(start func() *Loop) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loop != nil {
+		return false
+	}
+	s.loop = start()
+	return true
+}
+
+// Stop empties the slot and ends the Loop it held, waiting for a run under
+// way. It reports whether there was one; an empty slot is fine, and so is
+// a second Stop.
+func (s *LoopSlot) Stop() bool {
+	s.mu.Lock()
+	l := s.loop
+	s.loop = nil
+	s.mu.Unlock()
+	l.Stop()
+	return l != nil
 }

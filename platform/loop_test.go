@@ -50,3 +50,31 @@ func TestEveryStopCancelsTheRun(t *testing.T) {
 	l.Stop()
 	assert.True(t, finished.Load(), "Stop returned before the run did")
 }
+
+// A slot holds one loop at a time: a second Start neither calls its
+// function nor replaces the loop, Stop ends the loop it holds (its run under
+// way included) and empties the slot for a new Start.
+func TestLoopSlotHoldsOneLoop(t *testing.T) {
+	var slot platform.LoopSlot
+	assert.False(t, slot.Stop(), "an empty slot has nothing to stop")
+	stopped := make(chan struct{})
+	first := func() *platform.Loop {
+		return platform.Every(context.Background(), time.Hour, true, nil, func(ctx context.Context) {
+			<-ctx.Done()
+			close(stopped)
+		})
+	}
+	assert.True(t, slot.Start(first))
+	assert.False(t, slot.Start(func() *platform.Loop {
+		t.Error("a second Start called its function while a loop is held")
+		return nil
+	}))
+	assert.True(t, slot.Stop())
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("Stop returned before the loop's run ended")
+	}
+	assert.False(t, slot.Stop(), "a second Stop")
+	assert.True(t, slot.Start(func() *platform.Loop { return nil }), "an emptied slot takes a new loop")
+}

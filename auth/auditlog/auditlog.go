@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -65,8 +64,7 @@ const DefaultRetention = 365 * 24 * time.Hour
 type Service struct {
 	d Deps
 
-	mu   sync.Mutex
-	loop *platform.Loop // the prune loop; nil when not running
+	prune platform.LoopSlot // the prune loop, between Start and Close
 }
 
 var (
@@ -187,17 +185,17 @@ func (s *Service) Prune(ctx context.Context) (int64, error) {
 // Start prunes at once and then every Deps.PruneEvery until Close. The loop
 // holds no context of the caller's: Close alone ends it.
 func (s *Service) Start(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.loop != nil || s.d.Retention < 0 {
+	if s.d.Retention < 0 {
 		return nil
 	}
-	s.loop = platform.Every(context.Background(), s.d.PruneEvery, true, nil, func(ctx context.Context) {
-		if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
-			s.d.Log.Warn("delete expired audit rows", "err", err)
-		} else if n > 0 {
-			s.d.Log.Info("deleted expired audit rows", "rows", n)
-		}
+	s.prune.Start(func() *platform.Loop {
+		return platform.Every(context.Background(), s.d.PruneEvery, true, nil, func(ctx context.Context) {
+			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
+				s.d.Log.Warn("delete expired audit rows", "err", err)
+			} else if n > 0 {
+				s.d.Log.Info("deleted expired audit rows", "rows", n)
+			}
+		})
 	})
 	return nil
 }
@@ -205,10 +203,6 @@ func (s *Service) Start(context.Context) error {
 // Close ends the prune loop, waiting for a pass under way. Safe when never
 // started, and twice.
 func (s *Service) Close(context.Context) error {
-	s.mu.Lock()
-	loop := s.loop
-	s.loop = nil
-	s.mu.Unlock()
-	loop.Stop()
+	s.prune.Stop()
 	return nil
 }

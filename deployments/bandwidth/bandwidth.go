@@ -133,8 +133,7 @@ type Service struct {
 	mu    sync.Mutex // serializes flushes; guards cache
 	cache map[string]cached
 
-	life sync.Mutex // guards loop
-	loop *platform.Loop
+	flusher platform.LoopSlot // the flush loop, between Start and Close
 }
 
 type cached struct {
@@ -198,33 +197,28 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.d.Meter == nil {
 		return nil
 	}
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.loop != nil {
+	started := s.flusher.Start(func() *platform.Loop {
+		if err := s.Flush(ctx); err != nil {
+			// Not fatal: the next flush refuses them.
+			s.d.Log.WarnContext(ctx, "bandwidth: first flush", "err", err)
+		}
+		return platform.Every(context.Background(), s.d.FlushEvery, false, s.kick, func(ctx context.Context) {
+			if err := s.Flush(ctx); err != nil && ctx.Err() == nil {
+				s.d.Log.WarnContext(ctx, "bandwidth: flush (its counts are kept for the next one)", "err", err)
+			}
+		})
+	})
+	if !started {
 		return errors.New("bandwidth: already started")
 	}
-	if err := s.Flush(ctx); err != nil {
-		// Not fatal: the next flush refuses them.
-		s.d.Log.WarnContext(ctx, "bandwidth: first flush", "err", err)
-	}
-	s.loop = platform.Every(context.Background(), s.d.FlushEvery, false, s.kick, func(ctx context.Context) {
-		if err := s.Flush(ctx); err != nil && ctx.Err() == nil {
-			s.d.Log.WarnContext(ctx, "bandwidth: flush (its counts are kept for the next one)", "err", err)
-		}
-	})
 	return nil
 }
 
 // Close stops the loop and stores what is still counted, within ctx.
 func (s *Service) Close(ctx context.Context) error {
-	s.life.Lock()
-	loop := s.loop
-	s.loop = nil
-	s.life.Unlock()
-	if loop == nil {
+	if !s.flusher.Stop() {
 		return nil
 	}
-	loop.Stop()
 	if err := s.Flush(ctx); err != nil {
 		return fmt.Errorf("bandwidth: last flush: %w", err)
 	}

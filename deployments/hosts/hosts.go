@@ -131,10 +131,10 @@ type Deps struct {
 
 // Service is the hosts module.
 type Service struct {
-	d        Deps
-	mu       sync.Mutex
-	loop     *platform.Loop
-	cordoned *bool // the local host's state last told to Local.Cordoned
+	d         Deps
+	heartbeat platform.LoopSlot
+	mu        sync.Mutex
+	cordoned  *bool // the local host's state last told to Local.Cordoned
 }
 
 var _ platform.Module = (*Service)(nil)
@@ -180,16 +180,16 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.join(ctx); err != nil {
 		return fmt.Errorf("hosts: register this host: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.loop = platform.Every(context.WithoutCancel(ctx), s.d.HeartbeatEvery, false, nil, func(ctx context.Context) {
-		if err := s.Heartbeat(ctx); err != nil && ctx.Err() == nil {
-			s.d.Log.WarnContext(ctx, "hosts: heartbeat", "host", s.d.Local.ID, "err", err)
-			return // a host that cannot write its heartbeat may be the one cut off
-		}
-		if err := s.HandleDown(ctx); err != nil && ctx.Err() == nil {
-			s.d.Log.WarnContext(ctx, "hosts: move the apps of a down host", "err", err)
-		}
+	s.heartbeat.Start(func() *platform.Loop {
+		return platform.Every(context.WithoutCancel(ctx), s.d.HeartbeatEvery, false, nil, func(ctx context.Context) {
+			if err := s.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+				s.d.Log.WarnContext(ctx, "hosts: heartbeat", "host", s.d.Local.ID, "err", err)
+				return // a host that cannot write its heartbeat may be the one cut off
+			}
+			if err := s.HandleDown(ctx); err != nil && ctx.Err() == nil {
+				s.d.Log.WarnContext(ctx, "hosts: move the apps of a down host", "err", err)
+			}
+		})
 	})
 	return nil
 }
@@ -197,11 +197,7 @@ func (s *Service) Start(ctx context.Context) error {
 // Close stops the heartbeat. The row stays: the host is down after
 // DownAfter, or active again when its worker starts.
 func (s *Service) Close(context.Context) error {
-	s.mu.Lock()
-	loop := s.loop
-	s.loop = nil
-	s.mu.Unlock()
-	loop.Stop()
+	s.heartbeat.Stop()
 	return nil
 }
 
