@@ -77,6 +77,42 @@ func listen(t *testing.T) net.Listener {
 
 func port(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
 
+// hostOnPebble is one app host of the renewal tests: <slug>.apps.example.test,
+// routed to an app of its own and named in a test DNS, with a Pebble that
+// issues certificates valid for validity (0: Pebble's default), a database
+// and the listeners its first ingress (edge) serves on.
+type hostOnPebble struct {
+	dns         *dnstest.Server
+	bdb         *bun.DB
+	p           *acmetest.Pebble
+	router      *ingress.Router
+	httpL, tlsL net.Listener
+	host        string
+}
+
+func newHostOnPebble(t *testing.T, slug string, validity time.Duration) *hostOnPebble {
+	t.Helper()
+	h := &hostOnPebble{dns: dnstest.Start(t), bdb: dbtest.SQLite(t, sets...), httpL: listen(t), tlsL: listen(t),
+		host: slug + ".apps.example.test"}
+	h.p = acmetest.Start(t, acmetest.Options{DNS: h.dns.DNS, HTTPPort: port(h.httpL), TLSPort: port(h.tlsL), Validity: validity})
+	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	if err := router.Set(slug, "d1", startApp(t, slug).addr); err != nil {
+		t.Fatal(err)
+	}
+	h.router = router
+	h.dns.AddA(h.host, "127.0.0.1")
+	return h
+}
+
+// edge starts the host's first ingress (startEdge), on its listeners.
+func (h *hostOnPebble) edge(t *testing.T, tweak ...func(*certs.Config)) *edge {
+	return startEdge(t, h.bdb, h.p, h.router, h.httpL, h.tlsL, tweak...)
+}
+
 // startEdge serves router on httpL and tlsL with a Manager over bdb and p
 // (tweak, when given, adjusts its Config).
 func startEdge(t *testing.T, bdb *bun.DB, p *acmetest.Pebble, router *ingress.Router, httpL, tlsL net.Listener, tweak ...func(*certs.Config)) *edge {
@@ -444,23 +480,10 @@ func helperIngress() error {
 // handshake asking, and the renewed one is served; OnCertificate is told
 // its expiry.
 func TestRenewalAheadOfExpiry(t *testing.T) {
-	dns := dnstest.Start(t)
-	bdb := dbtest.SQLite(t, sets...)
-	httpL, tlsL := listen(t), listen(t)
-	p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL), Validity: 30 * time.Second})
-	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
-	a := startApp(t, "renewed")
-	if err := router.Set("renewed", "d1", a.addr); err != nil {
-		t.Fatal(err)
-	}
-	host := "renewed.apps.example.test"
-	dns.AddA(host, "127.0.0.1")
+	h := newHostOnPebble(t, "renewed", 30*time.Second)
+	p, host := h.p, h.host
 	var told atomic.Int64 // the expiry OnCertificate was last told (Unix seconds)
-	e := startEdge(t, bdb, p, router, httpL, tlsL, func(c *certs.Config) {
+	e := h.edge(t, func(c *certs.Config) {
 		c.RenewCheckEvery = time.Second
 		c.OnCertificate = func(_ context.Context, _ string, expires time.Time, _ error) { told.Store(expires.Unix()) }
 	})

@@ -14,12 +14,8 @@ import (
 	"github.com/mholt/acmez/v3/acme"
 	"github.com/uptrace/bun"
 
-	"github.com/keelson-dev/keelson/deployments/ingress"
 	"github.com/keelson-dev/keelson/deployments/ingress/certs"
-	"github.com/keelson-dev/keelson/deployments/ingress/certs/acmetest"
-	"github.com/keelson-dev/keelson/platform/dbtest"
 	"github.com/keelson-dev/keelson/platform/platformtest"
-	"github.com/keelson-dev/keelson/projects/domains/dnstest"
 )
 
 // TestCloseEndsRenewalUnderWay: a Manager closed while its loop renews a
@@ -29,23 +25,11 @@ import (
 // challenge server, is left; the renewal cut short is no failure of the
 // certificate's (OnCertificate hears none).
 func TestCloseEndsRenewalUnderWay(t *testing.T) {
-	dns := dnstest.Start(t)
-	bdb := dbtest.SQLite(t, sets...)
-	httpL, tlsL := listen(t), listen(t)
-	p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL), Validity: 30 * time.Second})
-	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
-	if err := router.Set("closing", "d1", startApp(t, "closing").addr); err != nil {
-		t.Fatal(err)
-	}
-	host := "closing.apps.example.test"
-	dns.AddA(host, "127.0.0.1")
+	h := newHostOnPebble(t, "closing", 30*time.Second)
+	bdb, p, host := h.bdb, h.p, h.host
 	log, logs := platformtest.CaptureTextLogs()
 	var failures atomic.Int64
-	e := startEdge(t, bdb, p, router, httpL, tlsL, func(c *certs.Config) {
+	e := h.edge(t, func(c *certs.Config) {
 		c.RenewCheckEvery, c.Logger = time.Second, log
 		c.OnCertificate = func(_ context.Context, _ string, _ time.Time, err error) {
 			if err != nil {
@@ -111,21 +95,9 @@ func renewalGoroutines() []string {
 // certificate renewed at once, months before it expires, and the renewed
 // one served.
 func TestRenewalFollowsTheCAsRenewalInfo(t *testing.T) {
-	dns := dnstest.Start(t)
-	bdb := dbtest.SQLite(t, sets...)
-	httpL, tlsL := listen(t), listen(t)
-	p := acmetest.Start(t, acmetest.Options{DNS: dns.DNS, HTTPPort: port(httpL), TLSPort: port(tlsL)})
-	router, err := ingress.New(ingress.Config{AppsDomain: "apps.example.test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
-	if err := router.Set("incident", "d1", startApp(t, "incident").addr); err != nil {
-		t.Fatal(err)
-	}
-	host := "incident.apps.example.test"
-	dns.AddA(host, "127.0.0.1")
-	first := startEdge(t, bdb, p, router, httpL, tlsL) // its loop: every 10 minutes
+	h := newHostOnPebble(t, "incident", 0)
+	bdb, p, host := h.bdb, h.p, h.host
+	first := h.edge(t) // its loop: every 10 minutes
 	roots := p.IssuingRoots(t)
 	leaf := handshakeLeaf(t, first.tlsAddr, host, roots)
 
@@ -133,7 +105,7 @@ func TestRenewalFollowsTheCAsRenewalInfo(t *testing.T) {
 	expireStoredRetryAfter(t, bdb, host)
 	// Another ingress on the database, its loop every second, loads the
 	// certificate at a handshake, then asks the CA and renews it.
-	second := startEdge(t, bdb, p, router, listen(t), listen(t), func(c *certs.Config) { c.RenewCheckEvery = time.Second })
+	second := startEdge(t, bdb, p, h.router, listen(t), listen(t), func(c *certs.Config) { c.RenewCheckEvery = time.Second })
 	if got := handshakeLeaf(t, second.tlsAddr, host, roots); !got.Equal(leaf) {
 		t.Fatalf("the second ingress serves %s, not the stored certificate", got.SerialNumber)
 	}
