@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperVar); mode != "" {
 		runHelper(mode) // a "server" for the kill -9 tests; never returns
 	}
+	enterOwnNetNS()
 	os.Setenv(serverOnlySecret, "server-only-value")
 	dir, err := os.MkdirTemp("", "keelson-process-cache-")
 	if err != nil {

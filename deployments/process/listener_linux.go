@@ -98,12 +98,22 @@ func markHeld(pid int, held map[uint64]bool) error {
 // connection to 127.0.0.1:port can land: on 127.0.0.1 or 0.0.0.0, or on ::
 // or ::ffff:127.0.0.1 (whether a socket on :: is IPv6-only cannot be read
 // there, so it counts).
+//
+// The tables are the calling thread's network's (/proc/thread-self/net), the
+// one the health check dials in. /proc/net is the main thread's: a thread
+// that entered another network namespace and ended locked (as a test's
+// second Docker engine's listener does) leaves the main thread there for
+// good, and its tables would show none of the app's sockets.
 func loopbackListeners(port int) ([]uint64, error) {
-	v4, err := listenersIn("/proc/net/tcp", port)
+	dir := "/proc/thread-self/net/"
+	if _, err := os.Stat(dir); err != nil {
+		dir = "/proc/self/net/" // a kernel older than 3.17
+	}
+	v4, err := listenersIn(dir+"tcp", port)
 	if err != nil {
 		return nil, err
 	}
-	v6, err := listenersIn("/proc/net/tcp6", port)
+	v6, err := listenersIn(dir+"tcp6", port)
 	if errors.Is(err, fs.ErrNotExist) {
 		return v4, nil // a kernel without IPv6
 	}

@@ -3,7 +3,11 @@ package process
 import (
 	"net"
 	"os"
+	"os/exec"
+	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,4 +57,44 @@ func TestListenerOnAnotherAddressIsNotCounted(t *testing.T) {
 	inodes, err := loopbackListeners(ln.Addr().(*net.TCPAddr).Port)
 	require.NoError(t, err)
 	assert.Empty(t, inodes)
+}
+
+// leaderNetNSVar runs this package's tests with the main thread in a
+// network namespace of its own (TestMain), as a test binary that started a
+// second Docker engine may have it.
+const leaderNetNSVar = "KEELSON_TEST_LEADER_NETNS"
+
+func init() {
+	if os.Getenv(leaderNetNSVar) != "" {
+		runtime.LockOSThread() // TestMain runs on the main thread, and only it does
+	}
+}
+
+// enterOwnNetNS moves the main thread (TestMain's, locked by init) into a
+// new network namespace when leaderNetNSVar asks; the threads the tests run
+// on stay where they were.
+func enterOwnNetNS() {
+	if os.Getenv(leaderNetNSVar) == "" {
+		return
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		os.Stderr.WriteString("unshare: " + err.Error() + "\n")
+		os.Exit(3)
+	}
+}
+
+// The main thread in another network namespace (a thread that entered one
+// and ended locked leaves it there: the examples' second Docker engine
+// does) changes /proc/net, which is the main thread's: the app's listener
+// must still be found in the tables of the network the check dials in.
+func TestListenersFoundWhileTheMainThreadIsInAnotherNetNS(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestLoopbackListenersAreFoundWithTheirHolder$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), leaderNetNSVar+"=1")
+	out, err := cmd.CombinedOutput()
+	if exit, ok := err.(*exec.ExitError); ok && exit.ExitCode() == 3 {
+		t.Skipf("no network namespace of its own here: %s", out)
+	}
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "--- PASS: TestLoopbackListenersAreFoundWithTheirHolder")
 }
