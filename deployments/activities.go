@@ -239,16 +239,15 @@ func (a *Activities) Supersede(ctx context.Context, id string) error {
 		}
 		old.BuildKept = a.keep > 0
 		a.releaseResources(ctx, old)
-		old.Status, old.SupersededBy, old.ReplacedAt = StatusCancelled, d.ID, a.now()
-		ok, err := a.store.DeploymentUpdate(ctx, old, []Status{StatusLive}, "status", "superseded_by", "replaced_at", "build_kept")
-		if err != nil {
-			a.log.Error("mark deployment superseded", "deployment", old.ID, "err", err)
-			continue
+		// Stored before it reads CANCELLED: a client that then deletes it
+		// deletes the line too, which would otherwise outlive it.
+		if sink, err := a.logs.Sink(ctx, old.ID); err == nil {
+			sink.Systemf("replaced by deployment %s; app stopped", d.ID)
+			_ = a.logs.Flush(ctx) // cut short by ctx, the line stays queued: only this order is lost
 		}
-		if ok {
-			if sink, err := a.logs.Sink(ctx, old.ID); err == nil {
-				sink.Systemf("replaced by deployment %s; app stopped", d.ID)
-			}
+		old.Status, old.SupersededBy, old.ReplacedAt = StatusCancelled, d.ID, a.now()
+		if _, err := a.store.DeploymentUpdate(ctx, old, []Status{StatusLive}, "status", "superseded_by", "replaced_at", "build_kept"); err != nil {
+			a.log.Error("mark deployment superseded", "deployment", old.ID, "err", err)
 		}
 	}
 	if a.keep > 0 {
