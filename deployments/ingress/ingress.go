@@ -79,6 +79,10 @@ type Route struct {
 	Slug         string
 	DeploymentID string
 	Upstream     string // host:port
+	// Down: the app exited and is not answering on Upstream, where another
+	// process may meanwhile listen; requests get a 503 without a dial until
+	// the route is set or updated again (Router.Down).
+	Down bool
 }
 
 // route is an immutable table entry; inflight is shared by every entry of the
@@ -231,6 +235,25 @@ func (r *Router) Update(slug, deploymentID, upstream string) (bool, error) {
 	return true, nil
 }
 
+// Down marks the route of slug, if it still points at deploymentID, down:
+// its app exited, and until Set or Update routes it again every request gets
+// a 503 and nothing dials Upstream, which another process may bind
+// meanwhile. Idle connections to Upstream are closed. It reports whether it
+// marked the route (false: not routed to deploymentID, or down already).
+func (r *Router) Down(slug, deploymentID string) bool {
+	slug = strings.ToLower(slug)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := (*r.table.Load())[slug]
+	if cur == nil || cur.DeploymentID != deploymentID || cur.Down {
+		return false
+	}
+	down := &route{Route: cur.Route, target: cur.target, inflight: cur.inflight}
+	down.Down = true
+	r.swap(func(m map[string]*route) { m[slug] = down })
+	return true
+}
+
 // Remove deletes the route of slug if it still points at deploymentID and
 // reports whether it did.
 func (r *Router) Remove(slug, deploymentID string) bool {
@@ -279,9 +302,10 @@ func (r *Router) poolOf(upstream string) *pool {
 	return p
 }
 
+// upstreamRouted reports whether a route of m that is not down leads to upstream.
 func upstreamRouted(m map[string]*route, upstream string) bool {
 	for _, rt := range m {
-		if rt.Upstream == upstream {
+		if rt.Upstream == upstream && !rt.Down {
 			return true
 		}
 	}
@@ -475,6 +499,11 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer rt.inflight.Add(-1)
+	if rt.Down {
+		w.Header().Set("Retry-After", "1")
+		plain(w, http.StatusServiceUnavailable, fmt.Sprintf("the app %q is restarting\n", rt.Slug))
+		return
+	}
 	m := r.cfg.Meter
 	if direct(req) {
 		var c *slugBytes

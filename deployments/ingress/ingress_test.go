@@ -158,6 +158,42 @@ func TestRemoveAndUpdateOnlyTouchTheirDeployment(t *testing.T) {
 	assert.False(t, r.Remove("site", "new"), "idempotent")
 }
 
+// A route marked down (its app exited) answers 503 without a dial, only
+// for its own deployment, until Update routes it again.
+func TestDownRouteAnswers503UntilUpdated(t *testing.T) {
+	t.Parallel()
+	r, srv := newRouter(t, ingress.Config{})
+	a := app(t, "A")
+	require.NoError(t, r.Set("site", "d1", upstream(a)))
+	assert.False(t, r.Down("site", "d0"), "another deployment must not mark the live route down")
+	assert.False(t, r.Down("nothing", "d1"))
+	assert.True(t, r.Down("site", "d1"))
+	assert.False(t, r.Down("site", "d1"), "down already")
+	route, ok := r.Lookup("site")
+	require.True(t, ok)
+	assert.True(t, route.Down)
+
+	a.Close() // nothing must dial it: a down route is not its upstream's
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	require.NoError(t, err)
+	req.Host = "site.localhost"
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.Equal(t, "1", res.Header.Get("Retry-After"))
+	assert.Equal(t, "the app \"site\" is restarting\n", string(body))
+
+	b := app(t, "B")
+	ok, err = r.Update("site", "d1", upstream(b))
+	require.NoError(t, err)
+	require.True(t, ok)
+	code, got := get(t, srv, "site.localhost", "/")
+	assert.Equal(t, http.StatusOK, code)
+	assert.True(t, strings.HasPrefix(got, "B "), got)
+}
+
 func TestSetRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	r, err := ingress.New(ingress.Config{})

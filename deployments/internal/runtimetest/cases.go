@@ -3,7 +3,9 @@ package runtimetest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -110,6 +112,7 @@ func (c *suite) crashAndRestart(t *testing.T, logs *Sink, run, up string, backof
 	assert.True(t, logs.Has("system: the app exited (exit"), logs.All())
 	assert.True(t, logs.Has(fmt.Sprintf("system: restarting the app in %s", backoff)), logs.All())
 	assert.Empty(t, c.pid(), "nothing runs before the backoff has passed on the clock")
+	c.restarting(t)
 
 	c.clock.Advance(backoff)
 	var next string
@@ -128,6 +131,54 @@ func (c *suite) crashAndRestart(t *testing.T, logs *Sink, run, up string, backof
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, next, direct, "the route leads to the new run")
 	return next, route.Upstream
+}
+
+// restarting checks that the crashed app's route answers 503, naming the
+// restart, without a dial to its upstream.
+func (c *suite) restarting(t *testing.T) {
+	t.Helper()
+	route, ok := c.router.Lookup(c.job.ProjectSlug)
+	require.True(t, ok, "a crashed app keeps its route while it restarts")
+	assert.True(t, route.Down, "the crashed app's route is down")
+	code, body, err := c.get("/pid")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, code, body)
+	assert.Equal(t, fmt.Sprintf("the app %q is restarting\n", c.job.ProjectSlug), body)
+}
+
+// crashedPortTaken: another process binds the port a crashed app freed
+// before the app is restarted (the process runtime's apps share the host's
+// ports); no request reaches it, and the restarted app answers elsewhere.
+func (c *suite) crashedPortTaken(t *testing.T) {
+	if !c.MovesOnRestart {
+		t.Skip("the runtime's apps do not share ports with other processes")
+	}
+	up, logs := c.start(t, "serve")
+	_, _, _ = c.get("/crash")
+	backoff := c.clock.NextWait(t, hang)
+	reached := make(chan string, 16)
+	foreign := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached <- r.URL.Path
+		_, _ = w.Write([]byte("not the app"))
+	}))
+	ln, err := net.Listen("tcp", up)
+	require.NoError(t, err, "binding the port the crashed app freed")
+	foreign.Listener.Close()
+	foreign.Listener = ln
+	foreign.Start()
+	t.Cleanup(foreign.Close)
+	for range 3 {
+		c.restarting(t)
+	}
+
+	c.clock.Advance(backoff)
+	platformtest.Eventually(t, hang, "the app to answer again", func() bool { return c.pid() != "" })
+	c.answers(t)
+	select {
+	case path := <-reached:
+		t.Fatalf("a request for the app (%s) reached the process on its old port; logs:\n%s", path, logs.All())
+	default:
+	}
 }
 
 // drain: Stop lets a request in flight through the ingress finish before

@@ -2,7 +2,8 @@
 // once: an app that does not answer or exits fails its start with its
 // output; a crashed app is restarted after a backoff that doubles within the
 // crash window and is given up (and unrouted) after too many crashes, all on
-// a fake clock; a restart's route follows the app; Stop drains the requests
+// a fake clock; a crashed app's route answers 503 until it answers again,
+// never from another process on its port; a restart's route follows the app; Stop drains the requests
 // in flight before it stops the app. Each runtime's tests call Run with a
 // real runtime (real processes, real containers).
 package runtimetest
@@ -80,6 +81,7 @@ func Run(t *testing.T, newTarget func(t *testing.T, s Settings) Target) {
 	t.Run("CrashBackoffAndGiveUp", c.crashBackoffAndGiveUp)
 	t.Run("CrashWindow", c.crashWindow)
 	t.Run("RestartRoutedOnceAnswering", c.restartRoutedOnceAnswering)
+	t.Run("CrashedPortTaken", c.crashedPortTaken)
 	t.Run("Drain", c.drain)
 }
 

@@ -95,6 +95,10 @@ func (a *app) supervise(inst Instance) {
 			e := inst.Exit()
 			a.out.System(cmp.Or(e.Line, "the app exited ("+e.Text+")"))
 			attrs = e.Attrs
+			// Nothing of the app listens on its upstream now; until a
+			// restart answers, its route answers 503 rather than lead to
+			// whatever binds that port meanwhile.
+			a.s.cfg.Ingress.Down(a.getSlug(), a.id)
 		}
 		now := a.s.cfg.Clock.Now()
 		crashes = slices.DeleteFunc(crashes, func(t time.Time) bool { return now.Sub(t) > a.s.cfg.RestartWindow })
@@ -153,9 +157,9 @@ func (s *Supervisor) after(d time.Duration) (<-chan time.Time, func()) {
 }
 
 // relaunch launches the app again and, once it answers (the same health
-// wait as a start: on a shared port, from the app's own socket), moves its
-// route when its upstream changed; until then the route stays where it was
-// rather than lead to a port nothing of the app answers on yet. It returns
+// wait as a start: on a shared port, from the app's own socket), routes it
+// again, moved when its upstream changed; until then the route stays down
+// (supervise) rather than lead to a port nothing of the app answers on. It returns
 // the new instance (nil when none could be launched: a crash at once; one
 // that did not answer is stopped and returned, so its end counts as a crash)
 // and false when the app was stopped meanwhile.
@@ -184,10 +188,8 @@ func (a *app) relaunch() (Instance, bool) {
 	a.upstream = up
 	slug := a.slug
 	a.mu.Unlock()
-	if moved {
-		if _, err := cfg.Ingress.Update(slug, a.id, up); err != nil {
-			cfg.Logger.Error(cfg.Name+": rerouting a restarted app", "deployment", a.id, "err", err)
-		}
+	if _, err := cfg.Ingress.Update(slug, a.id, up); err != nil {
+		cfg.Logger.Error(cfg.Name+": rerouting a restarted app", "deployment", a.id, "err", err)
 	}
 	if line := cfg.Relaunched(up, moved); line != "" {
 		a.out.System(line)
