@@ -43,6 +43,7 @@ import (
 	"github.com/caddyserver/certmagic"
 	"github.com/keelson-dev/keelson/platform"
 	"github.com/uptrace/bun"
+	"go.uber.org/zap"
 )
 
 // LetsEncrypt is the default ACME directory.
@@ -108,9 +109,9 @@ type Manager struct {
 	cfg     Config
 	storage *Storage
 	cache   *certmagic.Cache
-	magic   *certmagic.Config // handshakes: on-demand issuance, no ARI
-	renewer *certmagic.Config // the renewal loop's: earlier window, ARI
-	issuer  *certmagic.ACMEIssuer
+	magic   *certmagic.Config     // handshakes: on-demand issuance, no ARI
+	renewer *certmagic.Config     // the renewal loop's: earlier window, ARI, orders with "replaces"
+	issuer  *certmagic.ACMEIssuer // magic's, which answers the challenges
 	limit   *limiter
 	log     *slog.Logger
 
@@ -251,11 +252,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.renewer = certmagic.New(m.cache, certmagic.Config{
 		Storage:            m.storage,
-		Issuers:            []certmagic.Issuer{m.issuer},
 		RenewalWindowRatio: renewRatio,
 		OnEvent:            m.event,
 		Logger:             zl,
 	})
+	m.renewer.Issuers = []certmagic.Issuer{replacingIssuer(m.renewer, cfg, zl)}
 	if err := m.loadStatic(ctx); err != nil {
 		m.stop()
 		m.cache.Stop()
@@ -263,6 +264,24 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.renewals = platform.Every(m.life, cmp.Or(cfg.RenewCheckEvery, 10*time.Minute), false, nil, m.renew)
 	return m, nil
+}
+
+// replacingIssuer is the renewal loop's ACME issuer: its orders name the
+// certificate they renew (RFC 9773's "replaces"), which Let's Encrypt
+// exempts from its rate limits. certmagic sets it (acmeissuer.go, doIssue)
+// only for an issuer whose own Config has ARI on, and never on the "test
+// CA", which an issuer is on whenever TestCA equals the directory; so this
+// one is the renewer's, and has no test CA (NewACMEIssuer would fill in
+// Let's Encrypt's staging, where a retry would then go). The handshakes'
+// issuer keeps TestCA equal to the directory: never staging, never
+// "replaces". A CA that refuses "replaces" as alreadyReplaced gets the
+// order again without it (acmez's ObtainCertificate).
+func replacingIssuer(renewer *certmagic.Config, cfg Config, zl *zap.Logger) *certmagic.ACMEIssuer {
+	iss := certmagic.NewACMEIssuer(renewer, certmagic.ACMEIssuer{
+		CA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true, TrustedRoots: cfg.Roots, Logger: zl,
+	})
+	iss.TestCA = ""
+	return iss
 }
 
 // loadStatic caches the static certificate, if any, and notes its names.

@@ -21,7 +21,8 @@ import (
 //
 //   - the loop renews with renewRatio of the lifetime left, or when the
 //     CA's renewal info says (the renewer Config, ARI on), which it asks
-//     the CA for again as the CA's Retry-After says (ari.go);
+//     the CA for again as the CA's Retry-After says (ari.go); its order
+//     names the certificate it replaces (replacingIssuer);
 //   - a handshake (the magic Config) renews only with handshakeRatio left
 //     (or in certmagic's emergency windows: a fiftieth of the lifetime, or
 //     five RenewCheckEvery), never for ARI (DisableARI), and refreshes no
