@@ -64,13 +64,24 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 	if ch.UsedAt != nil || !now.Before(ch.ExpiresAt) || ch.Attempts >= challengeMaxAttempts {
 		return TokenPair{}, errBadChallenge
 	}
-	if err := s.allow(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+	var pair TokenPair
+	err := s.twoFactorAttempt(ctx, ch.UserID, func() (err error) {
+		pair, err = s.redeemChallenge(ctx, ch, code, now)
+		return err
+	})
+	if err != nil {
 		return TokenPair{}, err
 	}
+	return pair, nil
+}
+
+// redeemChallenge spends one of ch's attempts on code and, when the code
+// counts, uses ch up and starts the user's session.
+func (s *Service) redeemChallenge(ctx context.Context, ch *challengeRow, code string, now time.Time) (TokenPair, error) {
 	// Spend an attempt first, outside the transaction below, so a wrong code
 	// (which rolls that transaction back) still counts.
 	res, err := s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
-		Where("id = ? AND used_at IS NULL AND attempts < ?", id, challengeMaxAttempts).Exec(ctx)
+		Where("id = ? AND used_at IS NULL AND attempts < ?", ch.ID, challengeMaxAttempts).Exec(ctx)
 	if err != nil {
 		return TokenPair{}, db.Translate(err)
 	}
@@ -90,7 +101,7 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 			return err
 		}
 		res, err := tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL", id).Exec(ctx)
+			Where("id = ? AND used_at IS NULL", ch.ID).Exec(ctx)
 		if err != nil {
 			return db.Translate(err)
 		}
@@ -100,9 +111,5 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 		pair, err = s.startSession(ctx, tx, row, "through an identity provider, with a two-factor code")
 		return err
 	})
-	if err != nil {
-		return TokenPair{}, err
-	}
-	s.refund(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
-	return pair, nil
+	return pair, err
 }

@@ -144,22 +144,20 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 	if code == "" {
 		return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
 	}
-	if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
-		return TokenPair{}, err
-	}
 	var pair TokenPair
-	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
+	err := s.twoFactorAttempt(ctx, row.ID, func() error {
+		return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
+				return err
+			}
+			var err error
+			pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
 			return err
-		}
-		var err error
-		pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
-		return err
+		})
 	})
 	if err != nil {
 		return TokenPair{}, err
 	}
-	s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 	return pair, nil
 }
 

@@ -142,23 +142,31 @@ func (s *Service) changeTwoFactor(ctx context.Context, userID platform.ID, code,
 	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return err
 	}
+	return s.twoFactorAttempt(ctx, userID, func() error {
+		row, err := s.userRow(ctx, s.db, "id", userID)
+		if err != nil {
+			return err
+		}
+		if err := ready(row); err != nil {
+			return err
+		}
+		return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			if err := s.requireCode(ctx, tx, row, code, consume, errCodeInvalid); err != nil {
+				return err
+			}
+			return change(ctx, tx, row)
+		})
+	})
+}
+
+// twoFactorAttempt spends one attempt of userID's two-factor budget (429 when
+// none is left), then runs try. A try that succeeds gives the attempt back,
+// so only failed attempts (a wrong code) use the budget up.
+func (s *Service) twoFactorAttempt(ctx context.Context, userID platform.ID, try func() error) error {
 	if err := s.allow(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
 		return err
 	}
-	row, err := s.userRow(ctx, s.db, "id", userID)
-	if err != nil {
-		return err
-	}
-	if err := ready(row); err != nil {
-		return err
-	}
-	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.requireCode(ctx, tx, row, code, consume, errCodeInvalid); err != nil {
-			return err
-		}
-		return change(ctx, tx, row)
-	})
-	if err != nil {
+	if err := try(); err != nil {
 		return err
 	}
 	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
