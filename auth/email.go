@@ -65,15 +65,9 @@ func (s *Service) verifyLink(raw string) string {
 // account still has that address unverified.
 func (s *Service) verifyJob(userID, email string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		row, err := s.userRow(ctx, s.db, "id", userID)
-		if errors.Is(err, platform.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		row, err := s.lookupUser(ctx, "id", userID)
+		if err != nil || row == nil || row.Email != email || row.EmailVerified {
 			return err
-		}
-		if row.Email != email || row.EmailVerified {
-			return nil
 		}
 		raw, err := s.issueEmailToken(ctx, userID, emailKindVerify, email)
 		if err != nil {
@@ -119,11 +113,8 @@ func (s *Service) changeJob(userID, oldEmail, newEmail string) func(ctx context.
 // account; for an unknown email it does nothing. It runs off the request path.
 func (s *Service) forgotJob(email string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		row, err := s.userRow(ctx, s.db, "email", email)
-		if errors.Is(err, platform.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		row, err := s.lookupUser(ctx, "email", email)
+		if err != nil || row == nil {
 			return err
 		}
 		raw, hash := onetime.NewToken()

@@ -56,11 +56,8 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	}
 	var row *userRow
 	if emailErr == nil {
-		r, err := s.userRow(ctx, s.db, "email", email)
-		switch {
-		case err == nil:
-			row = r
-		case !errors.Is(err, platform.ErrNotFound):
+		var err error
+		if row, err = s.lookupUser(ctx, "email", email); err != nil {
 			return LoginResult{}, err
 		}
 	}

@@ -392,6 +392,17 @@ func (s *Service) userRow(ctx context.Context, idb bun.IDB, col, val string) (*u
 	return row, nil
 }
 
+// lookupUser is userRow on the pool for callers to whom no account is no
+// error (a login's unknown email, a mail job whose account is gone): it
+// answers nil, nil then.
+func (s *Service) lookupUser(ctx context.Context, col, val string) (*userRow, error) {
+	row, err := s.userRow(ctx, s.db, col, val)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil, nil
+	}
+	return row, err
+}
+
 func opt(s string) *string {
 	if s == "" {
 		return nil
