@@ -80,13 +80,10 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 func (s *Service) redeemChallenge(ctx context.Context, ch *challengeRow, code string, now time.Time) (TokenPair, error) {
 	// Spend an attempt first, outside the transaction below, so a wrong code
 	// (which rolls that transaction back) still counts.
-	res, err := s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
-		Where("id = ? AND used_at IS NULL AND attempts < ?", ch.ID, challengeMaxAttempts).Exec(ctx)
+	err := execOne(ctx, s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
+		Where("id = ? AND used_at IS NULL AND attempts < ?", ch.ID, challengeMaxAttempts), errBadChallenge)
 	if err != nil {
-		return TokenPair{}, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return TokenPair{}, errBadChallenge
+		return TokenPair{}, err
 	}
 	var pair TokenPair
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
@@ -100,13 +97,10 @@ func (s *Service) redeemChallenge(ctx context.Context, ch *challengeRow, code st
 		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
 			return err
 		}
-		res, err := tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL", ch.ID).Exec(ctx)
+		err = execOne(ctx, tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL", ch.ID), errBadChallenge)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadChallenge
+			return err
 		}
 		pair, err = s.startSession(ctx, tx, row, "through an identity provider, with a two-factor code")
 		return err

@@ -161,13 +161,10 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 		if t.UsedAt != nil || !now.Before(t.ExpiresAt) {
 			return errBadVerify
 		}
-		res, err := tx.NewUpdate().Model((*emailTokenRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL", t.ID).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*emailTokenRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL", t.ID), errBadVerify)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadVerify
+			return err
 		}
 		kind, user = t.Kind, t.UserID
 		q := tx.NewUpdate().Model((*userRow)(nil)).Set("email_verified = ?", true).Set("updated_at = ?", now).Where("id = ?", t.UserID)
@@ -180,15 +177,12 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 		default:
 			return errBadVerify
 		}
-		res, err = q.Exec(ctx)
-		if err != nil {
-			if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
-				return emailTaken(err)
-			}
-			return err
+		err = execOne(ctx, q, errBadVerify)
+		if errors.Is(err, platform.ErrConflict) {
+			return emailTaken(err)
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadVerify
+		if err != nil {
+			return err
 		}
 		if t.Kind == emailKindChange {
 			// Older links of the account (for the old address) are void now.

@@ -203,13 +203,10 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 	defer s.cache.InvalidateOwner(rr.UserID) // after the commit, before the answer
 	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
-		res, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL AND expires_at > ?", rr.ID, now).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL AND expires_at > ?", rr.ID, now), errBadReset)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadReset
+			return err
 		}
 		if _, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
 			Where("user_id = ? AND used_at IS NULL", rr.UserID).Exec(ctx); err != nil {
@@ -297,12 +294,8 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 				set = append(set, col)
 			}
 		}
-		res, err := q.Exec(ctx)
-		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return platform.NotFound("user not found")
+		if err := execOne(ctx, q, platform.NotFound("user not found")); err != nil {
+			return err
 		}
 		return s.record(ctx, tx, userID, "account.update", profileSummary(set, newEmail != ""))
 	})

@@ -39,14 +39,12 @@ func (s *Service) SetupTwoFactor(ctx context.Context, userID platform.ID) (TwoFa
 	if err != nil {
 		return TwoFactorSetup{}, err
 	}
-	res, err := s.db.NewUpdate().Model((*userRow)(nil)).
+	err = execOne(ctx, s.db.NewUpdate().Model((*userRow)(nil)).
 		Set("totp_secret = ?", sealed).Set("totp_last_step = 0").Set("updated_at = ?", s.now()).
-		Where("id = ? AND totp_enabled = ?", userID, false).Exec(ctx)
+		Where("id = ? AND totp_enabled = ?", userID, false),
+		platform.Conflict("two-factor authentication is already enabled; disable it first"))
 	if err != nil {
-		return TwoFactorSetup{}, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return TwoFactorSetup{}, platform.Conflict("two-factor authentication is already enabled; disable it first")
+		return TwoFactorSetup{}, err
 	}
 	return TwoFactorSetup{Secret: key.Secret(), OtpauthURL: key.URL()}, nil
 }
@@ -81,13 +79,11 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 		codes[i] = onetime.NewRecoveryCode()
 	}
 	err := s.changeTwoFactor(ctx, userID, code, ip, ready, s.consumeTOTP, func(ctx context.Context, tx bun.Tx, row *userRow) error {
-		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("totp_enabled = ?", true).Set("updated_at = ?", s.now()).
-			Where("id = ? AND totp_enabled = ? AND totp_secret = ?", userID, false, row.TOTPSecret).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*userRow)(nil)).Set("totp_enabled = ?", true).Set("updated_at = ?", s.now()).
+			Where("id = ? AND totp_enabled = ? AND totp_secret = ?", userID, false, row.TOTPSecret),
+			platform.Conflict("two-factor authentication was changed concurrently; try again"))
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return platform.Conflict("two-factor authentication was changed concurrently; try again")
+			return err
 		}
 		if _, err := tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
 			return db.Translate(err)
