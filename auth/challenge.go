@@ -64,18 +64,26 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 	if ch.UsedAt != nil || !now.Before(ch.ExpiresAt) || ch.Attempts >= challengeMaxAttempts {
 		return TokenPair{}, errBadChallenge
 	}
-	if err := s.allow(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
+	var pair TokenPair
+	err := s.twoFactorAttempt(ctx, ch.UserID, func() (err error) {
+		pair, err = s.redeemChallenge(ctx, ch, code, now)
+		return err
+	})
+	if err != nil {
 		return TokenPair{}, err
 	}
+	return pair, nil
+}
+
+// redeemChallenge spends one of ch's attempts on code and, when the code
+// counts, uses ch up and starts the user's session.
+func (s *Service) redeemChallenge(ctx context.Context, ch *challengeRow, code string, now time.Time) (TokenPair, error) {
 	// Spend an attempt first, outside the transaction below, so a wrong code
 	// (which rolls that transaction back) still counts.
-	res, err := s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
-		Where("id = ? AND used_at IS NULL AND attempts < ?", id, challengeMaxAttempts).Exec(ctx)
+	err := execOne(ctx, s.db.NewUpdate().Model((*challengeRow)(nil)).Set("attempts = attempts + 1").
+		Where("id = ? AND used_at IS NULL AND attempts < ?", ch.ID, challengeMaxAttempts), errBadChallenge)
 	if err != nil {
-		return TokenPair{}, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return TokenPair{}, errBadChallenge
+		return TokenPair{}, err
 	}
 	var pair TokenPair
 	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
@@ -89,20 +97,13 @@ func (s *Service) CompleteTwoFactorLogin(ctx context.Context, challenge, code, i
 		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
 			return err
 		}
-		res, err := tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL", id).Exec(ctx)
+		err = execOne(ctx, tx.NewUpdate().Model((*challengeRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL", ch.ID), errBadChallenge)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadChallenge
+			return err
 		}
 		pair, err = s.startSession(ctx, tx, row, "through an identity provider, with a two-factor code")
 		return err
 	})
-	if err != nil {
-		return TokenPair{}, err
-	}
-	s.refund(ctx, ch.UserID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
-	return pair, nil
+	return pair, err
 }

@@ -65,15 +65,9 @@ func (s *Service) verifyLink(raw string) string {
 // account still has that address unverified.
 func (s *Service) verifyJob(userID, email string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		row, err := s.userRow(ctx, s.db, "id", userID)
-		if errors.Is(err, platform.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		row, err := s.lookupUser(ctx, "id", userID)
+		if err != nil || row == nil || row.Email != email || row.EmailVerified {
 			return err
-		}
-		if row.Email != email || row.EmailVerified {
-			return nil
 		}
 		raw, err := s.issueEmailToken(ctx, userID, emailKindVerify, email)
 		if err != nil {
@@ -119,11 +113,8 @@ func (s *Service) changeJob(userID, oldEmail, newEmail string) func(ctx context.
 // account; for an unknown email it does nothing. It runs off the request path.
 func (s *Service) forgotJob(email string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		row, err := s.userRow(ctx, s.db, "email", email)
-		if errors.Is(err, platform.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		row, err := s.lookupUser(ctx, "email", email)
+		if err != nil || row == nil {
 			return err
 		}
 		raw, hash := onetime.NewToken()
@@ -170,13 +161,10 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 		if t.UsedAt != nil || !now.Before(t.ExpiresAt) {
 			return errBadVerify
 		}
-		res, err := tx.NewUpdate().Model((*emailTokenRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL", t.ID).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*emailTokenRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL", t.ID), errBadVerify)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadVerify
+			return err
 		}
 		kind, user = t.Kind, t.UserID
 		q := tx.NewUpdate().Model((*userRow)(nil)).Set("email_verified = ?", true).Set("updated_at = ?", now).Where("id = ?", t.UserID)
@@ -189,15 +177,12 @@ func (s *Service) VerifyEmail(ctx context.Context, raw string) (string, error) {
 		default:
 			return errBadVerify
 		}
-		res, err = q.Exec(ctx)
-		if err != nil {
-			if err = db.Translate(err); errors.Is(err, platform.ErrConflict) {
-				return emailTaken(err)
-			}
-			return err
+		err = execOne(ctx, q, errBadVerify)
+		if errors.Is(err, platform.ErrConflict) {
+			return emailTaken(err)
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadVerify
+		if err != nil {
+			return err
 		}
 		if t.Kind == emailKindChange {
 			// Older links of the account (for the old address) are void now.

@@ -56,11 +56,8 @@ func (s *Service) Login(ctx context.Context, p LoginParams) (LoginResult, error)
 	}
 	var row *userRow
 	if emailErr == nil {
-		r, err := s.userRow(ctx, s.db, "email", email)
-		switch {
-		case err == nil:
-			row = r
-		case !errors.Is(err, platform.ErrNotFound):
+		var err error
+		if row, err = s.lookupUser(ctx, "email", email); err != nil {
 			return LoginResult{}, err
 		}
 	}
@@ -144,22 +141,20 @@ func (s *Service) loginSecondFactor(ctx context.Context, row *userRow, code stri
 	if code == "" {
 		return TokenPair{}, platform.Unauthorized("two-factor code required: send twoFactorCode").WithCode(CodeTwoFactorRequired)
 	}
-	if err := s.allow(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
-		return TokenPair{}, err
-	}
 	var pair TokenPair
-	err := db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
+	err := s.twoFactorAttempt(ctx, row.ID, func() error {
+		return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			if err := s.requireCode(ctx, tx, row, code, s.consumeSecondFactor, twoFactorRejected()); err != nil {
+				return err
+			}
+			var err error
+			pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
 			return err
-		}
-		var err error
-		pair, err = s.startSession(ctx, tx, row, "with password and two-factor code")
-		return err
+		})
 	})
 	if err != nil {
 		return TokenPair{}, err
 	}
-	s.refund(ctx, row.ID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
 	return pair, nil
 }
 
@@ -208,13 +203,10 @@ func (s *Service) ResetPassword(ctx context.Context, token, newPassword string) 
 	defer s.cache.InvalidateOwner(rr.UserID) // after the commit, before the answer
 	return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
-		res, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
-			Where("id = ? AND used_at IS NULL AND expires_at > ?", rr.ID, now).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
+			Where("id = ? AND used_at IS NULL AND expires_at > ?", rr.ID, now), errBadReset)
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return errBadReset
+			return err
 		}
 		if _, err := tx.NewUpdate().Model((*resetRow)(nil)).Set("used_at = ?", now).
 			Where("user_id = ? AND used_at IS NULL", rr.UserID).Exec(ctx); err != nil {
@@ -302,12 +294,8 @@ func (s *Service) UpdateProfile(ctx context.Context, userID platform.ID, p Profi
 				set = append(set, col)
 			}
 		}
-		res, err := q.Exec(ctx)
-		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return platform.NotFound("user not found")
+		if err := execOne(ctx, q, platform.NotFound("user not found")); err != nil {
+			return err
 		}
 		return s.record(ctx, tx, userID, "account.update", profileSummary(set, newEmail != ""))
 	})

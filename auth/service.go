@@ -3,6 +3,7 @@ package auth
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -360,28 +361,14 @@ func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) 
 // the bearer cache (on Postgres the triggers tell every replica either way).
 func (s *Service) DeleteUser(ctx context.Context, id platform.ID) error {
 	defer s.cache.InvalidateOwner(id) // after the commit, before the answer
-	res, err := s.db.NewDelete().Model((*userRow)(nil)).Where("id = ?", id).Exec(ctx)
-	if err != nil {
-		return db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return platform.NotFound("user not found")
-	}
-	return nil
+	return execOne(ctx, s.db.NewDelete().Model((*userRow)(nil)).Where("id = ?", id), platform.NotFound("user not found"))
 }
 
 // SetCodehostUsername records the user's username at the code-hosting provider.
 func (s *Service) SetCodehostUsername(ctx context.Context, id platform.ID, username string) error {
-	res, err := s.db.NewUpdate().Model((*userRow)(nil)).
+	return execOne(ctx, s.db.NewUpdate().Model((*userRow)(nil)).
 		Set("codehost_username = ?", opt(username)).Set("updated_at = ?", s.now()).
-		Where("id = ?", id).Exec(ctx)
-	if err != nil {
-		return db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return platform.NotFound("user not found")
-	}
-	return nil
+		Where("id = ?", id), platform.NotFound("user not found"))
 }
 
 func (s *Service) userRow(ctx context.Context, idb bun.IDB, col, val string) (*userRow, error) {
@@ -390,6 +377,33 @@ func (s *Service) userRow(ctx context.Context, idb bun.IDB, col, val string) (*u
 		return nil, db.Translate(err)
 	}
 	return row, nil
+}
+
+// execOne runs q, an update or delete meant for exactly one row, and
+// answers none when it changed any other number of rows (the row is gone,
+// or was used or changed meanwhile).
+func execOne(ctx context.Context, q interface {
+	Exec(ctx context.Context, dest ...any) (sql.Result, error)
+}, none error) error {
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return db.Translate(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return none
+	}
+	return nil
+}
+
+// lookupUser is userRow on the pool for callers to whom no account is no
+// error (a login's unknown email, a mail job whose account is gone): it
+// answers nil, nil then.
+func (s *Service) lookupUser(ctx context.Context, col, val string) (*userRow, error) {
+	row, err := s.userRow(ctx, s.db, col, val)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil, nil
+	}
+	return row, err
 }
 
 func opt(s string) *string {

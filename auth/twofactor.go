@@ -39,14 +39,12 @@ func (s *Service) SetupTwoFactor(ctx context.Context, userID platform.ID) (TwoFa
 	if err != nil {
 		return TwoFactorSetup{}, err
 	}
-	res, err := s.db.NewUpdate().Model((*userRow)(nil)).
+	err = execOne(ctx, s.db.NewUpdate().Model((*userRow)(nil)).
 		Set("totp_secret = ?", sealed).Set("totp_last_step = 0").Set("updated_at = ?", s.now()).
-		Where("id = ? AND totp_enabled = ?", userID, false).Exec(ctx)
+		Where("id = ? AND totp_enabled = ?", userID, false),
+		platform.Conflict("two-factor authentication is already enabled; disable it first"))
 	if err != nil {
-		return TwoFactorSetup{}, db.Translate(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return TwoFactorSetup{}, platform.Conflict("two-factor authentication is already enabled; disable it first")
+		return TwoFactorSetup{}, err
 	}
 	return TwoFactorSetup{Secret: key.Secret(), OtpauthURL: key.URL()}, nil
 }
@@ -81,13 +79,11 @@ func (s *Service) VerifyTwoFactor(ctx context.Context, userID platform.ID, code,
 		codes[i] = onetime.NewRecoveryCode()
 	}
 	err := s.changeTwoFactor(ctx, userID, code, ip, ready, s.consumeTOTP, func(ctx context.Context, tx bun.Tx, row *userRow) error {
-		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("totp_enabled = ?", true).Set("updated_at = ?", s.now()).
-			Where("id = ? AND totp_enabled = ? AND totp_secret = ?", userID, false, row.TOTPSecret).Exec(ctx)
+		err := execOne(ctx, tx.NewUpdate().Model((*userRow)(nil)).Set("totp_enabled = ?", true).Set("updated_at = ?", s.now()).
+			Where("id = ? AND totp_enabled = ? AND totp_secret = ?", userID, false, row.TOTPSecret),
+			platform.Conflict("two-factor authentication was changed concurrently; try again"))
 		if err != nil {
-			return db.Translate(err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return platform.Conflict("two-factor authentication was changed concurrently; try again")
+			return err
 		}
 		if _, err := tx.NewDelete().Model((*recoveryRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
 			return db.Translate(err)
@@ -142,23 +138,31 @@ func (s *Service) changeTwoFactor(ctx context.Context, userID platform.ID, code,
 	if err := s.allow(ctx, ip, "2fa-ip:", s.d.Limits.TwoFactorPerIP); err != nil {
 		return err
 	}
+	return s.twoFactorAttempt(ctx, userID, func() error {
+		row, err := s.userRow(ctx, s.db, "id", userID)
+		if err != nil {
+			return err
+		}
+		if err := ready(row); err != nil {
+			return err
+		}
+		return db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			if err := s.requireCode(ctx, tx, row, code, consume, errCodeInvalid); err != nil {
+				return err
+			}
+			return change(ctx, tx, row)
+		})
+	})
+}
+
+// twoFactorAttempt spends one attempt of userID's two-factor budget (429 when
+// none is left), then runs try. A try that succeeds gives the attempt back,
+// so only failed attempts (a wrong code) use the budget up.
+func (s *Service) twoFactorAttempt(ctx context.Context, userID platform.ID, try func() error) error {
 	if err := s.allow(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser); err != nil {
 		return err
 	}
-	row, err := s.userRow(ctx, s.db, "id", userID)
-	if err != nil {
-		return err
-	}
-	if err := ready(row); err != nil {
-		return err
-	}
-	err = db.InTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.requireCode(ctx, tx, row, code, consume, errCodeInvalid); err != nil {
-			return err
-		}
-		return change(ctx, tx, row)
-	})
-	if err != nil {
+	if err := try(); err != nil {
 		return err
 	}
 	s.refund(ctx, userID, "2fa-user:", s.d.Limits.TwoFactorPerUser)
