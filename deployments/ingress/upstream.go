@@ -43,6 +43,10 @@ type upConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+	// probe: the last answer had no body (HEAD, 204, 304, length 0), after
+	// which an app that wrongly wrote one anyway may still send it; the
+	// next reuse checks for stray bytes however briefly it was idle.
+	probe bool
 }
 
 // pool keeps the idle connections to one upstream, most recently used on
@@ -72,7 +76,7 @@ func (p *pool) get(ctx context.Context) (*upConn, bool, error) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if time.Since(uc.idleSince) < probeAfter || alive(uc) {
+		if (!uc.probe && time.Since(uc.idleSince) < probeAfter) || alive(uc) {
 			return uc, true, nil
 		}
 		uc.conn.Close()
@@ -318,8 +322,12 @@ func (r *Router) serveDirect(w http.ResponseWriter, req *http.Request, rt *route
 			r.upstreamFailed(w, req, rt, err)
 			return
 		}
+		uc.probe = res.Body == http.NoBody
 		done, err := r.relay(w, res, uc.br, c)
-		if stop() && done && err == nil && !res.Close {
+		// Bytes buffered past the answer are no answer to anything: an
+		// app that wrote a body to a HEAD or a 204. Reused, they would be
+		// read as the next request's answer, another client's.
+		if stop() && done && err == nil && !res.Close && uc.br.Buffered() == 0 {
 			rt.pool.put(uc)
 		} else {
 			uc.conn.Close()
