@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bufio"
+	"errors"
 	"html"
 	"io"
 	"net"
@@ -15,7 +16,8 @@ import (
 // Meter counts the bytes the Router carries for each slug (request bodies
 // in, response bodies out, and both directions of an upgraded connection
 // such as a WebSocket), and refuses the slugs it is told to (Block) with a
-// 429. Headers are not counted. It only counts in memory: its owner takes the
+// 429; their traffic under way (an upgraded connection, a streaming answer,
+// an upload) ends at its next bytes. Headers are not counted. It only counts in memory: its owner takes the
 // counts (Take) every so often and stores them in a batch, so a request never
 // waits on a database. Set Config.Meter to use one; safe for concurrent use.
 type Meter struct {
@@ -33,7 +35,23 @@ type Block struct {
 	Until   time.Time
 }
 
-type slugBytes struct{ in, out byteCount }
+// slugBytes is one slug's counts, and how to tell whether it is refused
+// now: traffic under way (an upgraded connection, a streaming answer, an
+// upload) ends at its next bytes once it is.
+type slugBytes struct {
+	in, out byteCount
+	slug    string
+	m       *Meter
+}
+
+// errBlocked ends the traffic of a slug refused while it was under way.
+var errBlocked = errors.New("ingress: the project is over its bandwidth limit")
+
+// blocked reports whether the slug is refused now.
+func (c *slugBytes) blocked() bool {
+	_, ok := (*c.m.blocks.Load())[c.slug]
+	return ok
+}
 
 // byteCount is a count of bytes read or written.
 type byteCount struct{ atomic.Int64 }
@@ -92,7 +110,7 @@ func (m *Meter) counter(slug string) *slugBytes {
 	if c, ok := m.counts.Load(slug); ok {
 		return c.(*slugBytes)
 	}
-	c, _ := m.counts.LoadOrStore(slug, new(slugBytes))
+	c, _ := m.counts.LoadOrStore(slug, &slugBytes{slug: slug, m: m})
 	return c.(*slugBytes)
 }
 
@@ -105,7 +123,7 @@ func (m *Meter) serve(w http.ResponseWriter, req *http.Request, slug string, nex
 	}
 	c := m.counter(slug)
 	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = &countingBody{ReadCloser: req.Body, n: &c.in}
+		req.Body = &countingBody{ReadCloser: req.Body, c: c}
 	}
 	next.ServeHTTP(&countingWriter{ResponseWriter: w, c: c}, req)
 }
@@ -126,10 +144,15 @@ func refuse(w http.ResponseWriter, b Block) {
 
 type countingBody struct {
 	io.ReadCloser
-	n *byteCount
+	c *slugBytes
 }
 
-func (b *countingBody) Read(p []byte) (int, error) { return b.n.count(b.ReadCloser.Read(p)) }
+func (b *countingBody) Read(p []byte) (int, error) {
+	if b.c.blocked() {
+		return 0, errBlocked
+	}
+	return b.c.in.count(b.ReadCloser.Read(p))
+}
 
 // countingWriter counts the response body. Flush reaches the server's writer
 // through Unwrap (http.ResponseController); Hijack is its own so an upgraded
@@ -140,6 +163,9 @@ type countingWriter struct {
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
+	if w.c.blocked() {
+		return 0, errBlocked // ReverseProxy aborts the answer: the client never takes it as whole
+	}
 	return w.c.out.count(w.ResponseWriter.Write(p))
 }
 
@@ -160,5 +186,18 @@ type countingConn struct {
 	c *slugBytes
 }
 
-func (c *countingConn) Read(p []byte) (int, error)  { return c.c.in.count(c.Conn.Read(p)) }
-func (c *countingConn) Write(p []byte) (int, error) { return c.c.out.count(c.Conn.Write(p)) }
+func (c *countingConn) Read(p []byte) (int, error) {
+	if c.c.blocked() {
+		c.Conn.Close()
+		return 0, errBlocked
+	}
+	return c.c.in.count(c.Conn.Read(p))
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if c.c.blocked() {
+		c.Conn.Close()
+		return 0, errBlocked
+	}
+	return c.c.out.count(c.Conn.Write(p))
+}

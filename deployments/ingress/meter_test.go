@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -161,4 +162,81 @@ func takeUntil(t *testing.T, m *ingress.Meter, want map[string]ingress.Bytes) {
 		return assert.ObjectsAreEqual(want, got)
 	})
 	require.Equal(t, want, got)
+}
+
+// TestMeterBlockEndsTrafficUnderWay: a project refused while a WebSocket
+// or a streaming answer of it is open carries no more through it: the
+// ingress ends them at their next bytes instead of serving them past the
+// limit for as long as they stay open.
+func TestMeterBlockEndsTrafficUnderWay(t *testing.T) {
+	t.Parallel()
+	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			_ = brw.Flush()
+			_, _ = io.Copy(conn, brw)
+			return
+		}
+		for r.Context().Err() == nil { // an endless event stream
+			if _, err := io.WriteString(w, "tick\n"); err != nil {
+				return
+			}
+			http.NewResponseController(w).Flush() //nolint:errcheck
+			time.Sleep(5 * time.Millisecond)
+		}
+	}))
+	defer stream.Close()
+	m := ingress.NewMeter()
+	r, srv := newRouter(t, ingress.Config{Meter: m})
+	require.NoError(t, r.Set("ws", "d1", upstream(stream)))
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	ws, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer ws.Close()
+	_, err = io.WriteString(ws, "GET / HTTP/1.1\r\nHost: ws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	require.NoError(t, err)
+	wsr := bufio.NewReader(ws)
+	res, err := http.ReadResponse(wsr, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+
+	ev, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer ev.Close()
+	_, err = io.WriteString(ev, "GET /events HTTP/1.1\r\nHost: ws.localhost\r\n\r\n")
+	require.NoError(t, err)
+	evr := bufio.NewReader(ev)
+	res, err = http.ReadResponse(evr, nil)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(res.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "tick\n", line)
+
+	m.Block(map[string]ingress.Block{"ws": {Message: "over"}})
+	deadline := time.Now().Add(5 * time.Second)
+	require.NoError(t, ws.SetDeadline(deadline))
+	require.NoError(t, ev.SetDeadline(deadline))
+	for i := 0; ; i++ { // the echo ends: what it still sends back is bounded
+		if _, err := ws.Write([]byte("ping")); err != nil {
+			break
+		}
+		if _, err := io.ReadFull(wsr, make([]byte, 4)); err != nil {
+			require.False(t, isTimeout(err), "the upgraded connection of a refused project still open: %v", err)
+			break
+		}
+		require.Less(t, i, 100, "the upgraded connection of a refused project still carries bytes")
+	}
+	n, err := io.Copy(io.Discard, res.Body)
+	require.False(t, isTimeout(err), "the stream of a refused project still running after %d more bytes: %v", n, err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && errors.As(err, &ne) && ne.Timeout()
 }

@@ -405,6 +405,9 @@ func (r *Router) relay(w http.ResponseWriter, res *http.Response, br *bufio.Read
 	for {
 		n, rerr := res.Body.Read(buf)
 		if n > 0 {
+			if c != nil && c.blocked() {
+				return false, errBlocked // refused meanwhile: the answer ends here, aborted
+			}
 			m, werr := w.Write(buf[:n])
 			copied += int64(m)
 			if c != nil {
