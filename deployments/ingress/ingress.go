@@ -17,8 +17,9 @@
 // It is not a general-purpose edge proxy: TLS is its certs subpackage's (ACME
 // certificates for the hosts it serves), and it keeps no access log and no
 // rate limits. Put a real edge (or real DNS and ingress) in front of it at scale.
-// Inbound X-Forwarded-* headers are dropped and rebuilt from the connection, so
-// an app behind it can trust them as far as it trusts this proxy.
+// Inbound X-Forwarded-* headers (and their underscore spellings, such as
+// X_Forwarded_For) are dropped and rebuilt from the connection, so an app
+// behind it can trust them as far as it trusts this proxy.
 package ingress
 
 import (

@@ -106,6 +106,11 @@ func (r *Router) newForwarder() *httputil.ReverseProxy {
 // never reaches the app.
 func (r *Router) setForwarded(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del(forwardHeader)
+	for k := range pr.Out.Header {
+		if underscored(k) {
+			delete(pr.Out.Header, k)
+		}
+	}
 	if !r.forwarded(pr.In) {
 		pr.SetXForwarded()
 		return

@@ -218,6 +218,13 @@ var forwardedHeaders = map[string]bool{
 	http.CanonicalHeaderKey(forwardHeader): true, "Content-Length": true,
 }
 
+// underscored reports whether header k is one the ingress sets itself
+// spelt with '_' for '-' (X_Forwarded_For), which servers that name headers
+// CGI-style (HTTP_X_FORWARDED_FOR) read as the real one: never passed on.
+func underscored(k string) bool {
+	return strings.IndexByte(k, '_') >= 0 && forwardedHeaders[http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))]
+}
+
 // writeHead writes req's request line and headers to bw as the app gets
 // them (see the direct path's comment).
 func (r *Router) writeHead(bw *bufio.Writer, req *http.Request) {
@@ -229,7 +236,7 @@ func (r *Router) writeHead(bw *bufio.Writer, req *http.Request) {
 	bw.WriteString("\r\n")
 	conn := connNamed(req.Header["Connection"])
 	for k, vv := range req.Header {
-		if forwardedHeaders[k] || dropped(k, conn) {
+		if forwardedHeaders[k] || dropped(k, conn) || underscored(k) {
 			if k == "Te" && slicesContain(vv, "trailers") {
 				bw.WriteString("Te: trailers\r\n")
 			}
