@@ -45,6 +45,24 @@ func (r *Router) SetRemote(routes map[string]string) error {
 	return nil
 }
 
+// Served reports whether host (as a request names it) leads to an app:
+// its slug is routed here, or on another host (SetRemote).
+func (r *Router) Served(host string) bool {
+	slug := r.slugOf(host)
+	if slug == "" {
+		return false
+	}
+	if _, ok := (*r.table.Load())[slug]; ok {
+		return true
+	}
+	m := r.remote.routes.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[slug]
+	return ok
+}
+
 // forwardToken is the value of forwardHeader for key.
 func forwardToken(key []byte) string {
 	mac := hmac.New(sha256.New, key)

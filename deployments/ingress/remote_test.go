@@ -109,3 +109,21 @@ func TestRemoteBytesCountedOnce(t *testing.T) {
 	got := mb.Take()["shop"]
 	assert.Equal(t, int64(len(body)), got.Out, "the serving ingress counts the answer")
 }
+
+// Served: a host is served when its slug (apps domain or custom hostname)
+// is routed here or on another host; a made-up host is not.
+func TestServed(t *testing.T) {
+	t.Parallel()
+	r, err := ingress.New(ingress.Config{AppsDomain: "apps.test", ForwardKey: []byte("k")})
+	require.NoError(t, err)
+	require.NoError(t, r.Set("here", "d1", "127.0.0.1:1"))
+	require.NoError(t, r.SetRemote(map[string]string{"there": "10.0.0.2:8081"}))
+	r.SetHosts("here", []string{"www.example.org"})
+	r.SetHosts("gone", []string{"old.example.org"})
+	for host, want := range map[string]bool{
+		"here.apps.test": true, "HERE.apps.test.:80": true, "www.example.org": true, "there.apps.test": true,
+		"made-up.apps.test": false, "old.example.org": false, "example.org": false, "": false,
+	} {
+		assert.Equal(t, want, r.Served(host), host)
+	}
+}

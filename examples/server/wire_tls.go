@@ -60,6 +60,9 @@ func (a *App) ingressHTTPS(ctx context.Context, router *ingress.Router, hosts *h
 			}
 			return nil
 		},
+		// Another host's ingress may have ordered it, and its challenge
+		// reaches this one: a host served anywhere is looked up.
+		Challenged:    func(_ context.Context, host string) bool { return router.Served(host) },
 		KeepHTTP:      hosts.keepsHTTP,
 		HSTS:          hosts.sendsHSTS,
 		OnCertificate: a.certificateChanged,

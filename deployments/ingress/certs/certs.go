@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"github.com/keelson-dev/keelson/platform"
+	"github.com/mholt/acmez/v3"
 	"github.com/uptrace/bun"
 	"go.uber.org/zap"
 )
@@ -56,6 +58,13 @@ type Config struct {
 	// Allowed decides whether a certificate may be obtained for host (lower
 	// case, no port): nil when it may. Required.
 	Allowed func(ctx context.Context, host string) error
+	// Challenged decides whether an ACME challenge for host (lower case, no
+	// port) is looked up: true for every host this ingress or another one
+	// sharing the database may have ordered a certificate for. The lookup
+	// of a challenge this ingress did not start reads the database, so a
+	// host no ingress serves must answer false: made-up Host headers and
+	// SNI names then cost no query. Default: the hosts Allowed here.
+	Challenged func(ctx context.Context, host string) bool
 	// DirectoryURL is the ACME directory. Default LetsEncrypt.
 	DirectoryURL string
 	// Email is the ACME account's contact. Optional.
@@ -222,6 +231,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.New("certs: a static certificate needs both its certificate and its key file")
 	}
 	cfg.DirectoryURL = cmp.Or(cfg.DirectoryURL, LetsEncrypt)
+	if cfg.Challenged == nil {
+		allowed := cfg.Allowed
+		cfg.Challenged = func(ctx context.Context, host string) bool { return allowed(ctx, host) == nil }
+	}
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
 	}
@@ -334,8 +347,21 @@ func (m *Manager) TLSConfig() *tls.Config {
 	c := m.magic.TLSConfig()
 	c.NextProtos = append([]string{"h2", "http/1.1"}, c.NextProtos...)
 	c.MinVersion = tls.VersionTLS12
+	get := c.GetCertificate
+	c.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		// A TLS-ALPN-01 challenge handshake for a host not Challenged is
+		// refused before certmagic looks the challenge up in the database.
+		if slices.Contains(hello.SupportedProtos, acmez.ACMETLS1Protocol) &&
+			!m.cfg.Challenged(hello.Context(), hostOnly(hello.ServerName)) {
+			return nil, errNoChallenge
+		}
+		return get(hello)
+	}
 	return c
 }
+
+// errNoChallenge refuses an ACME challenge for a host not Challenged.
+var errNoChallenge = errors.New("certs: no ACME challenge for this host")
 
 // Handler wraps the plain-HTTP ingress: it answers every request under
 // /.well-known/acme-challenge/ itself (the challenge of this or another
@@ -344,7 +370,7 @@ func (m *Manager) TLSConfig() *tls.Config {
 func (m *Manager) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
-			if !m.issuer.HandleHTTPChallenge(w, r) {
+			if !m.cfg.Challenged(r.Context(), hostOnly(r.Host)) || !m.issuer.HandleHTTPChallenge(w, r) {
 				http.Error(w, "no such ACME challenge", http.StatusNotFound)
 			}
 			return
