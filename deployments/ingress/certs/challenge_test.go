@@ -42,7 +42,7 @@ func TestChallengesOfUnservedHostsCostNoQuery(t *testing.T) {
 	bdb.AddQueryHook(lookups)
 	const served = "served.example.test"
 	mgr, err := certs.New(context.Background(), certs.Config{DB: bdb, DirectoryURL: "https://127.0.0.1:1/directory",
-		Allowed: func(context.Context, string) error { return errors.New("no order in this test") },
+		Allowed:    func(context.Context, string) error { return errors.New("no order in this test") },
 		Challenged: func(_ context.Context, host string) bool { return host == served }})
 	if err != nil {
 		t.Fatal(err)
