@@ -63,6 +63,27 @@ func (s *Service) checkSeats(ctx context.Context, teamID string) error {
 	return nil
 }
 
+// mayInvite reports whether a member of role may invite (and so, until it
+// is accepted, grant) invited: admin and above, the owner role owner only.
+func mayInvite(role, invited platform.MemberRole) bool {
+	return role.Allows(platform.MembersWrite) && (invited != platform.MemberOwner || role == platform.MemberOwner)
+}
+
+// dropInvitesBeyond deletes, in tx, the pending invitations userID made to
+// teamID that role (their new one; "" once they left) may no longer grant:
+// an invitation is worth what its inviter may grant, not what they once could.
+func dropInvitesBeyond(ctx context.Context, tx bun.Tx, teamID, userID string, role platform.MemberRole) error {
+	q := tx.NewDelete().Model((*inviteRow)(nil)).Where("team_id = ? AND invited_by = ?", teamID, userID)
+	switch {
+	case mayInvite(role, platform.MemberOwner):
+		return nil
+	case mayInvite(role, platform.MemberAdmin):
+		q = q.Where("role = ?", platform.MemberOwner)
+	}
+	_, err := q.Exec(ctx)
+	return err
+}
+
 // Invite mails an invitation to join teamID with role to email (admin; the
 // owner role: owner) and answers it. A pending invitation to the same
 // address is replaced.
@@ -97,6 +118,16 @@ func (s *Service) Invite(ctx context.Context, userID, teamID, email string, role
 	row := &inviteRow{ID: platform.NewID(), TeamID: teamID, Email: email, Role: string(role), TokenHash: hashToken(tok),
 		InvitedBy: userID, CreatedAt: now, ExpiresAt: now.Add(s.d.InviteTTL)}
 	err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
+		// Under the team's lock, as role changes: an inviter removed or
+		// demoted meanwhile invites nobody.
+		if err := db.LockTx(ctx, tx, "keelson:team:"+teamID); err != nil {
+			return err
+		}
+		if now, err := memberRole(ctx, tx, teamID, userID); err != nil {
+			return err
+		} else if !mayInvite(now, role) {
+			return platform.Conflict("your role in this team changed meanwhile; try again")
+		}
 		if _, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("team_id = ? AND email = ?", teamID, email).Exec(ctx); err != nil {
 			return err
 		}
@@ -213,6 +244,13 @@ func (s *Service) join(ctx context.Context, row *inviteRow, userID string) error
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
+			return errNoInvite
+		}
+		// An invitation made before its inviter was removed or demoted (and
+		// so not dropped with their role) grants nothing either.
+		if by, err := memberRole(ctx, tx, row.TeamID, row.InvitedBy); err != nil {
+			return err
+		} else if !mayInvite(by, platform.MemberRole(row.Role)) {
 			return errNoInvite
 		}
 		if role, err := memberRole(ctx, tx, row.TeamID, userID); err != nil {

@@ -237,6 +237,9 @@ func (s *Service) change(ctx context.Context, c memberChange) (old platform.Memb
 		if err != nil {
 			return err
 		}
+		if err := dropInvitesBeyond(ctx, tx, c.teamID, c.target, c.newRole); err != nil {
+			return err
+		}
 		action, summary := c.audit(old)
 		return s.record(ctx, tx, c.teamID, action, "member", c.target, summary)
 	})

@@ -20,6 +20,9 @@
 //     Only a signed-in account whose verified email is the invited address
 //     accepts it. Inviting the same address again replaces the pending
 //     invitation. Invitation mail is limited per team and per address.
+//     An invitation grants only what its inviter may still grant: removing
+//     or demoting them drops the invitations their new role cannot make,
+//     and accepting one they could no longer make is a 404.
 //   - The team's plan (its own, else its owner's account plan) gates
 //     members: without teamMembers only the first member (the creator) fits;
 //     inviting or accepting another is a 403 naming the plan.

@@ -232,3 +232,74 @@ func TestInvitationRules(t *testing.T) {
 		}
 	})
 }
+
+// TestInvitationDiesWithInvitersRight: an invitation grants only what its
+// inviter may still grant when it is accepted. An admin who invites an
+// account of their own as admin, then is removed, gets back in through it
+// no more; nor does an owner invitation of an owner demoted to admin, nor
+// an invitation of an admin demoted to viewer. The invitations stop being
+// listed at once.
+func TestInvitationDiesWithInvitersRight(t *testing.T) {
+	each(t, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, true)
+		ctx := context.Background()
+		owner := e.user("owner@example.com")
+		team, err := e.svc.Create(ctx, owner, "crew")
+		if err != nil {
+			t.Fatal(err)
+		}
+		join := func(email string, role platform.MemberRole) string {
+			t.Helper()
+			id := e.user(email)
+			if _, err := e.svc.Invite(ctx, owner, team.ID, email, role); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.svc.Accept(ctx, id, e.mail.token(t, email)); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		mallory, demoted, coOwner := join("mallory@example.com", platform.MemberAdmin),
+			join("demoted@example.com", platform.MemberAdmin), join("co@example.com", platform.MemberOwner)
+		cases := []struct {
+			inviter, alt string
+			role         platform.MemberRole
+			then         func() error
+		}{
+			{mallory, "mallory.alt@example.com", platform.MemberAdmin, func() error { return e.svc.Remove(ctx, owner, team.ID, mallory) }},
+			{demoted, "demoted.alt@example.com", platform.MemberDeveloper, func() error {
+				_, err := e.svc.SetRole(ctx, owner, team.ID, demoted, platform.MemberViewer)
+				return err
+			}},
+			{coOwner, "co.alt@example.com", platform.MemberOwner, func() error {
+				_, err := e.svc.SetRole(ctx, owner, team.ID, coOwner, platform.MemberAdmin)
+				return err
+			}},
+		}
+		for _, c := range cases {
+			alt := e.user(c.alt)
+			if _, err := e.svc.Invite(ctx, c.inviter, team.ID, c.alt, c.role); err != nil {
+				t.Fatalf("%s invites %s: %v", c.inviter, c.alt, err)
+			}
+			tok := e.mail.token(t, c.alt)
+			if err := c.then(); err != nil {
+				t.Fatal(err)
+			}
+			invs, _, err := e.svc.Invitations(ctx, owner, team.ID, platform.PageParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, inv := range invs {
+				if inv.Email == c.alt {
+					t.Errorf("invitation of %s as %s still pending after its inviter lost the right to grant it", c.alt, c.role)
+				}
+			}
+			if _, err := e.svc.Accept(ctx, alt, tok); !errors.Is(err, platform.ErrNotFound) {
+				t.Errorf("%s accepts an invitation its inviter may no longer grant: %v, want 404", c.alt, err)
+			}
+			if role, _ := e.svc.MemberRole(ctx, team.ID, alt); role != "" {
+				t.Errorf("%s joined as %s", c.alt, role)
+			}
+		}
+	})
+}

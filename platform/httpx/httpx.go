@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/keelson-dev/keelson/platform"
@@ -42,7 +43,7 @@ func Middleware(log *slog.Logger, h http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				rl.Error("panic", "panic", p, "method", r.Method, "path", r.URL.Path)
+				rl.Error("panic", "panic", p, "method", r.Method, "path", LogPath(r.URL.Path))
 				if !sw.wrote {
 					sw.Header().Set("Content-Type", "application/json")
 					sw.WriteHeader(http.StatusInternalServerError)
@@ -55,12 +56,34 @@ func Middleware(log *slog.Logger, h http.Handler) http.Handler {
 			}
 			// Path only: query strings may carry tokens (OAuth callbacks, log streams).
 			// LogAttrs: no boxing of every value on the hot path.
-			rl.LogAttrs(r.Context(), level, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			rl.LogAttrs(r.Context(), level, "request", slog.String("method", r.Method), slog.String("path", LogPath(r.URL.Path)),
 				slog.Int("status", sw.code()), slog.Int64("bytes", sw.bytes),
 				slog.Int64("duration_ms", time.Since(start).Milliseconds()), slog.String("remote", clientIP(r)))
 		}()
 		h.ServeHTTP(sw, r)
 	})
+}
+
+// secretSegment is a path segment that is a credential: a short lower-case
+// prefix, an underscore and a long random part, as a deploy hook's URL
+// token (kdh_...) is.
+var secretSegment = regexp.MustCompile(`^[a-z]{2,5}_[A-Za-z0-9_-]{24,}$`)
+
+// LogPath is path as request logs write it: a segment that is a credential
+// (secretSegment) keeps its prefix and the 6 characters after it, the part
+// listings show (a deploy hook's prefix), and loses the rest.
+func LogPath(path string) string {
+	if !strings.Contains(path, "_") {
+		return path
+	}
+	segs := strings.Split(path, "/")
+	for i, seg := range segs {
+		if secretSegment.MatchString(seg) {
+			keep := strings.Index(seg, "_") + 1 + 6
+			segs[i] = seg[:keep] + "…"
+		}
+	}
+	return strings.Join(segs, "/")
 }
 
 var validRID = regexp.MustCompile(`^[A-Za-z0-9._-]{8,64}$`)
