@@ -123,9 +123,9 @@ func (s *Service) Invite(ctx context.Context, userID, teamID, email string, role
 		if err := db.LockTx(ctx, tx, "keelson:team:"+teamID); err != nil {
 			return err
 		}
-		if now, err := memberRole(ctx, tx, teamID, userID); err != nil {
+		if current, err := memberRole(ctx, tx, teamID, userID); err != nil {
 			return err
-		} else if !mayInvite(now, role) {
+		} else if !mayInvite(current, role) {
 			return platform.Conflict("your role in this team changed meanwhile; try again")
 		}
 		if _, err := tx.NewDelete().Model((*inviteRow)(nil)).Where("team_id = ? AND email = ?", teamID, email).Exec(ctx); err != nil {
