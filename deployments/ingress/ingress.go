@@ -156,8 +156,12 @@ func New(cfg Config) (*Router, error) {
 		// Streaming responses (unknown length, text/event-stream) are flushed
 		// on every write by ReverseProxy itself; others are buffered briefly.
 		FlushInterval: 50 * time.Millisecond,
-		ErrorHandler:  r.proxyError,
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ModifyResponse: func(res *http.Response) error {
+			r.scopeCookies(res.Header)
+			return nil
+		},
+		ErrorHandler: r.proxyError,
+		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	if len(cfg.ForwardKey) > 0 {
 		r.token = forwardToken(cfg.ForwardKey)

@@ -390,6 +390,7 @@ func (r *Router) send(uc *upConn, req *http.Request, c *slugBytes) (res *http.Re
 // client went away first), or the app's error.
 func (r *Router) relay(w http.ResponseWriter, res *http.Response, br *bufio.Reader, c *slugBytes) (bool, error) {
 	dst := w.Header()
+	r.scopeCookies(res.Header)
 	conn := connNamed(res.Header["Connection"])
 	for k, vv := range res.Header {
 		if !dropped(k, conn) {
