@@ -131,16 +131,8 @@ func TestMeterCountsUpgradedConnections(t *testing.T) {
 	r, srv := newRouter(t, ingress.Config{Meter: m})
 	require.NoError(t, r.Set("ws", "d1", upstream(echo)))
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: ws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	require.NoError(t, err)
-	br := bufio.NewReader(conn)
-	res, err := http.ReadResponse(br, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
-	_, err = conn.Write(make([]byte, 3000))
+	conn, br := upgraded(t, strings.TrimPrefix(srv.URL, "http://"))
+	_, err := conn.Write(make([]byte, 3000))
 	require.NoError(t, err)
 	_, err = io.ReadFull(br, make([]byte, 6000))
 	require.NoError(t, err)
@@ -196,15 +188,7 @@ func TestMeterBlockEndsTrafficUnderWay(t *testing.T) {
 	require.NoError(t, r.Set("ws", "d1", upstream(stream)))
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
-	ws, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer ws.Close()
-	_, err = io.WriteString(ws, "GET / HTTP/1.1\r\nHost: ws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	require.NoError(t, err)
-	wsr := bufio.NewReader(ws)
-	res, err := http.ReadResponse(wsr, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	ws, wsr := upgraded(t, addr)
 
 	ev, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -212,7 +196,7 @@ func TestMeterBlockEndsTrafficUnderWay(t *testing.T) {
 	_, err = io.WriteString(ev, "GET /events HTTP/1.1\r\nHost: ws.localhost\r\n\r\n")
 	require.NoError(t, err)
 	evr := bufio.NewReader(ev)
-	res, err = http.ReadResponse(evr, nil)
+	res, err := http.ReadResponse(evr, nil)
 	require.NoError(t, err)
 	line, err := bufio.NewReader(res.Body).ReadString('\n')
 	require.NoError(t, err)
@@ -239,4 +223,20 @@ func TestMeterBlockEndsTrafficUnderWay(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return err != nil && errors.As(err, &ne) && ne.Timeout()
+}
+
+// upgraded opens a connection to the ingress at addr and upgrades it (the
+// "echo" protocol) for ws.localhost; it is closed when t ends.
+func upgraded(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: ws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	return conn, br
 }
