@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/keelson-dev/keelson/codehost/internal/store"
 	"github.com/keelson-dev/keelson/platform"
 )
 
@@ -35,6 +36,10 @@ const (
 	// CodeRelink: the owner's code-host authorization must be linked again
 	// before their installations' repositories can be used (409).
 	CodeRelink = "CODEHOST_RELINK"
+	// CodeLinkMemberCannotDeploy: the team member whose code-host link a
+	// team project uses may no longer deploy it, so their installations'
+	// private repositories are not cloned for it (409).
+	CodeLinkMemberCannotDeploy = "CODEHOST_LINK_MEMBER_CANNOT_DEPLOY"
 )
 
 // relinkHint says what a user whose code-host token no longer works does.
@@ -153,6 +158,9 @@ func (s *Service) cloneAccess(ctx context.Context, projectID, repoURL string) (i
 	if err != nil || len(insts) == 0 {
 		return 0, wrap("git auth: installations", err)
 	}
+	if may, err := s.ownerMayDeploy(ctx, ownerID, projectID, insts, want); !may || err != nil {
+		return 0, err // barred: no credentials, and a private repository is refused
+	}
 	tok, err := s.userToken(ctx, ownerID)
 	if err != nil {
 		return 0, err
@@ -179,17 +187,9 @@ func (s *Service) refusal(ctx context.Context, id int64, want string, viewErr er
 		platform.Logger(ctx).ErrorContext(ctx, "codehost: list the user's repositories", "installation_id", id, "err", viewErr)
 		return unavailable("the repository access check", viewErr)
 	}
-	all, err := s.d.Provider.Repositories(ctx, id)
-	if errors.Is(err, platform.ErrNotFound) {
-		return nil // uninstalled: it gives no credentials anyway
-	}
-	if err != nil {
-		platform.Logger(ctx).ErrorContext(ctx, "codehost: list the installation's repositories", "installation_id", id, "err", err)
-		return unavailable("the repository access check", err)
-	}
-	r := findRepo(all, want)
-	if r == nil || !r.Private {
-		return nil
+	r, err := s.privateRepo(ctx, id, want)
+	if r == nil || err != nil {
+		return err
 	}
 	if errors.Is(viewErr, errRelink) {
 		return platform.Conflict(fmt.Sprintf("the project owner's code-host authorization is missing, expired or revoked, so their access to %s cannot be confirmed: %s", r.FullName, ownerRelinkHint)).
@@ -197,6 +197,59 @@ func (s *Service) refusal(ctx context.Context, id int64, want string, viewErr er
 	}
 	return platform.Forbidden(fmt.Sprintf("the code host does not let the project's owner access %s (only the repositories they may access themselves can be deployed)", r.FullName)).
 		WithCode(CodeNoRepoAccess)
+}
+
+// privateRepo answers want when it is a private repository of installation
+// id, asked as the app (never with a user's token): nil when it is not one
+// (a public one is cloned without credentials; another host's needs none)
+// or the installation is gone (it gives no credentials anyway), a 502 when
+// the code host did not answer.
+func (s *Service) privateRepo(ctx context.Context, id int64, want string) (*Repository, error) {
+	all, err := s.d.Provider.Repositories(ctx, id)
+	if errors.Is(err, platform.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		platform.Logger(ctx).ErrorContext(ctx, "codehost: list the installation's repositories", "installation_id", id, "err", err)
+		return nil, unavailable("the repository access check", err)
+	}
+	if r := findRepo(all, want); r != nil && r.Private {
+		return r, nil
+	}
+	return nil, nil
+}
+
+// ownerMayDeploy tells whether the owner's installations insts may lend
+// projectID clone credentials: only while the owner may deploy the project.
+// A team member removed or demoted since they created it or moved it in
+// may not, and as for their push deployments, their code-host link then
+// acts for the team no more: false, with the refusal when want is a private
+// repository of insts (nil when it is not: cloned without credentials). It
+// fails closed: when the owner's role cannot be read, false and a 503.
+func (s *Service) ownerMayDeploy(ctx context.Context, ownerID, projectID string, insts []store.InstallationRow, want string) (bool, error) {
+	may, err := s.d.Projects.MayDeploy(ctx, ownerID, projectID)
+	if err != nil {
+		platform.Logger(ctx).ErrorContext(ctx, "codehost: may the project's owner deploy it", "project_id", projectID, "err", err)
+		return false, &platform.Error{Status: http.StatusServiceUnavailable, Err: platform.ErrUnavailable,
+			Message: "whether the member whose code-host link the project uses may still deploy it could not be read; try again later"}
+	}
+	if may {
+		return true, nil
+	}
+	for _, in := range insts {
+		r, err := s.privateRepo(ctx, in.InstallationID, want)
+		if err != nil {
+			return false, err
+		}
+		if r != nil {
+			return false, platform.Conflict(fmt.Sprintf("the project uses the code-host link of the member who created it or moved it into "+
+				"its team, and that member is no longer allowed to deploy it, so their access to %s is not used: a team admin "+
+				"can move the project to their own account and back into the team (POST /projects/%s/transfer) to have it use "+
+				"their own code-host link, or give that member back a role that may deploy", r.FullName, projectID)).
+				WithCode(CodeLinkMemberCannotDeploy)
+		}
+	}
+	return false, nil
 }
 
 // projectOwner answers the owner of projectID when the project uses

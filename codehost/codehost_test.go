@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -678,4 +679,62 @@ func TestAppDeliveriesVerifiedWhileAppIncomplete(t *testing.T) {
 		rows[1].Status != codehost.DeliveryFailed || !strings.Contains(rows[1].Detail, "KEELSON_CODEHOST_APP_PRIVATE_KEY") {
 		t.Fatalf("deliveries = %+v", rows)
 	}
+}
+
+// TestGitAuthForOnlyWhileTheOwnerMayDeploy: a project's owner (for a team
+// project, the member who created it or moved it in) lends it their
+// installations' clone credentials only while they may deploy it. Barred, a
+// private repository of their installation is a 409 naming the way out,
+// from CheckRepoAccess and GitAuthFor alike, and no token is minted; a
+// public one is cloned without credentials; a role that cannot be read
+// refuses (503), never falling back to the credentials.
+func TestGitAuthForOnlyWhileTheOwnerMayDeploy(t *testing.T) {
+	each(t, func(t *testing.T, bdb *bun.DB) {
+		e := newEnv(t, bdb, envOpts{})
+		owner := platform.NewID()
+		in := e.fake.AddInstallation(githubfake.Installation{ID: 43, Account: "octocat", Repositories: repos("octocat", 2, 3)})
+		e.install(owner, 43)
+		private, public := in.Repositories[0], in.Repositories[1]
+		onPrivate := e.projects.add(codehost.RepoProject{OwnerID: owner, RepoURL: private.CloneURL})
+		onPublic := e.projects.add(codehost.RepoProject{OwnerID: owner, RepoURL: public.HTMLURL})
+		ctx := context.Background()
+		if auth, err := e.svc.GitAuthFor(ctx, onPrivate.ProjectID, private.CloneURL); err != nil || auth == nil {
+			t.Fatalf("GitAuthFor while the owner may deploy = %v, %v", auth, err)
+		}
+
+		e.projects.bar(onPrivate.ProjectID, true)
+		e.projects.bar(onPublic.ProjectID, true)
+		mints := e.fake.TokenMints(43)
+		err := e.svc.CheckRepoAccess(ctx, onPrivate.ProjectID, private.CloneURL)
+		var pe *platform.Error
+		if !errors.As(err, &pe) || pe.Status != http.StatusConflict || pe.Code != codehost.CodeLinkMemberCannotDeploy ||
+			!strings.Contains(pe.Message, "no longer allowed to deploy") || !strings.Contains(pe.Message, "octocat/repo-2") ||
+			!strings.Contains(pe.Message, "/projects/"+onPrivate.ProjectID+"/transfer") {
+			t.Fatalf("CheckRepoAccess with the owner barred: %v", err)
+		}
+		if auth, err := e.svc.GitAuthFor(ctx, onPrivate.ProjectID, private.CloneURL); refusalStatus(err) != http.StatusConflict || auth != nil {
+			t.Fatalf("GitAuthFor with the owner barred = %v, %v", auth, err)
+		}
+		if auth, err := e.svc.GitAuthFor(ctx, onPublic.ProjectID, public.HTMLURL); err != nil || auth != nil {
+			t.Fatalf("GitAuthFor(public repo) with the owner barred = %v, %v; want no credentials", auth, err)
+		}
+		if n := e.fake.TokenMints(43); n != mints {
+			t.Fatalf("%d token(s) minted for a barred owner", n-mints)
+		}
+
+		e.projects.bar(onPrivate.ProjectID, false)
+		e.projects.failMayDeploy(errors.New("teams table unavailable"))
+		for _, p := range []codehost.RepoProject{onPrivate, onPublic} {
+			if err := e.svc.CheckRepoAccess(ctx, p.ProjectID, p.RepoURL); refusalStatus(err) != http.StatusServiceUnavailable {
+				t.Fatalf("CheckRepoAccess with the role unreadable: %v", err)
+			}
+			if auth, err := e.svc.GitAuthFor(ctx, p.ProjectID, p.RepoURL); err == nil || auth != nil {
+				t.Fatalf("GitAuthFor with the role unreadable = %v, %v", auth, err)
+			}
+		}
+		e.projects.failMayDeploy(nil)
+		if err := e.svc.CheckRepoAccess(ctx, onPrivate.ProjectID, private.CloneURL); err != nil {
+			t.Fatalf("CheckRepoAccess once the owner may deploy again: %v", err)
+		}
+	})
 }

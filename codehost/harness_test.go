@@ -60,6 +60,42 @@ type projectBook struct {
 	secrets  map[string]string // project id -> webhookSecret
 	lookups  int               // ProjectsForRepository calls
 	reads    int               // WebhookSecret calls
+	barred   map[string]bool   // project id -> its owner may no longer deploy it
+	mayErr   error             // what MayDeploy answers, when set
+}
+
+// MayDeploy implements codehost.ProjectLookup: a project's owner may deploy
+// it unless barred.
+func (b *projectBook) MayDeploy(_ context.Context, userID, projectID string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mayErr != nil {
+		return false, b.mayErr
+	}
+	for _, p := range b.projects {
+		if p.ProjectID == projectID {
+			return p.OwnerID == userID && !b.barred[projectID], nil
+		}
+	}
+	return false, nil
+}
+
+// failMayDeploy makes MayDeploy answer err (nil: answer again).
+func (b *projectBook) failMayDeploy(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mayErr = err
+}
+
+// bar makes projectID's owner one who may no longer deploy it (a team
+// member removed or demoted), or again one who may (bar false).
+func (b *projectBook) bar(projectID string, bar bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.barred == nil {
+		b.barred = map[string]bool{}
+	}
+	b.barred[projectID] = bar
 }
 
 // WebhookSecret implements codehost.ProjectSecrets.

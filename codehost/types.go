@@ -83,6 +83,12 @@ type ProjectLookup interface {
 	// OwnsProject reports whether userID owns projectID (false when the
 	// project does not exist).
 	OwnsProject(ctx context.Context, userID, projectID string) (bool, error)
+	// MayDeploy reports whether userID's own role on projectID lets them
+	// deploy it, decided as for a push deployment the project's owner
+	// (RepoProject.OwnerID) triggers: by that role alone, never by the
+	// caller's. The owner's code-host link gives the project clone
+	// credentials only while it is true. An error is one of reading it.
+	MayDeploy(ctx context.Context, userID, projectID string) (bool, error)
 }
 
 // Deployer starts a deployment of a project at a commit. A quota refusal comes

@@ -327,7 +327,7 @@ func (s *Service) claimAndTrigger(ctx context.Context, dec *store.DecisionRow, p
 func classifyTriggerError(err error) (decision, detail string) {
 	var pe *platform.Error
 	switch {
-	case errors.As(err, &pe) && (pe.Code == CodeNoRepoAccess || pe.Code == CodeRelink):
+	case errors.As(err, &pe) && (pe.Code == CodeNoRepoAccess || pe.Code == CodeRelink || pe.Code == CodeLinkMemberCannotDeploy):
 		return DecisionNoAccess, pe.Message
 	case errors.As(err, &pe) && (pe.Status == 403 || errors.Is(err, platform.ErrForbidden)):
 		return DecisionQuotaExceeded, pe.Message

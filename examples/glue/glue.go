@@ -99,6 +99,20 @@ func (p ProjectRepos) OwnsProject(ctx context.Context, userID, projectID string)
 	return err == nil, err
 }
 
+// MayDeploy implements codehost.ProjectLookup with the decision a push
+// deployment's trigger takes for the member it deploys as (the deployments
+// module's Access, ProjectAccess here): userID's role on the project holds
+// deployments:write. It is decided by that role alone, so the principal of
+// the request that asks (another member, maybe with an API token) is left
+// out. No role or too low a role is false; any other error is returned.
+func (p ProjectRepos) MayDeploy(ctx context.Context, userID, projectID string) (bool, error) {
+	err := ProjectAccess(p).Authorize(platform.WithPrincipal(ctx, platform.Principal{}), userID, projectID, platform.DeploymentsWrite)
+	if errors.Is(err, platform.ErrNotFound) || errors.Is(err, platform.ErrForbidden) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // DeploymentResults adapts the deployments module to codehost.DeploymentResults
 // (the final commit status of a push deployment).
 type DeploymentResults struct{ Deployments *deployments.Service }
