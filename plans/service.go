@@ -115,16 +115,26 @@ func (s *Service) AssignTeamPlan(ctx context.Context, teamID, planID string) err
 // TeamPlan returns the plan of team teamID: the one assigned to it, else
 // ownerID's account plan.
 func (s *Service) TeamPlan(ctx context.Context, teamID, ownerID string) (*Plan, error) {
+	p, own, err := s.OwnTeamPlan(ctx, teamID)
+	if err != nil || own {
+		return p, err
+	}
+	return s.AccountPlan(ctx, ownerID)
+}
+
+// OwnTeamPlan returns the plan assigned to team teamID (AssignTeamPlan) and
+// true, or nil and false when it has none and follows its owner's account plan.
+func (s *Service) OwnTeamPlan(ctx context.Context, teamID string) (*Plan, bool, error) {
 	var rows []planRow
 	err := s.d.DB.NewSelect().Model(&rows).
 		Where("id = (SELECT pa.plan_id FROM plan_assignments AS pa WHERE pa.user_id = ?)", teamID).Scan(ctx)
 	if err != nil {
-		return nil, wrap("team plan", translate(err))
+		return nil, false, wrap("team plan", translate(err))
 	}
 	if len(rows) == 1 {
-		return rows[0].toPlan(), nil
+		return rows[0].toPlan(), true, nil
 	}
-	return s.AccountPlan(ctx, ownerID)
+	return nil, false, nil
 }
 
 // PlanInput is the body of POST /plans (SPEC 2.4): every limit required,

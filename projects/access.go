@@ -163,10 +163,12 @@ func (s *Service) Transfer(ctx context.Context, userID, id, teamID string) (*Pro
 	return s.Get(ctx, userID, id)
 }
 
-// move changes the project's owner, taking a slot of the new owner's
-// maxProjects and giving back the old owner's, in one transaction.
+// move changes the project's owner, taking a slot of the maxProjects the new
+// owner counts against and giving back the one it held, in one transaction
+// (a move between a user's account and a team borrowing their plan gives back
+// and takes a slot of the same counter).
 func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID string) error {
-	plan, err := s.d.Plans.AccountPlan(ctx, to)
+	plan, quota, err := s.d.Plans.QuotaPlan(ctx, to)
 	if err != nil {
 		return wrap("account plan", err)
 	}
@@ -178,7 +180,7 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 			return err
 		}
 		res, err := tx.NewUpdate().Model((*projectRow)(nil)).Set("owner_id = ?", to).Set("team_id = ?", teamID).
-			Set("created_by = ?", userID).Set("updated_at = ?", s.now()).
+			Set("created_by = ?", userID).Set("quota_id = ?", quota).Set("updated_at = ?", s.now()).
 			Where("id = ? AND owner_id = ? AND status = ?", row.ID, row.OwnerID, StatusActive).Exec(ctx)
 		if err != nil {
 			return err
@@ -189,7 +191,7 @@ func (s *Service) move(ctx context.Context, row *projectRow, to, teamID, userID 
 		if err := s.record(ctx, tx, row, "project.transfer", "moved to account "+to); err != nil {
 			return err
 		}
-		return s.takeSlot(ctx, tx, to, plan)
+		return s.takeSlot(ctx, tx, quota, plan)
 	})
 	s.changed(row.OwnerID)
 	s.changed(to)

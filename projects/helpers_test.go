@@ -54,10 +54,11 @@ type planBook struct {
 	mu      sync.Mutex
 	plans   map[string]*projects.Plan
 	account map[string]string // user id -> plan name; default "free"
+	borrows map[string]string // team id -> the owner whose plan it borrows (none: its own plan)
 }
 
 func newPlanBook() *planBook {
-	return &planBook{account: map[string]string{}, plans: map[string]*projects.Plan{
+	return &planBook{account: map[string]string{}, borrows: map[string]string{}, plans: map[string]*projects.Plan{
 		"free":    {Name: "free", Tier: "FREE", TierRank: 0, MaxProjects: 3, MaxDeployments: 100, MaxMemoryMi: 512, MaxCpuM: 500, MaxStorageGi: 1, BuildTimeoutMins: 10, Public: true},
 		"starter": {Name: "starter", Tier: "STARTER", TierRank: 1, MaxProjects: 10, MaxDeployments: 500, MaxMemoryMi: 1024, MaxCpuM: 1000, MaxStorageGi: 5, BuildTimeoutMins: 20, Public: true},
 		// An operator's plan for chosen accounts: not public.
@@ -85,6 +86,28 @@ func (b *planBook) AccountPlan(ctx context.Context, userID string) (*projects.Pl
 		name = "free"
 	}
 	return b.PlanByName(ctx, name)
+}
+
+// QuotaPlan: a team in borrows counts against its owner's account plan.
+func (b *planBook) QuotaPlan(ctx context.Context, accountID string) (*projects.Plan, string, error) {
+	b.mu.Lock()
+	if owner, ok := b.borrows[accountID]; ok {
+		accountID = owner
+	}
+	b.mu.Unlock()
+	p, err := b.AccountPlan(ctx, accountID)
+	return p, accountID, err
+}
+
+// borrow makes team borrow owner's account plan ("": a plan of its own).
+func (b *planBook) borrow(team, owner string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if owner == "" {
+		delete(b.borrows, team)
+		return
+	}
+	b.borrows[team] = owner
 }
 
 func (b *planBook) setAccount(userID, plan string) {
@@ -180,6 +203,7 @@ type opts struct {
 	reserved    []string               // Deps.ReservedSlugs
 	redirect    func(projectID string) // Events.HTTPSRedirectChanged
 	hosts       []string               // Deps.HostExists knows these
+	teams       projects.Teams         // Deps.Teams
 }
 
 func sets() []db.MigrationSet { return []db.MigrationSet{projects.Migrations()} }
@@ -200,7 +224,7 @@ func setup(t *testing.T, bdb *bun.DB, o opts) *env {
 	e := &env{t: t, bdb: bdb, api: api, plans: newPlanBook(), teardown: newTeardown(), logs: logs, sealer: sealer}
 	e.svc, err = projects.New(projects.Deps{
 		DB: bdb, Auth: tokenAuth{}, Sealer: sealer, Plans: e.plans,
-		Deployments: o.deployments, Logs: o.logs, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
+		Deployments: o.deployments, Logs: o.logs, Teams: o.teams, Regions: o.regions, AllowLocalRepos: o.allowLocal, Logger: log,
 		ListCacheBytes: o.listCache, PlanChannel: o.planChannel, ReservedSlugs: o.reserved,
 		CheckHost: func(_ context.Context, id string) error {
 			if slices.Contains(o.hosts, id) {

@@ -18,6 +18,7 @@ type projectRow struct {
 	OwnerID              string    `bun:"owner_id,notnull,type:varchar(36)"`              // the account: a user, or the team (TeamID)
 	TeamID               string    `bun:"team_id,notnull,type:varchar(36),default:''"`    // "" for a personal project
 	CreatedBy            string    `bun:"created_by,notnull,type:varchar(36),default:''"` // the user who created or last moved it
+	QuotaID              string    `bun:"quota_id,notnull,type:varchar(36),default:''"`   // the account whose maxProjects counter holds its slot (counts.go)
 	Name                 string    `bun:"name,notnull"`
 	Slug                 string    `bun:"slug,notnull,type:varchar(40)"`
 	RepoURL              string    `bun:"repo_url,notnull"`
@@ -97,6 +98,10 @@ func Migrations() db.MigrationSet {
 		// host: the project's apps run only on that host (Deps.CheckHost).
 		ID: "0006_host",
 		Up: db.AddColumn("projects", "host", "VARCHAR(64) NOT NULL DEFAULT ''"),
+	}, {
+		// quota_id: the counter holding the project's slot (counts.go); older rows were counted under their owner.
+		ID: "0007_quota_id",
+		Up: db.Steps(db.AddColumn("projects", "quota_id", "varchar(36) NOT NULL DEFAULT ''"), backfillQuotaIDs),
 	}}}
 }
 

@@ -32,7 +32,8 @@
 //     from there on). The effective plan is
 //     planName's plan, else (or when that plan is above the owner's current
 //     account plan, e.g. after a downgrade) the account plan.
-//   - maxProjects counts the owner's projects that are not DELETED.
+//   - maxProjects counts the projects not DELETED of a quota account
+//     (PlanSource.QuotaPlan, counts.go).
 //   - Deletion: DELETE marks the project DELETING and answers 202; a background
 //     teardown (Events.Deleted) runs with a bounded context; success makes it
 //     DELETED, failure FAILED with errorMessage, and DELETE again retries.
@@ -97,6 +98,10 @@ type PlanSource interface {
 	PlanByName(ctx context.Context, name string) (*Plan, error)
 	// AccountPlan returns the user's account plan (the FREE-tier plan by default).
 	AccountPlan(ctx context.Context, userID string) (*Plan, error)
+	// QuotaPlan returns the plan whose maxProjects accountID's projects count
+	// against and the account counting them: accountID, or for a team that
+	// borrows its first owner's account plan, that owner.
+	QuotaPlan(ctx context.Context, accountID string) (plan *Plan, quotaID string, err error)
 }
 
 // DeploymentCounter counts deployments started this calendar month (UTC) by

@@ -74,7 +74,8 @@ func (in *CreateInput) validate(allowLocal bool) (repo, key string, err error) {
 }
 
 // Create stores a new project of user (or of in.TeamID), after checking
-// the owning account's maxProjects quota atomically with the insert.
+// the maxProjects quota it counts against (PlanSource.QuotaPlan) atomically
+// with the insert.
 func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Project, error) {
 	repo, key, err := in.validate(s.d.AllowLocalRepos)
 	if err != nil {
@@ -90,7 +91,7 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 	}
 	// Read the plan before the transaction: the plan source uses the pool,
 	// and SQLite has one connection.
-	plan, err := s.d.Plans.AccountPlan(ctx, owner)
+	plan, quota, err := s.d.Plans.QuotaPlan(ctx, owner)
 	if err != nil {
 		return nil, wrap("account plan", err)
 	}
@@ -105,7 +106,7 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 	}
 	now := s.now()
 	row := &projectRow{
-		ID: platform.NewID(), OwnerID: owner, TeamID: in.TeamID, CreatedBy: user, Name: strings.TrimSpace(in.Name), RepoURL: repo, RepoKey: key,
+		ID: platform.NewID(), OwnerID: owner, TeamID: in.TeamID, CreatedBy: user, QuotaID: quota, Name: strings.TrimSpace(in.Name), RepoURL: repo, RepoKey: key,
 		Framework: in.Framework, Port: in.Port, IsPrivate: in.IsPrivate, AutoDeploy: in.AutoDeploy,
 		AutoDeployBranch: in.AutoDeployBranch, CodehostRepositoryID: in.CodehostRepositoryID,
 		WebhookSecret: sealedHook, Region: s.d.Regions[0], EnvVars: "[]", Status: StatusActive,
@@ -114,10 +115,10 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 	// A slug taken between our check and the insert (by another owner, whose
 	// lock we do not hold) is a unique violation: retry with a new suffix.
 	for attempt := 0; ; attempt++ {
-		// The quota slot is taken last: its upsert locks the owner's counter
-		// row until the commit (on Postgres), so the owner's other creates
-		// wait for one statement and the commit, not for the whole
-		// transaction. A create over the quota rolls back its insert.
+		// The quota slot is taken last: its upsert locks the quota account's
+		// counter row until the commit (on Postgres), so the other creates
+		// counted against it wait for one statement and the commit, not for
+		// the whole transaction. A create over the quota rolls back its insert.
 		err = db.InTx(ctx, s.d.DB, func(ctx context.Context, tx bun.Tx) error {
 			if row.Slug, err = s.freeSlug(ctx, tx, base, attempt > 0); err != nil {
 				return err
@@ -128,7 +129,7 @@ func (s *Service) Create(ctx context.Context, user string, in CreateInput) (*Pro
 			if err := s.record(ctx, tx, row, "project.create", "created "+strconv.Quote(row.Name)); err != nil {
 				return err
 			}
-			return s.takeSlot(ctx, tx, owner, plan)
+			return s.takeSlot(ctx, tx, quota, plan)
 		})
 		s.changed(owner)
 		if err = db.Translate(err); isConflict(err) && attempt < 5 {

@@ -14,7 +14,7 @@ type Usage struct {
 	Plan        UsagePlan          `json:"plan" doc:"The caller's account plan"`
 	PeriodStart time.Time          `json:"periodStart" doc:"Start of the current calendar month (UTC), when deployment counts reset"`
 	PeriodEnd   time.Time          `json:"periodEnd" doc:"Start of the next calendar month (UTC)"`
-	Projects    Quota              `json:"projects" doc:"Projects owned (not deleted) against maxProjects"`
+	Projects    Quota              `json:"projects" doc:"Projects owned (not deleted) against maxProjects"` // with those of the teams borrowing the plan
 	Deployments []ProjectDeploys   `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
 	Counted     bool               `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
 	Logs        *LogQuota          `json:"logs,omitempty" doc:"Stored deployment logs against the account's log budget (absent when this server does not count them)"`
@@ -77,6 +77,11 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 		OrderExpr("created_at ASC, id ASC").Scan(ctx); err != nil {
 		return nil, wrap("usage", err)
 	}
+	// The owner's projects and those of the teams that borrow their plan.
+	live, err := countedAgainst(ctx, s.d.DB, owner)
+	if err != nil {
+		return nil, wrap("usage", err)
+	}
 	counts := map[string]int{}
 	counted := s.d.Deployments != nil
 	if counted {
@@ -95,7 +100,7 @@ func (s *Service) Usage(ctx context.Context, owner string) (*Usage, error) {
 			MaxMemoryMi: acct.MaxMemoryMi, MaxCpuM: acct.MaxCpuM, MaxStorageGi: acct.MaxStorageGi,
 			BuildTimeoutMins: acct.BuildTimeoutMins, PriorityBuilds: acct.PriorityBuilds, MaxBandwidthGb: acct.MaxBandwidthGb},
 		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
-		Projects:    Quota{Used: len(rows), Limit: acct.MaxProjects},
+		Projects:    Quota{Used: live, Limit: acct.MaxProjects},
 		Deployments: make([]ProjectDeploys, 0, len(rows)),
 		Counted:     counted,
 	}

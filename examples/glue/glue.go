@@ -307,6 +307,15 @@ func (p PlanSource) AccountPlan(ctx context.Context, accountID string) (*project
 	return toProjectsPlan(pl), nil
 }
 
+// QuotaPlan implements projects.PlanSource (see QuotaPlan).
+func (p PlanSource) QuotaPlan(ctx context.Context, accountID string) (*projects.Plan, string, error) {
+	pl, quota, err := QuotaPlan(ctx, p.Plans, p.Teams, accountID)
+	if err != nil {
+		return nil, "", err
+	}
+	return toProjectsPlan(pl), quota, nil
+}
+
 func toProjectsPlan(p *plans.Plan) *projects.Plan {
 	return &projects.Plan{
 		Name: p.Name, Tier: string(p.Tier), TierRank: p.Tier.Rank(),
@@ -395,14 +404,27 @@ func (p TeamPlans) TeamPlan(ctx context.Context, teamID, ownerID string) (string
 // AccountPlan is the plan of an owner account: a user's account plan, or a
 // team's plan (its own, else its first owner's account plan).
 func AccountPlan(ctx context.Context, p *plans.Service, t *teams.Service, accountID string) (*plans.Plan, error) {
+	pl, _, err := QuotaPlan(ctx, p, t, accountID)
+	return pl, err
+}
+
+// QuotaPlan is AccountPlan with the account whose plan it is, which counts
+// the projects against its maxProjects: the account itself (a user, or a
+// team with a plan of its own), else the team's first owner.
+func QuotaPlan(ctx context.Context, p *plans.Service, t *teams.Service, accountID string) (*plans.Plan, string, error) {
 	if t != nil {
 		owner, err := t.TeamOwner(ctx, accountID)
-		if err == nil {
-			return p.TeamPlan(ctx, accountID, owner)
-		}
-		if !errors.Is(err, platform.ErrNotFound) {
-			return nil, err
+		switch {
+		case err == nil:
+			pl, own, err := p.OwnTeamPlan(ctx, accountID)
+			if err != nil || own {
+				return pl, accountID, err
+			}
+			accountID = owner
+		case !errors.Is(err, platform.ErrNotFound):
+			return nil, "", err
 		}
 	}
-	return p.AccountPlan(ctx, accountID)
+	pl, err := p.AccountPlan(ctx, accountID)
+	return pl, accountID, err
 }
