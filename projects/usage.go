@@ -14,7 +14,7 @@ type Usage struct {
 	Plan        UsagePlan          `json:"plan" doc:"The caller's account plan"`
 	PeriodStart time.Time          `json:"periodStart" doc:"Start of the current calendar month (UTC), when deployment counts reset"`
 	PeriodEnd   time.Time          `json:"periodEnd" doc:"Start of the next calendar month (UTC)"`
-	Projects    Quota              `json:"projects" doc:"Projects owned (not deleted) against maxProjects"` // with those of the teams borrowing the plan
+	Projects    Quota              `json:"projects" doc:"Projects (not deleted) counted against maxProjects: the caller's own, and those of the teams that have no plan of their own and so use the caller's (teams they were the first owner of)"`
 	Deployments []ProjectDeploys   `json:"deployments" doc:"Deployments started this month per project against its plan's maxDeployments"`
 	Counted     bool               `json:"deploymentsCounted" doc:"false when this server cannot count deployments (counts are then 0)"`
 	Logs        *LogQuota          `json:"logs,omitempty" doc:"Stored deployment logs against the account's log budget (absent when this server does not count them)"`

@@ -1825,7 +1825,7 @@ type Usage struct {
 	// Plan The caller's account plan
 	Plan UsagePlan `json:"plan"`
 
-	// Projects Projects owned (not deleted) against maxProjects
+	// Projects Projects (not deleted) counted against maxProjects: the caller's own, and those of the teams that have no plan of their own and so use the caller's (teams they were the first owner of)
 	Projects Quota `json:"projects"`
 }
 
