@@ -55,12 +55,19 @@ func (r *Router) Served(host string) bool {
 	if _, ok := (*r.table.Load())[slug]; ok {
 		return true
 	}
+	_, ok := r.remoteAddr(slug)
+	return ok
+}
+
+// remoteAddr returns the address of the ingress serving slug on another
+// host (SetRemote).
+func (r *Router) remoteAddr(slug string) (string, bool) {
 	m := r.remote.routes.Load()
 	if m == nil {
-		return false
+		return "", false
 	}
-	_, ok := (*m)[slug]
-	return ok
+	addr, ok := (*m)[slug]
+	return addr, ok
 }
 
 // forwardToken is the value of forwardHeader for key.
@@ -86,12 +93,7 @@ func (r *Router) remoteOf(slug string, req *http.Request) (string, bool) {
 	if slug == "" || r.forwarded(req) {
 		return "", false
 	}
-	m := r.remote.routes.Load()
-	if m == nil {
-		return "", false
-	}
-	addr, ok := (*m)[slug]
-	return addr, ok
+	return r.remoteAddr(slug)
 }
 
 type remoteKey struct{}
