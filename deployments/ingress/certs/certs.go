@@ -258,10 +258,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		OnEvent:            m.event,
 		Logger:             zl,
 	})
-	m.issuer = certmagic.NewACMEIssuer(m.magic, certmagic.ACMEIssuer{
-		CA: cfg.DirectoryURL, TestCA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true,
-		TrustedRoots: cfg.Roots, Logger: zl,
-	})
+	m.issuer = acmeIssuer(m.magic, cfg, zl)
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.renewer = certmagic.New(m.cache, certmagic.Config{
 		Storage:            m.storage,
@@ -290,11 +287,18 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 // "replaces". A CA that refuses "replaces" as alreadyReplaced gets the
 // order again without it (acmez's ObtainCertificate).
 func replacingIssuer(renewer *certmagic.Config, cfg Config, zl *zap.Logger) *certmagic.ACMEIssuer {
-	iss := certmagic.NewACMEIssuer(renewer, certmagic.ACMEIssuer{
-		CA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true, TrustedRoots: cfg.Roots, Logger: zl,
-	})
+	iss := acmeIssuer(renewer, cfg, zl)
 	iss.TestCA = ""
 	return iss
+}
+
+// acmeIssuer is an issuer of cfg's ACME directory on the certmagic Config c,
+// with the directory as its "test CA" too (so never Let's Encrypt's staging).
+func acmeIssuer(c *certmagic.Config, cfg Config, zl *zap.Logger) *certmagic.ACMEIssuer {
+	return certmagic.NewACMEIssuer(c, certmagic.ACMEIssuer{
+		CA: cfg.DirectoryURL, TestCA: cfg.DirectoryURL, Email: cfg.Email, Agreed: true,
+		TrustedRoots: cfg.Roots, Logger: zl,
+	})
 }
 
 // loadStatic caches the static certificate, if any, and notes its names.
